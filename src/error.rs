@@ -1,0 +1,329 @@
+//! The API's errors, answered as RFC 9457 problem documents with stable slugs.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::locks::{InvalidKey, InvalidToken, LockError};
+
+/// The media type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Every kind of problem the gateway answers with. The slug is part of the
+/// contract: clients branch on it, so a slug never changes meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemType {
+    MalformedBody,
+    UnsupportedMediaType,
+    BodyTooLarge,
+    InvalidKey,
+    InvalidField,
+    MissingToken,
+    InvalidToken,
+    LockHeld,
+    NotOwner,
+    LockNotFound,
+    NotFound,
+    MethodNotAllowed,
+    BackendUnavailable,
+    Internal,
+}
+
+/// What a problem type means, for its documents and its page.
+pub struct ProblemInfo {
+    pub slug: &'static str,
+    pub title: &'static str,
+    pub status: StatusCode,
+    pub about: &'static str,
+}
+
+impl ProblemType {
+    pub const ALL: [Self; 14] = [
+        Self::MalformedBody,
+        Self::UnsupportedMediaType,
+        Self::BodyTooLarge,
+        Self::InvalidKey,
+        Self::InvalidField,
+        Self::MissingToken,
+        Self::InvalidToken,
+        Self::LockHeld,
+        Self::NotOwner,
+        Self::LockNotFound,
+        Self::NotFound,
+        Self::MethodNotAllowed,
+        Self::BackendUnavailable,
+        Self::Internal,
+    ];
+
+    pub fn info(self) -> ProblemInfo {
+        let (slug, title, status, about) = match self {
+            Self::MalformedBody => (
+                "malformed-body",
+                "Malformed request body",
+                StatusCode::BAD_REQUEST,
+                "The body is not JSON, or a field has the wrong JSON type, or a required field is missing or an unknown one present.",
+            ),
+            Self::UnsupportedMediaType => (
+                "unsupported-media-type",
+                "Unsupported media type",
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "The body must be sent with Content-Type: application/json.",
+            ),
+            Self::BodyTooLarge => (
+                "body-too-large",
+                "Request body too large",
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "The body is larger than the gateway's configured limit.",
+            ),
+            Self::InvalidKey => (
+                "invalid-key",
+                "Invalid lock key",
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "A lock key is 1 to 200 characters of A-Z a-z 0-9 . _ : -",
+            ),
+            Self::InvalidField => (
+                "invalid-field",
+                "Invalid field",
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "A field has the right type but a value outside its range; the `field` member names it.",
+            ),
+            Self::MissingToken => (
+                "missing-token",
+                "Missing lock token",
+                StatusCode::BAD_REQUEST,
+                "Releasing or renewing needs the owner's token: the Lock-Token header or ?token= for DELETE, the `token` field for PUT.",
+            ),
+            Self::InvalidToken => (
+                "invalid-token",
+                "Invalid lock token",
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "A lock token is the UUID text returned when the lock was taken.",
+            ),
+            Self::LockHeld => (
+                "lock-held",
+                "Lock is held",
+                StatusCode::CONFLICT,
+                "Another owner holds the lock and the wait (if any) ran out. `retry_after_ms` is the holder's remaining lease.",
+            ),
+            Self::NotOwner => (
+                "not-owner",
+                "Not the lock's owner",
+                StatusCode::CONFLICT,
+                "The token given does not hold this lock. The holder is not revealed.",
+            ),
+            Self::LockNotFound => (
+                "lock-not-found",
+                "Lock not found",
+                StatusCode::NOT_FOUND,
+                "No such lock: never taken, released, or its lease expired. A holder that sees this has lost its lease.",
+            ),
+            Self::NotFound => (
+                "not-found",
+                "Not found",
+                StatusCode::NOT_FOUND,
+                "No route matches this path. See /docs for the API.",
+            ),
+            Self::MethodNotAllowed => (
+                "method-not-allowed",
+                "Method not allowed",
+                StatusCode::METHOD_NOT_ALLOWED,
+                "The path exists but not with this method; the Allow header lists the methods it takes.",
+            ),
+            Self::BackendUnavailable => (
+                "backend-unavailable",
+                "Backend unavailable",
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Redis cannot be reached. Nothing was granted or changed by this request; retry after Retry-After.",
+            ),
+            Self::Internal => (
+                "internal",
+                "Internal error",
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The gateway failed in a way it did not expect. The details are in its log.",
+            ),
+        };
+        ProblemInfo {
+            slug,
+            title,
+            status,
+            about,
+        }
+    }
+
+    pub fn from_slug(slug: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.info().slug == slug)
+    }
+}
+
+/// An RFC 9457 problem document, as every error response carries it.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({
+    "type": "/problems/lock-held", "title": "Lock is held", "status": 409,
+    "detail": "orders:42 is held by another owner", "key": "orders:42", "retry_after_ms": 1834
+}))]
+pub struct Problem {
+    /// `/problems/<slug>`; the slug is stable.
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    /// Fixed per slug.
+    pub title: &'static str,
+    /// The HTTP status, repeated.
+    pub status: u16,
+    /// What went wrong with this request.
+    pub detail: String,
+    /// The lock key concerned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The request field that was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// When trying again may succeed, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Everything a request can fail with. Each variant's doc names its status
+/// and slug.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `malformed-body`.
+    #[error("{0}")]
+    MalformedBody(String),
+    /// 415 `unsupported-media-type`.
+    #[error("send the body as JSON with Content-Type: application/json")]
+    UnsupportedMediaType,
+    /// 413 `body-too-large`.
+    #[error("the body is larger than the gateway accepts")]
+    BodyTooLarge,
+    /// 422 `invalid-key`.
+    #[error("{0}")]
+    InvalidKey(#[from] InvalidKey),
+    /// 422 `invalid-field`.
+    #[error("{field} {reason}")]
+    InvalidField { field: &'static str, reason: String },
+    /// 400 `missing-token`.
+    #[error("the lock token is missing")]
+    MissingToken,
+    /// 422 `invalid-token`.
+    #[error("{0}")]
+    InvalidToken(#[from] InvalidToken),
+    /// 409 `lock-held`, 409 `not-owner`, 404 `lock-not-found`, 503
+    /// `backend-unavailable`.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// 404 `not-found`: no route.
+    #[error("no route for {0}")]
+    RouteNotFound(String),
+    /// 405 `method-not-allowed`.
+    #[error("{0} does not take this method")]
+    MethodNotAllowed(String),
+    /// 500 `internal`: a bug; the detail stays in the log.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    pub fn invalid_field(field: &'static str, reason: impl ToString) -> Self {
+        Self::InvalidField {
+            field,
+            reason: reason.to_string(),
+        }
+    }
+
+    pub fn problem_type(&self) -> ProblemType {
+        match self {
+            Self::MalformedBody(_) => ProblemType::MalformedBody,
+            Self::UnsupportedMediaType => ProblemType::UnsupportedMediaType,
+            Self::BodyTooLarge => ProblemType::BodyTooLarge,
+            Self::InvalidKey(_) => ProblemType::InvalidKey,
+            Self::InvalidField { .. } => ProblemType::InvalidField,
+            Self::MissingToken => ProblemType::MissingToken,
+            Self::InvalidToken(_) => ProblemType::InvalidToken,
+            Self::Lock(LockError::Held { .. }) => ProblemType::LockHeld,
+            Self::Lock(LockError::NotOwner { .. }) => ProblemType::NotOwner,
+            Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
+            Self::Lock(LockError::Backend(_)) => ProblemType::BackendUnavailable,
+            Self::RouteNotFound(_) => ProblemType::NotFound,
+            Self::MethodNotAllowed(_) => ProblemType::MethodNotAllowed,
+            Self::Internal => ProblemType::Internal,
+        }
+    }
+
+    fn problem(&self) -> Problem {
+        let info = self.problem_type().info();
+        let detail = if info.status.is_server_error() {
+            // The cause (a Redis error, say) goes to the log, not to the client.
+            tracing::error!(error = %self, status = info.status.as_u16(), "request failed");
+            info.about.to_owned()
+        } else {
+            self.to_string()
+        };
+        let (key, retry_after_ms) = match self {
+            Self::Lock(LockError::Held {
+                key,
+                retry_after_ms,
+            }) => (Some(key.to_string()), Some(*retry_after_ms)),
+            Self::Lock(LockError::NotOwner { key } | LockError::NotFound { key }) => {
+                (Some(key.to_string()), None)
+            }
+            _ if info.status == StatusCode::SERVICE_UNAVAILABLE => (None, Some(1000)),
+            _ => (None, None),
+        };
+        let field = match self {
+            Self::InvalidField { field, .. } => Some((*field).to_owned()),
+            _ => None,
+        };
+        Problem {
+            problem_type: format!("/problems/{}", info.slug),
+            title: info.title,
+            status: info.status.as_u16(),
+            detail,
+            key,
+            field,
+            retry_after_ms,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let problem = self.problem();
+        let status = self.problem_type().info().status;
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(ms) = problem.retry_after_ms {
+            headers.insert(header::RETRY_AFTER, retry_after_seconds(ms));
+        }
+        response
+    }
+}
+
+/// `Retry-After` in whole seconds, rounded up so a client that obeys it does
+/// not come back before the lease has ended.
+pub fn retry_after_seconds(ms: u64) -> HeaderValue {
+    HeaderValue::from(ms.div_ceil(1000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_type_has_a_distinct_slug_that_finds_it_again() {
+        for kind in ProblemType::ALL {
+            assert_eq!(ProblemType::from_slug(kind.info().slug), Some(kind));
+        }
+        assert_eq!(ProblemType::from_slug("no-such-slug"), None);
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_seconds(0), "0");
+        assert_eq!(retry_after_seconds(1), "1");
+        assert_eq!(retry_after_seconds(1000), "1");
+        assert_eq!(retry_after_seconds(1834), "2");
+    }
+}

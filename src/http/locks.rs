@@ -1,0 +1,307 @@
+//! The lock routes: `POST /locks`, `DELETE`/`GET /locks/{key}`, `PUT /locks/{key}/ttl`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Number;
+use utoipa::ToSchema;
+
+use super::extract::{JsonBody, KeyPath, OwnerToken, token_header};
+use crate::error::{ApiError, Problem};
+use crate::locks::{
+    AcquireRequest, Lease, LockKey, LockLimits, LockState, Locks, Released, Token, Ttl, WaitTime,
+};
+
+/// `POST /locks`: what to take, for how long, and how long to wait.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireBody {
+    /// The lock: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`.
+    #[schema(example = "orders:42", pattern = "^[A-Za-z0-9._:-]{1,200}$")]
+    key: String,
+    /// Lease length in milliseconds, from 10 to the configured maximum
+    /// (default 3 600 000).
+    #[schema(value_type = Option<u64>, minimum = 10, default = 30000, example = 30000)]
+    ttl_ms: Option<Number>,
+    /// How long to wait while another owner holds the lock, in milliseconds,
+    /// up to the configured maximum (default 60 000); 0 tries once.
+    #[schema(value_type = Option<u64>, minimum = 0, default = 0, example = 0)]
+    wait_ms: Option<Number>,
+    /// The holder's token, to re-enter a lock it holds.
+    #[schema(value_type = Option<String>, format = Uuid)]
+    token: Option<String>,
+}
+
+/// A granted (or re-entered) lock. The token is shown only here.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LockGrant {
+    #[schema(example = "orders:42")]
+    key: String,
+    /// The owner's secret, needed to release, renew or re-enter.
+    #[schema(format = Uuid)]
+    token: String,
+    /// Strictly increases with every new acquisition of this key; unchanged
+    /// by re-entry. Hand it to the resource you guard.
+    #[schema(example = 1_763_800_000_000_000_u64)]
+    fencing_token: u64,
+    #[schema(example = 30000)]
+    ttl_ms: u64,
+    /// When the lease ends, in Unix ms by the Redis clock.
+    expires_at_ms: u64,
+    /// Re-entrant holds, 1 for a new acquisition.
+    #[schema(example = 1)]
+    holds: u64,
+    /// How long the request waited for the lock.
+    #[schema(example = 0)]
+    waited_ms: u64,
+}
+
+impl From<Lease> for LockGrant {
+    fn from(lease: Lease) -> Self {
+        Self {
+            key: lease.key.to_string(),
+            token: lease.token.expose(),
+            fencing_token: lease.fencing_token,
+            ttl_ms: lease.ttl_ms,
+            expires_at_ms: lease.expires_at_ms,
+            holds: lease.holds,
+            waited_ms: lease.waited_ms,
+        }
+    }
+}
+
+/// `PUT /locks/{key}/ttl`: the owner's token and the new lease length.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendBody {
+    /// The holder's token (or send it in the `Lock-Token` header).
+    #[schema(value_type = Option<String>, format = Uuid)]
+    token: Option<String>,
+    /// The lease becomes this long from now, in milliseconds.
+    #[schema(value_type = Option<u64>, minimum = 10, default = 30000, example = 30000)]
+    ttl_ms: Option<Number>,
+}
+
+/// A lock's state. The owner's token is never shown.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LockStatus {
+    #[schema(example = "orders:42")]
+    key: String,
+    /// Always true: a lock that is not held answers 404.
+    held: bool,
+    /// Remaining lease in milliseconds.
+    ttl_ms: u64,
+    expires_at_ms: u64,
+    fencing_token: u64,
+    holds: u64,
+}
+
+impl LockStatus {
+    fn new(key: &LockKey, state: LockState) -> Self {
+        Self {
+            key: key.to_string(),
+            held: true,
+            ttl_ms: state.ttl_ms,
+            expires_at_ms: state.expires_at_ms,
+            fencing_token: state.fencing_token,
+            holds: state.holds,
+        }
+    }
+}
+
+/// A renewed lease.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LeaseRenewal {
+    #[schema(example = "orders:42")]
+    key: String,
+    ttl_ms: u64,
+    expires_at_ms: u64,
+    fencing_token: u64,
+    holds: u64,
+}
+
+/// One re-entrant hold given up; the lock is still held.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HoldReleased {
+    #[schema(example = "orders:42")]
+    key: String,
+    /// Holds left.
+    #[schema(example = 1)]
+    holds: u64,
+}
+
+/// Take a lock, wait for it, or re-enter it.
+#[utoipa::path(
+    post,
+    path = "/locks",
+    tag = "locks",
+    request_body = AcquireBody,
+    responses(
+        (status = 201, description = "Acquired by a new owner", body = LockGrant,
+            headers(("Location" = String, description = "/locks/{key}"))),
+        (status = 200, description = "Re-entered with the holder's token", body = LockGrant),
+        (status = 400, description = "`malformed-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`lock-held` (with `retry_after_ms` and `Retry-After`) or `not-owner`",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-key` or `invalid-field`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn acquire(
+    State(locks): State<Locks>,
+    State(limits): State<LockLimits>,
+    JsonBody(body): JsonBody<AcquireBody>,
+) -> Result<Response, ApiError> {
+    let request = AcquireRequest {
+        key: LockKey::parse(&body.key)?,
+        ttl: ttl(body.ttl_ms.as_ref(), limits)?,
+        wait: wait(body.wait_ms.as_ref(), limits)?,
+        token: body
+            .token
+            .map(|text| Token::parse(&text).map_err(|err| ApiError::invalid_field("token", err)))
+            .transpose()?,
+    };
+    let lease = locks.acquire(request).await?;
+    if lease.reentered {
+        return Ok(Json(LockGrant::from(lease)).into_response());
+    }
+    let location =
+        HeaderValue::try_from(format!("/locks/{}", lease.key)).map_err(|_| ApiError::Internal)?;
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(LockGrant::from(lease)),
+    )
+        .into_response())
+}
+
+/// Release one hold; the last one frees the lock and wakes waiters.
+#[utoipa::path(
+    delete,
+    path = "/locks/{key}",
+    tag = "locks",
+    params(
+        ("key" = String, Path, description = "The lock"),
+        ("Lock-Token" = Option<String>, Header, description = "The holder's token"),
+        ("token" = Option<String>, Query, description = "The holder's token, for clients that cannot set headers"),
+    ),
+    responses(
+        (status = 204, description = "Released; waiters are woken"),
+        (status = 200, description = "One re-entrant hold released; still held", body = HoldReleased),
+        (status = 400, description = "`missing-token`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`lock-not-found`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`not-owner`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-key` or `invalid-token`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn release(
+    State(locks): State<Locks>,
+    KeyPath(key): KeyPath,
+    OwnerToken(token): OwnerToken,
+) -> Result<Response, ApiError> {
+    Ok(match locks.release(&key, &token).await? {
+        Released::Free => StatusCode::NO_CONTENT.into_response(),
+        Released::HoldsLeft(holds) => Json(HoldReleased {
+            key: key.to_string(),
+            holds,
+        })
+        .into_response(),
+    })
+}
+
+/// Renew a lease: it ends `ttl_ms` from now.
+#[utoipa::path(
+    put,
+    path = "/locks/{key}/ttl",
+    tag = "locks",
+    params(
+        ("key" = String, Path, description = "The lock"),
+        ("Lock-Token" = Option<String>, Header, description = "The holder's token, when the body has none"),
+    ),
+    request_body = ExtendBody,
+    responses(
+        (status = 200, description = "Renewed", body = LeaseRenewal),
+        (status = 400, description = "`missing-token` or `malformed-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`lock-not-found`: the lease is lost", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`not-owner`", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-key`, `invalid-token` or `invalid-field`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn extend(
+    State(locks): State<Locks>,
+    State(limits): State<LockLimits>,
+    KeyPath(key): KeyPath,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<ExtendBody>,
+) -> Result<Json<LeaseRenewal>, ApiError> {
+    let token = match body.token {
+        Some(text) => Token::parse(&text)?,
+        None => token_header(&headers)?.ok_or(ApiError::MissingToken)?,
+    };
+    let ttl = ttl(body.ttl_ms.as_ref(), limits)?;
+    let state = locks.extend(&key, &token, ttl).await?;
+    Ok(Json(LeaseRenewal {
+        key: key.to_string(),
+        ttl_ms: state.ttl_ms,
+        expires_at_ms: state.expires_at_ms,
+        fencing_token: state.fencing_token,
+        holds: state.holds,
+    }))
+}
+
+/// Inspect a lock: whether it is held, until when, and its fencing token.
+#[utoipa::path(
+    get,
+    path = "/locks/{key}",
+    tag = "locks",
+    params(("key" = String, Path, description = "The lock")),
+    responses(
+        (status = 200, description = "Held", body = LockStatus),
+        (status = 404, description = "`lock-not-found`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-key`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn inspect(
+    State(locks): State<Locks>,
+    KeyPath(key): KeyPath,
+) -> Result<Json<LockStatus>, ApiError> {
+    let state = locks.inspect(&key).await?;
+    Ok(Json(LockStatus::new(&key, state)))
+}
+
+fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {
+    let ms = millis("ttl_ms", field, Ttl::DEFAULT_MS)?;
+    Ttl::new(ms, limits).map_err(|err| ApiError::invalid_field("ttl_ms", err))
+}
+
+fn wait(field: Option<&Number>, limits: LockLimits) -> Result<WaitTime, ApiError> {
+    let ms = millis("wait_ms", field, 0)?;
+    let wait = WaitTime::new(ms, limits).map_err(|err| ApiError::invalid_field("wait_ms", err))?;
+    if !wait.is_zero() {
+        return Err(ApiError::invalid_field(
+            "wait_ms",
+            "must be 0: server-side waiting is not available yet",
+        ));
+    }
+    Ok(wait)
+}
+
+/// A millisecond field: any JSON number parses (so a negative or fractional
+/// one is a 422 naming the field, not a 400), but only a whole one is used.
+fn millis(name: &'static str, field: Option<&Number>, default: u64) -> Result<u64, ApiError> {
+    match field {
+        None => Ok(default),
+        Some(number) => number
+            .as_u64()
+            .ok_or_else(|| ApiError::invalid_field(name, "must be a whole, non-negative number")),
+    }
+}

@@ -1,0 +1,105 @@
+//! The HTTP layer: routes, extractors, middleware, and the OpenAPI document built from the same routes.
+
+mod extract;
+mod locks;
+mod ops;
+
+use std::sync::LazyLock;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, HeaderValue, Uri};
+use axum::response::{IntoResponse, Response};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::app::AppState;
+use crate::error::{ApiError, Problem};
+use crate::telemetry;
+
+pub use extract::LOCK_TOKEN;
+
+/// The header naming the instance that answered.
+pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "lockgate",
+        description = "Distributed locks on Redis over plain HTTP: acquire (try or wait), \
+            release by owner token, renew, inspect; re-entry and monotonic fencing tokens. \
+            Every error is application/problem+json with a stable slug in `type`; \
+            every response carries X-Instance-Id. Swagger UI is served at /docs.",
+        license(name = "MIT OR Apache-2.0"),
+    ),
+    components(schemas(Problem)),
+    tags(
+        (name = "locks", description = "Named locks with leases, owner tokens and fencing tokens"),
+        (name = "operations", description = "Health, readiness and the API description"),
+    )
+)]
+struct ApiDoc;
+
+/// Every documented route, feeding both the server and the OpenAPI document.
+fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(locks::acquire))
+        .routes(routes!(locks::release, locks::inspect))
+        .routes(routes!(locks::extend))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::openapi_document))
+        .routes(routes!(ops::problem_page))
+}
+
+/// The OpenAPI document, as `lockgate openapi` prints it and `/openapi.json`
+/// serves it.
+pub fn openapi_json() -> &'static str {
+    static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+        let mut text = api_routes()
+            .into_openapi()
+            .to_pretty_json()
+            .expect("the OpenAPI document serialises");
+        text.push('\n');
+        text
+    });
+    &DOCUMENT
+}
+
+/// The whole application: routes, fallbacks for unknown paths and methods,
+/// Swagger UI, and the middleware every response passes through.
+pub fn router(state: AppState, instance_id: HeaderValue, body_limit: usize) -> Router {
+    let (routes, _) = api_routes().split_for_parts();
+    let docs = SwaggerUi::new("/docs").config(
+        utoipa_swagger_ui::Config::from("/openapi.json")
+            // Swagger UI would otherwise send the document to an online validator.
+            .validator_url("none"),
+    );
+    routes
+        .merge(docs)
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(TraceLayer::new_for_http().make_span_with(telemetry::request_span))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::Internal.into_response()
+        }))
+        .layer(SetResponseHeaderLayer::overriding(
+            X_INSTANCE_ID.clone(),
+            instance_id,
+        ))
+}
+
+async fn route_not_found(uri: Uri) -> Response {
+    ApiError::RouteNotFound(uri.path().to_owned()).into_response()
+}
+
+async fn method_not_allowed(uri: Uri) -> Response {
+    ApiError::MethodNotAllowed(uri.path().to_owned()).into_response()
+}

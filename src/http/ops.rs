@@ -1,0 +1,68 @@
+//! Operations routes: liveness, readiness, the OpenAPI document, and the problem type pages.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::error::{ApiError, Problem, ProblemType};
+use crate::locks::LockError;
+use crate::redis::Redis;
+
+/// A health answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    #[schema(example = "ok")]
+    status: &'static str,
+}
+
+/// Liveness: 200 while the process runs.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "The process runs", body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Readiness: 200 when Redis answers PING, else 503.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Redis answers", body = Health),
+        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn readyz(State(redis): State<Redis>) -> Result<Json<Health>, ApiError> {
+    redis.ping().await.map_err(LockError::from)?;
+    Ok(Json(Health { status: "ready" }))
+}
+
+/// The OpenAPI document of this API (as `openapi/openapi.json` holds it).
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")))]
+pub async fn openapi_document() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi_json(),
+    )
+}
+
+/// A short page on one problem type, the target of a problem's `type`.
+#[utoipa::path(get, path = "/problems/{slug}", tag = "operations",
+    params(("slug" = String, Path, description = "A problem slug, such as lock-held")),
+    responses(
+        (status = 200, description = "What the problem means", content_type = "text/plain"),
+        (status = 404, description = "`not-found`: no such problem type", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn problem_page(Path(slug): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    let kind = ProblemType::from_slug(&slug)
+        .ok_or_else(|| ApiError::RouteNotFound(format!("/problems/{slug}")))?;
+    let info = kind.info();
+    let page = format!(
+        "{slug}: {title} ({status})\n\n{about}\n",
+        slug = info.slug,
+        title = info.title,
+        status = info.status,
+        about = info.about,
+    );
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], page))
+}

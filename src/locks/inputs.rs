@@ -1,0 +1,229 @@
+//! Typed lock inputs (`LockKey`, `Token`, lease and wait lengths) that can only be made by parsing.
+
+use std::fmt;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+/// The longest lock key, in characters.
+pub const MAX_KEY_LEN: usize = 200;
+
+/// The shortest lease a client may ask for, in milliseconds.
+pub const MIN_TTL_MS: u64 = 10;
+
+/// A lock's name: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`.
+///
+/// The alphabet keeps keys safe inside Redis key names and hash tags (no `{`,
+/// `}` or spaces) and inside URL paths (no `/`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LockKey(String);
+
+/// Why a string is not a [`LockKey`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidKey {
+    #[error("a lock key cannot be empty")]
+    Empty,
+    #[error("a lock key is at most {MAX_KEY_LEN} characters; this one has {0}")]
+    TooLong(usize),
+    #[error("a lock key may only contain A-Z a-z 0-9 . _ : - (found {0:?})")]
+    BadCharacter(char),
+    #[error("a lock key in a path must percent-decode to text")]
+    NotText,
+}
+
+impl LockKey {
+    pub fn parse(text: &str) -> Result<Self, InvalidKey> {
+        if text.is_empty() {
+            return Err(InvalidKey::Empty);
+        }
+        if let Some(bad) = text.chars().find(|c| !is_key_char(*c)) {
+            return Err(InvalidKey::BadCharacter(bad));
+        }
+        // Every accepted character is ASCII, so bytes count characters.
+        if text.len() > MAX_KEY_LEN {
+            return Err(InvalidKey::TooLong(text.len()));
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')
+}
+
+impl fmt::Display for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An owner's secret: 128 random bits, written as a UUID.
+///
+/// `Debug` prints no digits, so a token never reaches a log by accident; the
+/// text is only available through [`Token::expose`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Token(Uuid);
+
+/// A string that is not a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a lock token is a UUID such as 0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b")]
+pub struct InvalidToken;
+
+impl Token {
+    /// A fresh random token for a new owner.
+    pub fn generate() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    pub fn parse(text: &str) -> Result<Self, InvalidToken> {
+        // Only the hyphenated form is accepted: it is the form we hand out, and
+        // one spelling per token keeps the comparison in Redis a plain string
+        // equality.
+        if text.len() != uuid::fmt::Hyphenated::LENGTH {
+            return Err(InvalidToken);
+        }
+        let uuid = Uuid::try_parse(text).map_err(|_| InvalidToken)?;
+        Ok(Self(uuid))
+    }
+
+    /// The token's text, for the one response that hands it out and for Redis.
+    pub fn expose(&self) -> String {
+        self.0.hyphenated().to_string()
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// The bounds a deployment puts on leases and waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockLimits {
+    pub max_ttl_ms: u64,
+    pub max_wait_ms: u64,
+}
+
+/// A lease length within [`MIN_TTL_MS`] and the deployment's maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(u64);
+
+/// A server-side wait within zero and the deployment's maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitTime(u64);
+
+/// A number of milliseconds outside what a field allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be an integer from {min} to {max}")]
+pub struct OutOfRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Ttl {
+    /// The lease a request gets when it names none.
+    pub const DEFAULT_MS: u64 = 30_000;
+
+    pub fn new(ms: u64, limits: LockLimits) -> Result<Self, OutOfRange> {
+        within(ms, MIN_TTL_MS, limits.max_ttl_ms).map(Self)
+    }
+
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+}
+
+impl WaitTime {
+    pub const NONE: Self = Self(0);
+
+    pub fn new(ms: u64, limits: LockLimits) -> Result<Self, OutOfRange> {
+        within(ms, 0, limits.max_wait_ms).map(Self)
+    }
+
+    pub fn as_duration(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+}
+
+fn within(ms: u64, min: u64, max: u64) -> Result<u64, OutOfRange> {
+    if (min..=max).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(OutOfRange { min, max })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: LockLimits = LockLimits {
+        max_ttl_ms: 3_600_000,
+        max_wait_ms: 60_000,
+    };
+
+    #[test]
+    fn keys_of_the_allowed_alphabet_and_length_parse() {
+        for text in ["a", "orders:42", "A.b_c:d-0", &"k".repeat(MAX_KEY_LEN)] {
+            assert_eq!(LockKey::parse(text).unwrap().as_str(), text);
+        }
+    }
+
+    #[test]
+    fn keys_outside_the_alphabet_or_length_are_refused() {
+        assert_eq!(LockKey::parse(""), Err(InvalidKey::Empty));
+        assert_eq!(
+            LockKey::parse(&"k".repeat(MAX_KEY_LEN + 1)),
+            Err(InvalidKey::TooLong(MAX_KEY_LEN + 1))
+        );
+        for (text, bad) in [("a/b", '/'), ("a b", ' '), ("café", 'é'), ("{x}", '{')] {
+            assert_eq!(LockKey::parse(text), Err(InvalidKey::BadCharacter(bad)));
+        }
+    }
+
+    #[test]
+    fn tokens_round_trip_and_only_hyphenated_uuids_parse() {
+        let token = Token::generate();
+        assert_eq!(Token::parse(&token.expose()), Ok(token));
+        for text in [
+            "",
+            "not-a-token",
+            "0b6e2f4c3d5a4f1e9a8b7c6d5e4f3a2b",
+            "{0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b}",
+            "0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2g",
+        ] {
+            assert_eq!(Token::parse(text), Err(InvalidToken), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn token_debug_output_hides_the_secret() {
+        let token = Token::generate();
+        assert!(!format!("{token:?}").contains(&token.expose()[..8]));
+    }
+
+    #[test]
+    fn lease_and_wait_lengths_respect_the_limits() {
+        assert!(Ttl::new(MIN_TTL_MS, LIMITS).is_ok());
+        assert!(Ttl::new(LIMITS.max_ttl_ms, LIMITS).is_ok());
+        assert_eq!(
+            Ttl::new(MIN_TTL_MS - 1, LIMITS),
+            Err(OutOfRange {
+                min: MIN_TTL_MS,
+                max: LIMITS.max_ttl_ms
+            })
+        );
+        assert!(Ttl::new(LIMITS.max_ttl_ms + 1, LIMITS).is_err());
+        assert!(WaitTime::new(0, LIMITS).unwrap().is_zero());
+        assert!(WaitTime::new(LIMITS.max_wait_ms + 1, LIMITS).is_err());
+    }
+}

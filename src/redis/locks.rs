@@ -1,0 +1,193 @@
+//! Typed wrappers for the lock scripts, and the Redis names of one lock's state.
+
+use super::scripts::{ACQUIRE, EXTEND, INSPECT, RELEASE};
+use super::{BackendError, Connection};
+use crate::locks::{LockKey, Token};
+
+/// How long a lock's fence counter outlives its lease. Fencing tokens stay
+/// increasing without it (they never fall below the Redis clock in µs); the
+/// counter only guards against the clock stepping back meanwhile. A day of one
+/// short string per recently used lock name is cheap.
+const FENCE_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The Redis names of one lock's state. All share the hash tag `{<key>}`, so in
+/// Redis Cluster one lock lives in one slot and its scripts run there.
+#[derive(Debug, Clone)]
+pub struct LockKeys {
+    /// Hash: `owner`, `holds`, `fence`; its TTL is the lease.
+    pub lock: String,
+    /// String: the last fencing token issued for the key.
+    pub fence: String,
+    /// Pub/sub channel told when the lock is freed.
+    pub channel: String,
+}
+
+impl LockKeys {
+    pub fn new(prefix: &str, key: &LockKey) -> Self {
+        Self {
+            lock: format!("{prefix}lock:{{{key}}}"),
+            fence: format!("{prefix}fence:{{{key}}}"),
+            channel: format!("{prefix}released:{{{key}}}"),
+        }
+    }
+}
+
+/// A lease as the scripts report it; times from the Redis clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub fencing_token: u64,
+    pub holds: u64,
+    pub ttl_ms: u64,
+    pub now_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireReply {
+    Granted(Grant),
+    Reentered(Grant),
+    Held { remaining_ms: u64 },
+    NotOwner,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseReply {
+    Released,
+    HoldsLeft(u64),
+    NotFound,
+    NotOwner,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtendReply {
+    Extended(Grant),
+    NotFound,
+    NotOwner,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InspectReply {
+    Held(Grant),
+    NotFound,
+}
+
+/// Runs `acquire.lua`: a new grant for `token`, or re-entry when `reenter`.
+pub async fn acquire(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    token: &Token,
+    ttl_ms: u64,
+    reenter: bool,
+) -> Result<AcquireReply, BackendError> {
+    let reply = ACQUIRE
+        .run(
+            ACQUIRE
+                .prepare()
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(token.expose())
+                .arg(ttl_ms)
+                .arg(if reenter { "1" } else { "0" })
+                .arg(FENCE_RETENTION_MS),
+            conn,
+        )
+        .await?;
+    let grant = || grant(&reply, 1, 2, 3, 4);
+    match reply.first() {
+        Some(1) => grant().map(AcquireReply::Granted),
+        Some(2) => grant().map(AcquireReply::Reentered),
+        Some(0) => field(&reply, 3).map(|remaining_ms| AcquireReply::Held { remaining_ms }),
+        Some(-1) => Some(AcquireReply::NotOwner),
+        _ => None,
+    }
+    .ok_or_else(|| ACQUIRE.unexpected(reply.clone()))
+}
+
+/// Runs `release.lua`: one hold less, and a message on the channel when the
+/// last hold goes.
+pub async fn release(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    token: &Token,
+) -> Result<ReleaseReply, BackendError> {
+    let reply = RELEASE
+        .run(
+            RELEASE
+                .prepare()
+                .key(&keys.lock)
+                .arg(token.expose())
+                .arg(&keys.channel),
+            conn,
+        )
+        .await?;
+    match reply.first() {
+        Some(1) => Some(ReleaseReply::Released),
+        Some(2) => field(&reply, 1).map(ReleaseReply::HoldsLeft),
+        Some(0) => Some(ReleaseReply::NotFound),
+        Some(-1) => Some(ReleaseReply::NotOwner),
+        _ => None,
+    }
+    .ok_or_else(|| RELEASE.unexpected(reply.clone()))
+}
+
+/// Runs `extend.lua`: the lease becomes `ttl_ms` from now.
+pub async fn extend(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    token: &Token,
+    ttl_ms: u64,
+) -> Result<ExtendReply, BackendError> {
+    let reply = EXTEND
+        .run(
+            EXTEND
+                .prepare()
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(token.expose())
+                .arg(ttl_ms)
+                .arg(FENCE_RETENTION_MS),
+            conn,
+        )
+        .await?;
+    match reply.first() {
+        Some(1) => field(&reply, 3).and_then(|now_ms| {
+            Some(ExtendReply::Extended(Grant {
+                fencing_token: field(&reply, 1)?,
+                holds: field(&reply, 2)?,
+                ttl_ms,
+                now_ms,
+            }))
+        }),
+        Some(0) => Some(ExtendReply::NotFound),
+        Some(-1) => Some(ExtendReply::NotOwner),
+        _ => None,
+    }
+    .ok_or_else(|| EXTEND.unexpected(reply.clone()))
+}
+
+/// Runs `inspect.lua`.
+pub async fn inspect(conn: &mut Connection, keys: &LockKeys) -> Result<InspectReply, BackendError> {
+    let reply = INSPECT.run(INSPECT.prepare().key(&keys.lock), conn).await?;
+    match reply.first() {
+        Some(1) => grant(&reply, 1, 2, 3, 4).map(InspectReply::Held),
+        Some(0) => Some(InspectReply::NotFound),
+        _ => None,
+    }
+    .ok_or_else(|| INSPECT.unexpected(reply.clone()))
+}
+
+/// Reads a [`Grant`] from the reply positions of its four fields.
+fn grant(reply: &[i64], fence: usize, holds: usize, ttl: usize, now: usize) -> Option<Grant> {
+    Some(Grant {
+        fencing_token: field(reply, fence)?,
+        holds: field(reply, holds)?,
+        ttl_ms: field(reply, ttl)?,
+        now_ms: field(reply, now)?,
+    })
+}
+
+/// A non-negative reply field; a missing or negative one is a script bug.
+fn field(reply: &[i64], index: usize) -> Option<u64> {
+    reply
+        .get(index)
+        .and_then(|value| u64::try_from(*value).ok())
+}

@@ -1,0 +1,95 @@
+//! The Lua scripts under `lua/`, embedded in the binary and invoked by SHA.
+
+use std::sync::OnceLock;
+
+use redis::{Script, ScriptInvocation};
+
+use super::{BackendError, Connection};
+
+/// One script file: its name (for errors) and its source, hashed on first use.
+pub struct LuaScript {
+    pub name: &'static str,
+    source: &'static str,
+    compiled: OnceLock<Script>,
+}
+
+impl LuaScript {
+    const fn new(name: &'static str, source: &'static str) -> Self {
+        Self {
+            name,
+            source,
+            compiled: OnceLock::new(),
+        }
+    }
+
+    fn script(&self) -> &Script {
+        self.compiled.get_or_init(|| Script::new(self.source))
+    }
+
+    /// Starts an invocation; add keys and arguments, then [`LuaScript::run`].
+    pub fn prepare(&self) -> ScriptInvocation<'_> {
+        self.script().prepare_invoke()
+    }
+
+    /// Runs an invocation by `EVALSHA`. When Redis has lost the script (a
+    /// restart, `SCRIPT FLUSH`), redis-rs loads it and retries once.
+    pub async fn run(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        conn: &mut Connection,
+    ) -> Result<Vec<i64>, BackendError> {
+        Ok(invocation.invoke_async(conn).await?)
+    }
+
+    pub async fn load(&self, conn: &mut Connection) -> Result<(), BackendError> {
+        self.script().load_async(conn).await?;
+        Ok(())
+    }
+
+    /// The error for a reply the script's header does not allow.
+    pub fn unexpected(&self, reply: Vec<i64>) -> BackendError {
+        BackendError::UnexpectedReply {
+            script: self.name,
+            reply,
+        }
+    }
+}
+
+macro_rules! lua_script {
+    ($file:literal) => {
+        LuaScript::new($file, include_str!(concat!("../../lua/", $file)))
+    };
+}
+
+pub static ACQUIRE: LuaScript = lua_script!("acquire.lua");
+pub static RELEASE: LuaScript = lua_script!("release.lua");
+pub static EXTEND: LuaScript = lua_script!("extend.lua");
+pub static INSPECT: LuaScript = lua_script!("inspect.lua");
+
+/// Every script, for loading at start-up.
+pub static ALL: [&LuaScript; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &INSPECT];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_under_lua_is_embedded_and_documents_its_interface() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        let mut embedded: Vec<&str> = ALL.iter().map(|script| script.name).collect();
+        embedded.sort();
+        assert_eq!(files, embedded);
+        for script in ALL {
+            assert!(
+                script.source.contains("-- Returns"),
+                "{} has no header naming its returns",
+                script.name
+            );
+        }
+    }
+}

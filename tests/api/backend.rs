@@ -1,0 +1,74 @@
+//! Redis unreachable: honest 503s, and service resumes by itself when Redis is back.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::{RedisServer, TestApp, assert_problem, eventually};
+
+#[tokio::test]
+async fn with_redis_down_requests_answer_503_and_recover_without_a_restart() {
+    let mut redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let grant = app.take("payments", 60_000).await;
+
+    redis.kill();
+
+    assert_problem(app.get("/readyz").await, 503, "backend-unavailable").await;
+    let refused = app.acquire(json!({"key": "other"})).await;
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = assert_problem(refused, 503, "backend-unavailable").await;
+    assert!(
+        !body["detail"].as_str().unwrap().contains("os error"),
+        "{body}"
+    );
+    assert_problem(app.get("/locks/payments").await, 503, "backend-unavailable").await;
+    assert_problem(
+        app.release("payments", &grant.token).await,
+        503,
+        "backend-unavailable",
+    )
+    .await;
+    assert_problem(
+        app.extend("payments", &grant.token, 1_000).await,
+        503,
+        "backend-unavailable",
+    )
+    .await;
+    assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
+
+    redis.restart().await;
+
+    let ready = eventually(Duration::from_secs(5), || async {
+        app.get("/readyz").await.status() == StatusCode::OK
+    })
+    .await;
+    assert!(ready, "/readyz did not recover");
+    // The restarted Redis kept nothing, so the lock is free again.
+    app.take("payments", 1_000).await;
+}
+
+#[tokio::test]
+async fn the_gateway_starts_while_redis_is_down_and_serves_once_it_is_up() {
+    let mut redis = RedisServer::start().await;
+    redis.kill();
+
+    let app = TestApp::spawn(&redis).await;
+    assert_problem(
+        app.acquire(json!({"key": "early"})).await,
+        503,
+        "backend-unavailable",
+    )
+    .await;
+
+    redis.restart().await;
+    let served = eventually(Duration::from_secs(5), || async {
+        app.acquire(json!({"key": "early"})).await.status() == StatusCode::CREATED
+    })
+    .await;
+    assert!(
+        served,
+        "the gateway did not start serving once Redis was up"
+    );
+}

@@ -1,0 +1,452 @@
+//! Bad input gets the documented 4xx problem, never a 5xx, and changes nothing.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::helpers::{RedisServer, TestApp, assert_problem};
+
+/// One malformed request and the problem it must get.
+struct Case {
+    what: &'static str,
+    method: Method,
+    path: String,
+    headers: Vec<(&'static str, String)>,
+    body: Option<String>,
+    status: u16,
+    slug: &'static str,
+    field: Option<&'static str>,
+}
+
+fn case(what: &'static str, method: Method, path: &str, status: u16, slug: &'static str) -> Case {
+    Case {
+        what,
+        method,
+        path: path.to_owned(),
+        headers: Vec::new(),
+        body: None,
+        status,
+        slug,
+        field: None,
+    }
+}
+
+impl Case {
+    fn json(mut self, body: impl Into<String>) -> Self {
+        self.headers
+            .push(("content-type", "application/json".to_owned()));
+        self.body = Some(body.into());
+        self
+    }
+
+    fn raw(mut self, content_type: &str, body: &str) -> Self {
+        self.headers.push(("content-type", content_type.to_owned()));
+        self.body = Some(body.to_owned());
+        self
+    }
+
+    fn header(mut self, name: &'static str, value: &str) -> Self {
+        self.headers.push((name, value.to_owned()));
+        self
+    }
+
+    fn field(mut self, field: &'static str) -> Self {
+        self.field = Some(field);
+        self
+    }
+}
+
+fn acquire(what: &'static str, body: Value, status: u16, slug: &'static str) -> Case {
+    case(what, Method::POST, "/locks", status, slug).json(body.to_string())
+}
+
+const TOKEN: &str = "0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b";
+
+fn cases() -> Vec<Case> {
+    let long_key = "k".repeat(201);
+    vec![
+        // Bodies that are not JSON, or not the right JSON.
+        case("not JSON", Method::POST, "/locks", 400, "malformed-body").json("{key: orders}"),
+        case("empty body", Method::POST, "/locks", 400, "malformed-body").json(""),
+        case(
+            "truncated JSON",
+            Method::POST,
+            "/locks",
+            400,
+            "malformed-body",
+        )
+        .json(r#"{"key": "a""#),
+        acquire("a JSON array", json!(["orders"]), 400, "malformed-body"),
+        acquire("a JSON string", json!("orders"), 400, "malformed-body"),
+        acquire("no key", json!({"ttl_ms": 1000}), 400, "malformed-body"),
+        acquire("key is a number", json!({"key": 42}), 400, "malformed-body"),
+        acquire("key is null", json!({"key": null}), 400, "malformed-body"),
+        acquire(
+            "ttl_ms is a string",
+            json!({"key": "a", "ttl_ms": "1000"}),
+            400,
+            "malformed-body",
+        ),
+        acquire(
+            "wait_ms is a bool",
+            json!({"key": "a", "wait_ms": true}),
+            400,
+            "malformed-body",
+        ),
+        acquire(
+            "token is a number",
+            json!({"key": "a", "token": 7}),
+            400,
+            "malformed-body",
+        ),
+        acquire(
+            "an unknown field",
+            json!({"key": "a", "ttl": 1000}),
+            400,
+            "malformed-body",
+        ),
+        case(
+            "no content type",
+            Method::POST,
+            "/locks",
+            415,
+            "unsupported-media-type",
+        )
+        .raw("", r#"{"key": "a"}"#),
+        case(
+            "text/plain",
+            Method::POST,
+            "/locks",
+            415,
+            "unsupported-media-type",
+        )
+        .raw("text/plain", r#"{"key": "a"}"#),
+        case(
+            "form-encoded",
+            Method::POST,
+            "/locks",
+            415,
+            "unsupported-media-type",
+        )
+        .raw("application/x-www-form-urlencoded", "key=a"),
+        case("a huge body", Method::POST, "/locks", 413, "body-too-large").json(format!(
+            r#"{{"key": "a", "pad": "{}"}}"#,
+            "x".repeat(64 * 1024)
+        )),
+        // Keys.
+        acquire("empty key", json!({"key": ""}), 422, "invalid-key"),
+        acquire(
+            "201-character key",
+            json!({"key": long_key}),
+            422,
+            "invalid-key",
+        ),
+        acquire(
+            "key with a slash",
+            json!({"key": "a/b"}),
+            422,
+            "invalid-key",
+        ),
+        acquire(
+            "key with a space",
+            json!({"key": "a b"}),
+            422,
+            "invalid-key",
+        ),
+        acquire("non-ASCII key", json!({"key": "café"}), 422, "invalid-key"),
+        acquire("key with braces", json!({"key": "{a}"}), 422, "invalid-key"),
+        case(
+            "non-ASCII key in a path",
+            Method::GET,
+            "/locks/caf%C3%A9",
+            422,
+            "invalid-key",
+        ),
+        case(
+            "space in a path key",
+            Method::GET,
+            "/locks/a%20b",
+            422,
+            "invalid-key",
+        ),
+        case(
+            "slash in a path key",
+            Method::GET,
+            "/locks/a%2Fb",
+            422,
+            "invalid-key",
+        ),
+        case(
+            "undecodable path key",
+            Method::GET,
+            "/locks/%FF",
+            422,
+            "invalid-key",
+        ),
+        case(
+            "201 characters in a path",
+            Method::GET,
+            &format!("/locks/{long_key}"),
+            422,
+            "invalid-key",
+        ),
+        // Numbers out of range or not whole.
+        acquire(
+            "ttl_ms below 10",
+            json!({"key": "a", "ttl_ms": 9}),
+            422,
+            "invalid-field",
+        )
+        .field("ttl_ms"),
+        acquire(
+            "ttl_ms zero",
+            json!({"key": "a", "ttl_ms": 0}),
+            422,
+            "invalid-field",
+        )
+        .field("ttl_ms"),
+        acquire(
+            "ttl_ms negative",
+            json!({"key": "a", "ttl_ms": -5}),
+            422,
+            "invalid-field",
+        )
+        .field("ttl_ms"),
+        acquire(
+            "ttl_ms fractional",
+            json!({"key": "a", "ttl_ms": 1000.5}),
+            422,
+            "invalid-field",
+        )
+        .field("ttl_ms"),
+        acquire(
+            "ttl_ms above the maximum",
+            json!({"key": "a", "ttl_ms": 3_600_001}),
+            422,
+            "invalid-field",
+        )
+        .field("ttl_ms"),
+        acquire(
+            "ttl_ms beyond u64",
+            json!({"key": "a", "ttl_ms": 1e30}),
+            422,
+            "invalid-field",
+        )
+        .field("ttl_ms"),
+        acquire(
+            "wait_ms negative",
+            json!({"key": "a", "wait_ms": -1}),
+            422,
+            "invalid-field",
+        )
+        .field("wait_ms"),
+        acquire(
+            "wait_ms above 0 (no waiting yet)",
+            json!({"key": "a", "wait_ms": 100}),
+            422,
+            "invalid-field",
+        )
+        .field("wait_ms"),
+        acquire(
+            "wait_ms above the maximum",
+            json!({"key": "a", "wait_ms": 60_001}),
+            422,
+            "invalid-field",
+        )
+        .field("wait_ms"),
+        acquire(
+            "token not a UUID",
+            json!({"key": "a", "token": "hunter2"}),
+            422,
+            "invalid-field",
+        )
+        .field("token"),
+        // Release.
+        case(
+            "release without a token",
+            Method::DELETE,
+            "/locks/a",
+            400,
+            "missing-token",
+        ),
+        case(
+            "release with a bad token header",
+            Method::DELETE,
+            "/locks/a",
+            422,
+            "invalid-token",
+        )
+        .header("lock-token", "not-a-uuid"),
+        case(
+            "release with a bad token query",
+            Method::DELETE,
+            "/locks/a?token=abc",
+            422,
+            "invalid-token",
+        ),
+        case(
+            "release with a bad key",
+            Method::DELETE,
+            "/locks/a%20b",
+            422,
+            "invalid-key",
+        )
+        .header("lock-token", TOKEN),
+        case(
+            "release of no lock",
+            Method::DELETE,
+            "/locks/nothing",
+            404,
+            "lock-not-found",
+        )
+        .header("lock-token", TOKEN),
+        // Extend.
+        case(
+            "extend without a token",
+            Method::PUT,
+            "/locks/a/ttl",
+            400,
+            "missing-token",
+        )
+        .json(r#"{"ttl_ms": 1000}"#),
+        case(
+            "extend with a bad token",
+            Method::PUT,
+            "/locks/a/ttl",
+            422,
+            "invalid-token",
+        )
+        .json(r#"{"token": "abc", "ttl_ms": 1000}"#),
+        case(
+            "extend with ttl_ms too small",
+            Method::PUT,
+            "/locks/a/ttl",
+            422,
+            "invalid-field",
+        )
+        .json(json!({"token": TOKEN, "ttl_ms": 1}).to_string())
+        .field("ttl_ms"),
+        case(
+            "extend with ttl_ms as text",
+            Method::PUT,
+            "/locks/a/ttl",
+            400,
+            "malformed-body",
+        )
+        .json(json!({"token": TOKEN, "ttl_ms": "1000"}).to_string()),
+        case(
+            "extend without a body",
+            Method::PUT,
+            "/locks/a/ttl",
+            415,
+            "unsupported-media-type",
+        ),
+        case(
+            "extend of no lock",
+            Method::PUT,
+            "/locks/nothing/ttl",
+            404,
+            "lock-not-found",
+        )
+        .json(json!({"token": TOKEN}).to_string()),
+        // Routes and methods.
+        case("unknown route", Method::GET, "/lock", 404, "not-found"),
+        case(
+            "empty key segment",
+            Method::GET,
+            "/locks/",
+            404,
+            "not-found",
+        ),
+        case(
+            "nested path",
+            Method::DELETE,
+            "/locks/a/b",
+            404,
+            "not-found",
+        ),
+        case(
+            "wrong method on /locks",
+            Method::GET,
+            "/locks",
+            405,
+            "method-not-allowed",
+        ),
+        case(
+            "wrong method on a lock",
+            Method::POST,
+            "/locks/a",
+            405,
+            "method-not-allowed",
+        ),
+        case(
+            "unknown problem page",
+            Method::GET,
+            "/problems/nope",
+            404,
+            "not-found",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_malformed_request_gets_its_documented_problem_and_never_a_5xx() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let holder = app.take("a", 30_000).await;
+
+    for case in cases() {
+        let mut request = app.http.request(case.method.clone(), app.url(&case.path));
+        for (name, value) in &case.headers {
+            request = request.header(*name, value);
+        }
+        if let Some(body) = case.body {
+            request = request.body(body);
+        }
+        let response = request.send().await.unwrap();
+        assert!(
+            !response.status().is_server_error(),
+            "{}: {}",
+            case.what,
+            response.status()
+        );
+        assert_eq!(response.status().as_u16(), case.status, "{}", case.what);
+        let problem = assert_problem(response, case.status, case.slug).await;
+        assert_eq!(
+            problem["field"].as_str(),
+            case.field,
+            "{}: {problem}",
+            case.what
+        );
+    }
+
+    // None of it touched the lock that was held all along.
+    let inspected: Value = app.get("/locks/a").await.json().await.unwrap();
+    assert_eq!(inspected["fencing_token"], holder.fencing_token);
+    assert_eq!(inspected["holds"], 1);
+}
+
+#[tokio::test]
+async fn a_405_lists_the_allowed_methods() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    let response = app.http.patch(app.url("/locks/a")).send().await.unwrap();
+
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let allow = response.headers()["allow"].to_str().unwrap().to_owned();
+    for method in ["GET", "DELETE"] {
+        assert!(allow.contains(method), "Allow: {allow}");
+    }
+}
+
+#[tokio::test]
+async fn every_problem_type_has_a_page() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    let response = app.get("/problems/lock-held").await;
+
+    assert_eq!(response.status(), StatusCode::OK);
+    let page = response.text().await.unwrap();
+    assert!(page.starts_with("lock-held: Lock is held"), "{page}");
+}

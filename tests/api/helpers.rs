@@ -1,0 +1,338 @@
+//! Test harness: a real `redis-server` per test on a free port, and the gateway served in-process on port 0.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use lockgate::app::Gateway;
+use lockgate::config::Config;
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A `redis-server` of the test's own, killed when dropped.
+pub struct RedisServer {
+    pub port: u16,
+    dir: TempDir,
+    aof: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// A throwaway Redis with persistence off.
+    pub async fn start() -> Self {
+        Self::launch(false).await
+    }
+
+    /// A Redis that writes every command to its AOF before answering, so a
+    /// restart (even after SIGKILL) comes back with everything acknowledged.
+    pub async fn start_with_aof() -> Self {
+        Self::launch(true).await
+    }
+
+    async fn launch(aof: bool) -> Self {
+        let mut server = Self {
+            port: 0,
+            dir: tempfile::tempdir().expect("temp dir"),
+            aof,
+            child: None,
+        };
+        for _ in 0..5 {
+            // Another process may take the port between choosing and binding
+            // it; then try another.
+            server.port = free_port();
+            if server.spawn().await {
+                return server;
+            }
+            server.kill();
+        }
+        panic!(
+            "redis-server did not start; see its log under {}",
+            server.dir.path().display()
+        );
+    }
+
+    async fn spawn(&mut self) -> bool {
+        let mut command = Command::new(redis_server_binary());
+        command
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.aof {
+            command.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            command.args(["--appendonly", "no"]);
+        }
+        self.child = Some(command.spawn().expect("spawn redis-server"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait().ok().flatten().is_some()
+            {
+                return false;
+            }
+            if self.ping().await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    async fn ping(&self) -> bool {
+        match self.client().get_multiplexed_async_connection().await {
+            Ok(mut conn) => redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("redis url")
+    }
+
+    /// A connection of the test's own, beside the gateway's.
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test redis")
+    }
+
+    /// Stops the server abruptly (SIGKILL): no final save, like a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory (and AOF).
+    pub async fn restart(&mut self) {
+        self.kill();
+        assert!(self.spawn().await, "redis-server did not restart");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn redis_server_binary() -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("redis-server"))
+            .find(|path| path.is_file())
+    });
+    found.expect("redis-server is not installed: `make test` installs it")
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One gateway instance served in-process on port 0.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub instance_id: String,
+    pub http: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestApp {
+    /// A gateway on `redis` with the default settings.
+    pub async fn spawn(redis: &RedisServer) -> Self {
+        Self::spawn_with(redis, &[]).await
+    }
+
+    /// A gateway on `redis` with extra `serve` flags.
+    pub async fn spawn_with(redis: &RedisServer, flags: &[&str]) -> Self {
+        init_test_logs();
+        let instance_id = format!("test-{}", free_port());
+        let mut args = vec![
+            "lockgate".to_owned(),
+            "--listen".to_owned(),
+            "127.0.0.1:0".to_owned(),
+            "--redis-url".to_owned(),
+            redis.url(),
+            "--instance-id".to_owned(),
+            instance_id.clone(),
+        ];
+        args.extend(flags.iter().map(|flag| (*flag).to_owned()));
+        let config = Config::try_parse_from(args).expect("valid test flags");
+        let gateway = Gateway::bind(&config).await.expect("the gateway starts");
+        let addr = gateway.local_addr();
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let server = tokio::spawn(gateway.serve(async move {
+            let _ = stop.await;
+        }));
+        Self {
+            addr,
+            instance_id,
+            http: reqwest::Client::new(),
+            shutdown: Some(shutdown),
+            server: Some(server),
+        }
+    }
+
+    /// Stops the gateway and waits until it has.
+    pub async fn stop(mut self) {
+        self.shutdown_now().await;
+    }
+
+    async fn shutdown_now(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server
+                .await
+                .expect("the server task ends")
+                .expect("the server ends cleanly");
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> Response {
+        self.http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// `POST /locks` with the given fields.
+    pub async fn acquire(&self, body: Value) -> Response {
+        self.post_json("/locks", &body).await
+    }
+
+    /// Takes `key` for a new owner and returns the grant; panics otherwise.
+    pub async fn take(&self, key: &str, ttl_ms: u64) -> Grant {
+        let response = self.acquire(json!({"key": key, "ttl_ms": ttl_ms})).await;
+        assert_eq!(response.status(), StatusCode::CREATED, "taking {key}");
+        Grant::from(response.json::<Value>().await.expect("grant JSON"))
+    }
+
+    pub async fn release(&self, key: &str, token: &str) -> Response {
+        self.http
+            .delete(self.url(&format!("/locks/{key}")))
+            .header("Lock-Token", token)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn extend(&self, key: &str, token: &str, ttl_ms: u64) -> Response {
+        self.http
+            .put(self.url(&format!("/locks/{key}/ttl")))
+            .json(&json!({"token": token, "ttl_ms": ttl_ms}))
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.http
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request sent")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// The useful fields of a `201` from `POST /locks`.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub token: String,
+    pub fencing_token: u64,
+    pub holds: u64,
+}
+
+impl From<Value> for Grant {
+    fn from(body: Value) -> Self {
+        Self {
+            token: body["token"].as_str().expect("token").to_owned(),
+            fencing_token: body["fencing_token"].as_u64().expect("fencing_token"),
+            holds: body["holds"].as_u64().expect("holds"),
+        }
+    }
+}
+
+/// Asserts a problem response: status, `application/problem+json`, slug; returns the body.
+pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Value {
+    assert_eq!(response.status().as_u16(), status, "status for {slug}");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(content_type, "application/problem+json");
+    let body: Value = response.json().await.expect("problem JSON");
+    assert_eq!(body["type"], format!("/problems/{slug}"), "{body}");
+    assert_eq!(body["status"], status);
+    assert!(
+        body["title"].is_string() && body["detail"].is_string(),
+        "{body}"
+    );
+    body
+}
+
+/// Polls `check` until it holds or `within` runs out.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Gateway logs in tests only when `TEST_LOG` is set.
+fn init_test_logs() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        lockgate::telemetry::init(lockgate::config::LogFormat::Text);
+    }
+}

@@ -1,0 +1,78 @@
+//! The OpenAPI document: the checked-in copy matches the code, and the server serves it and its UI offline.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{RedisServer, TestApp};
+
+const CHECKED_IN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json");
+
+/// Fails when `openapi/openapi.json` differs from what the code generates.
+/// Run with `UPDATE_OPENAPI=1` to rewrite it.
+#[test]
+fn the_checked_in_openapi_document_matches_the_code() {
+    let generated = lockgate::http::openapi_json();
+    if std::env::var_os("UPDATE_OPENAPI").is_some() {
+        std::fs::write(CHECKED_IN, generated).expect("write openapi/openapi.json");
+    }
+    let checked_in = std::fs::read_to_string(CHECKED_IN).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "openapi/openapi.json is stale: regenerate it with \
+         `UPDATE_OPENAPI=1 cargo test --test api openapi` or `cargo run -- openapi > openapi/openapi.json`"
+    );
+}
+
+#[test]
+fn the_document_is_openapi_3_1_and_documents_every_lock_route() {
+    let document: Value = serde_json::from_str(lockgate::http::openapi_json()).unwrap();
+    assert_eq!(document["openapi"], "3.1.0");
+    let paths = &document["paths"];
+    for (path, method) in [
+        ("/locks", "post"),
+        ("/locks/{key}", "delete"),
+        ("/locks/{key}", "get"),
+        ("/locks/{key}/ttl", "put"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+    ] {
+        let operation = &paths[path][method];
+        assert!(operation.is_object(), "{method} {path} is undocumented");
+        let responses = operation["responses"].as_object().unwrap();
+        for (status, response) in responses {
+            if status.starts_with('4') || status.starts_with('5') {
+                assert!(
+                    response["content"]["application/problem+json"].is_object(),
+                    "{method} {path} {status} is not documented as a problem"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_server_serves_the_same_document_and_swagger_ui_without_a_cdn() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    let served: Value = app.get("/openapi.json").await.json().await.unwrap();
+    let generated: Value = serde_json::from_str(lockgate::http::openapi_json()).unwrap();
+    assert_eq!(served, generated);
+
+    let docs = app.get("/docs/").await;
+    assert_eq!(docs.status(), StatusCode::OK);
+    let page = docs.text().await.unwrap();
+    assert!(page.contains("swagger-ui"), "{page}");
+    assert!(
+        !page.contains("https://"),
+        "Swagger UI loads something remotely:\n{page}"
+    );
+    let initializer = app
+        .get("/docs/swagger-initializer.js")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(initializer.contains("/openapi.json"), "{initializer}");
+    assert!(!initializer.contains("https://"), "{initializer}");
+}
