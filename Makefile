@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit openapi
+.PHONY: run test lint unit openapi bench
 
 run:
 	./scripts/ensure-tools.sh rust redis
@@ -34,3 +34,7 @@ unit:
 # Regenerates the checked-in OpenAPI document from the code.
 openapi:
 	$(CARGO) run --locked --quiet -- openapi > openapi/openapi.json
+
+# The lock benchmark (loadtest/bench-locks.sh): prints the README's figures.
+bench:
+	./loadtest/bench-locks.sh

@@ -6,28 +6,26 @@
 -- ARGV[2]  new lease in milliseconds
 -- ARGV[3]  how long the fence counter outlives the lease, in milliseconds
 --
--- Returns {code, fencing_token, holds, now_ms}:
+-- Returns {code, fencing_token, holds, expires_at_ms}:
 --   code  1  extended
 --   code  0  no such lock: the lease was lost
 --   code -1  held under another token
--- fencing_token and holds are 0 for codes 0 and -1.
+-- expires_at_ms is the lease's new end in Unix ms (PEXPIRETIME); all but the
+-- code are 0 for codes 0 and -1.
 
 local lock, fence_key = KEYS[1], KEYS[2]
 local token, ttl, fence_retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
 local owner = redis.call('HGET', lock, 'owner')
 if not owner then
-  return {0, 0, 0, now_ms}
+  return {0, 0, 0, 0}
 end
 if owner ~= token then
-  return {-1, 0, 0, now_ms}
+  return {-1, 0, 0, 0}
 end
 
 redis.call('PEXPIRE', lock, ttl)
 -- Keep the fence counter alive at least as long as the lock it fences.
 redis.call('PEXPIRE', fence_key, ttl + fence_retention)
 local state = redis.call('HMGET', lock, 'fence', 'holds')
-return {1, tonumber(state[1]), tonumber(state[2]), now_ms}
+return {1, tonumber(state[1]), tonumber(state[2]), redis.call('PEXPIRETIME', lock)}

@@ -2,18 +2,16 @@
 --
 -- KEYS[1]  lock hash  <prefix>lock:{<key>}  fields owner, holds, fence
 --
--- Returns {code, fencing_token, holds, ttl_ms, now_ms}:
---   code  1  held; ttl_ms is the remaining lease
---   code  0  no such lock (the other fields are 0, now_ms aside)
+-- Returns {code, fencing_token, holds, ttl_ms, expires_at_ms}:
+--   code  1  held; ttl_ms is the remaining lease, expires_at_ms its end in
+--            Unix ms (PEXPIRETIME)
+--   code  0  no such lock (the other fields are 0)
 
 local lock = KEYS[1]
-
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 local state = redis.call('HMGET', lock, 'fence', 'holds')
 local ttl = redis.call('PTTL', lock)
 if not state[1] or ttl < 0 then
-  return {0, 0, 0, 0, now_ms}
+  return {0, 0, 0, 0, 0}
 end
-return {1, tonumber(state[1]), tonumber(state[2]), ttl, now_ms}
+return {1, tonumber(state[1]), tonumber(state[2]), ttl, redis.call('PEXPIRETIME', lock)}

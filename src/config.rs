@@ -57,6 +57,11 @@ pub struct Config {
     #[arg(long, env = "LOCKGATE_MAX_WAIT_MS", default_value_t = 60_000)]
     pub max_wait_ms: u64,
 
+    /// Most requests that may wait for a lock at once on this instance;
+    /// beyond it, waiting requests answer 503 `too-many-waiters`.
+    #[arg(long, env = "LOCKGATE_MAX_WAITERS", default_value_t = 20_000)]
+    pub max_waiters: usize,
+
     /// Redis connections in the pool (waiters use none of them).
     #[arg(long, env = "LOCKGATE_REDIS_POOL_SIZE", default_value_t = 16,
           value_parser = clap::value_parser!(u64).range(1..=1024))]

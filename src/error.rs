@@ -6,6 +6,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::locks::{InvalidKey, InvalidToken, LockError};
+use crate::redis::BackendError;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -26,6 +27,7 @@ pub enum ProblemType {
     LockNotFound,
     NotFound,
     MethodNotAllowed,
+    TooManyWaiters,
     BackendUnavailable,
     Internal,
 }
@@ -39,7 +41,7 @@ pub struct ProblemInfo {
 }
 
 impl ProblemType {
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::MalformedBody,
         Self::UnsupportedMediaType,
         Self::BodyTooLarge,
@@ -52,6 +54,7 @@ impl ProblemType {
         Self::LockNotFound,
         Self::NotFound,
         Self::MethodNotAllowed,
+        Self::TooManyWaiters,
         Self::BackendUnavailable,
         Self::Internal,
     ];
@@ -129,6 +132,12 @@ impl ProblemType {
                 "Method not allowed",
                 StatusCode::METHOD_NOT_ALLOWED,
                 "The path exists but not with this method; the Allow header lists the methods it takes.",
+            ),
+            Self::TooManyWaiters => (
+                "too-many-waiters",
+                "Too many waiters",
+                StatusCode::SERVICE_UNAVAILABLE,
+                "This instance already has its maximum of waiting requests. Retry after Retry-After, or try once with wait_ms 0.",
             ),
             Self::BackendUnavailable => (
                 "backend-unavailable",
@@ -209,7 +218,7 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidToken(#[from] InvalidToken),
     /// 409 `lock-held`, 409 `not-owner`, 404 `lock-not-found`, 503
-    /// `backend-unavailable`.
+    /// `too-many-waiters`, 503 `backend-unavailable`.
     #[error(transparent)]
     Lock(#[from] LockError),
     /// 404 `not-found`: no route.
@@ -243,6 +252,7 @@ impl ApiError {
             Self::Lock(LockError::Held { .. }) => ProblemType::LockHeld,
             Self::Lock(LockError::NotOwner { .. }) => ProblemType::NotOwner,
             Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
+            Self::Lock(LockError::TooManyWaiters(_)) => ProblemType::TooManyWaiters,
             Self::Lock(LockError::Backend(_)) => ProblemType::BackendUnavailable,
             Self::RouteNotFound(_) => ProblemType::NotFound,
             Self::MethodNotAllowed(_) => ProblemType::MethodNotAllowed,
@@ -252,7 +262,9 @@ impl ApiError {
 
     fn problem(&self) -> Problem {
         let info = self.problem_type().info();
-        let detail = if info.status.is_server_error() {
+        let detail = if info.status == StatusCode::INTERNAL_SERVER_ERROR
+            || matches!(self, Self::Lock(LockError::Backend(_)))
+        {
             // The cause (a Redis error, say) goes to the log, not to the client.
             tracing::error!(error = %self, status = info.status.as_u16(), "request failed");
             info.about.to_owned()
@@ -283,6 +295,12 @@ impl ApiError {
             field,
             retry_after_ms,
         }
+    }
+}
+
+impl From<BackendError> for ApiError {
+    fn from(err: BackendError) -> Self {
+        Self::Lock(LockError::Backend(err))
     }
 }
 

@@ -16,6 +16,12 @@ async fn main() -> ExitCode {
         }
         Command::Serve(config) => {
             telemetry::init(config.log_format);
+            // Every waiting request holds a connection open: allow as many as
+            // the hard limit permits, not the usual soft limit of 1024.
+            match rlimit::increase_nofile_limit(u64::MAX) {
+                Ok(limit) => tracing::debug!(limit, "open file limit"),
+                Err(err) => tracing::warn!(error = %err, "cannot raise the open file limit"),
+            }
             let served = match Gateway::bind(&config).await {
                 Ok(gateway) => gateway
                     .serve(shutdown_signal())

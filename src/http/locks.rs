@@ -1,9 +1,16 @@
 //! The lock routes: `POST /locks`, `DELETE`/`GET /locks/{key}`, `PUT /locks/{key}/ttl`.
 
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use axum::Json;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
 use utoipa::ToSchema;
@@ -11,7 +18,8 @@ use utoipa::ToSchema;
 use super::extract::{JsonBody, KeyPath, OwnerToken, token_header};
 use crate::error::{ApiError, Problem};
 use crate::locks::{
-    AcquireRequest, Lease, LockKey, LockLimits, LockState, Locks, Released, Token, Ttl, WaitTime,
+    AcquireRequest, Handover, Lease, LockKey, LockLimits, LockState, Locks, Released, Token, Ttl,
+    WaitTime,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -58,8 +66,8 @@ pub struct LockGrant {
     waited_ms: u64,
 }
 
-impl From<Lease> for LockGrant {
-    fn from(lease: Lease) -> Self {
+impl From<&Lease> for LockGrant {
+    fn from(lease: &Lease) -> Self {
         Self {
             key: lease.key.to_string(),
             token: lease.token.expose(),
@@ -133,6 +141,11 @@ pub struct HoldReleased {
 }
 
 /// Take a lock, wait for it, or re-enter it.
+///
+/// With `wait_ms` > 0 the request waits on the server while another owner
+/// holds the lock: a release wakes it at once (Redis pub/sub, no polling), an
+/// expiry no later than the holder's remaining lease. A client that
+/// disconnects while waiting stops waiting and is granted nothing.
 #[utoipa::path(
     post,
     path = "/locks",
@@ -143,12 +156,13 @@ pub struct HoldReleased {
             headers(("Location" = String, description = "/locks/{key}"))),
         (status = 200, description = "Re-entered with the holder's token", body = LockGrant),
         (status = 400, description = "`malformed-body`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`lock-held` (with `retry_after_ms` and `Retry-After`) or `not-owner`",
-            body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`lock-held` (with `retry_after_ms` and `Retry-After`): the wait, if any, \
+            ran out; or `not-owner`: the token given does not hold the lock", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-key` or `invalid-field`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable`, or `too-many-waiters` when this instance has its \
+            maximum of waiting requests (both with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn acquire(
@@ -165,18 +179,62 @@ pub async fn acquire(
             .map(|text| Token::parse(&text).map_err(|err| ApiError::invalid_field("token", err)))
             .transpose()?,
     };
-    let lease = locks.acquire(request).await?;
-    if lease.reentered {
-        return Ok(Json(LockGrant::from(lease)).into_response());
-    }
+    let mut lease = locks.acquire(request).await?;
+    let json = serde_json::to_vec(&LockGrant::from(&lease)).map_err(|_| ApiError::Internal)?;
+    let Some(handover) = lease.handover.take() else {
+        return Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response());
+    };
     let location =
         HeaderValue::try_from(format!("/locks/{}", lease.key)).map_err(|_| ApiError::Internal)?;
+    let body = GrantBody {
+        json: Some(Bytes::from(json)),
+        handover: Some(handover),
+    };
     Ok((
         StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        Json(LockGrant::from(lease)),
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::LOCATION, location),
+        ],
+        Body::new(body),
     )
         .into_response())
+}
+
+/// The body of a new grant. Hyper polls a body only to write it to a live
+/// connection, so the first poll completes the handover; a body dropped
+/// unpolled (the client left while the grant was being made) releases the
+/// grant instead of leaving it held by nobody.
+struct GrantBody {
+    json: Option<Bytes>,
+    handover: Option<Handover>,
+}
+
+impl http_body::Body for GrantBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let body = self.get_mut();
+        if let Some(handover) = body.handover.take() {
+            handover.complete();
+        }
+        Poll::Ready(body.json.take().map(|json| Ok(Frame::data(json))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.json.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.json.as_ref().map_or(0, |json| json.len() as u64))
+    }
 }
 
 /// Release one hold; the last one frees the lock and wakes waiters.
@@ -285,14 +343,7 @@ fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {
 
 fn wait(field: Option<&Number>, limits: LockLimits) -> Result<WaitTime, ApiError> {
     let ms = millis("wait_ms", field, 0)?;
-    let wait = WaitTime::new(ms, limits).map_err(|err| ApiError::invalid_field("wait_ms", err))?;
-    if !wait.is_zero() {
-        return Err(ApiError::invalid_field(
-            "wait_ms",
-            "must be 0: server-side waiting is not available yet",
-        ));
-    }
-    Ok(wait)
+    WaitTime::new(ms, limits).map_err(|err| ApiError::invalid_field("wait_ms", err))
 }
 
 /// A millisecond field: any JSON number parses (so a negative or fractional

@@ -94,6 +94,9 @@ pub fn router(state: AppState, instance_id: HeaderValue, body_limit: usize) -> R
             X_INSTANCE_ID.clone(),
             instance_id,
         ))
+        // Turns every handler into its final service now, once, rather than
+        // per request (see `app::Gateway::serve`).
+        .with_state(())
 }
 
 async fn route_not_found(uri: Uri) -> Response {

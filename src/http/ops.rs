@@ -8,7 +8,6 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem, ProblemType};
-use crate::locks::LockError;
 use crate::redis::Redis;
 
 /// A health answer.
@@ -32,7 +31,7 @@ pub async fn healthz() -> Json<Health> {
         (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn readyz(State(redis): State<Redis>) -> Result<Json<Health>, ApiError> {
-    redis.ping().await.map_err(LockError::from)?;
+    redis.ping().await?;
     Ok(Json(Health { status: "ready" }))
 }
 

@@ -1,21 +1,26 @@
-//! The lock domain: acquire, release, extend and inspect named locks held in Redis.
+//! The lock domain: acquire (or wait for), release, extend and inspect named locks held in Redis.
 //!
 //! A lock is a Redis hash (`owner`, `holds`, `fence`) whose TTL is the lease,
 //! so a crashed holder's lock frees itself. Every read-check-write is one Lua
 //! script (see `lua/`), and times come from the Redis clock.
 
+mod handover;
 mod inputs;
+pub mod waiting;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+pub use handover::Handover;
 pub use inputs::{
     InvalidKey, InvalidToken, LockKey, LockLimits, MAX_KEY_LEN, MIN_TTL_MS, OutOfRange, Token, Ttl,
     WaitTime,
 };
+pub use waiting::{TooManyWaiters, Waiting};
 
 use crate::redis::locks::{
-    self as scripts, AcquireReply, ExtendReply, Grant, InspectReply, LockKeys, ReleaseReply,
+    self as scripts, AcquireReply, ExtendReply, Grant, InspectReply, LockKeys, ReenterReply,
+    ReleaseReply,
 };
 use crate::redis::{BackendError, Redis};
 
@@ -30,7 +35,7 @@ pub struct AcquireRequest {
 }
 
 /// A held lease, as acquisition reports it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Lease {
     pub key: LockKey,
     pub token: Token,
@@ -39,8 +44,36 @@ pub struct Lease {
     pub expires_at_ms: u64,
     pub holds: u64,
     pub waited_ms: u64,
+    /// Present for a new grant (absent for re-entry): complete it once the
+    /// client has the lease, or the grant is released when it is dropped.
+    pub handover: Option<Handover>,
+}
+
+impl Lease {
+    fn new(
+        key: LockKey,
+        token: Token,
+        grant: Grant,
+        waited: Duration,
+        handover: Option<Handover>,
+    ) -> Self {
+        let state = LockState::from(grant);
+        Self {
+            key,
+            token,
+            fencing_token: state.fencing_token,
+            ttl_ms: state.ttl_ms,
+            expires_at_ms: state.expires_at_ms,
+            holds: state.holds,
+            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            handover,
+        }
+    }
+
     /// True when an existing hold was re-entered rather than newly granted.
-    pub reentered: bool,
+    pub fn is_reentry(&self) -> bool {
+        self.handover.is_none()
+    }
 }
 
 /// What releasing one hold left behind.
@@ -67,7 +100,7 @@ impl From<Grant> for LockState {
             fencing_token: grant.fencing_token,
             holds: grant.holds,
             ttl_ms: grant.ttl_ms,
-            expires_at_ms: grant.now_ms + grant.ttl_ms,
+            expires_at_ms: grant.expires_at_ms,
         }
     }
 }
@@ -82,6 +115,8 @@ pub enum LockError {
     #[error("there is no lock {key}: never taken, released, or expired")]
     NotFound { key: LockKey },
     #[error(transparent)]
+    TooManyWaiters(#[from] TooManyWaiters),
+    #[error(transparent)]
     Backend(#[from] BackendError),
 }
 
@@ -90,13 +125,15 @@ pub enum LockError {
 pub struct Locks {
     redis: Redis,
     prefix: Arc<str>,
+    waiting: Waiting,
 }
 
 impl Locks {
-    pub fn new(redis: Redis, prefix: &str) -> Self {
+    pub fn new(redis: Redis, prefix: &str, waiting: Waiting) -> Self {
         Self {
             redis,
             prefix: prefix.into(),
+            waiting,
         }
     }
 
@@ -104,37 +141,103 @@ impl Locks {
         LockKeys::new(&self.prefix, key)
     }
 
-    /// Takes the lock for a new owner, or re-enters it with the holder's token.
+    /// Requests waiting for a lock on this instance now.
+    pub fn waiters(&self) -> usize {
+        self.waiting.count()
+    }
+
+    /// Takes the lock for a new owner, waiting up to `request.wait` while
+    /// another owner holds it, or re-enters it with the holder's token.
+    ///
+    /// A new grant is guarded by its [`Handover`] from before the first
+    /// attempt: if this future is dropped (the client disconnected while
+    /// waiting) or the lease is dropped before the handover completes, the
+    /// grant is released, so a client that went away holds nothing.
     pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, LockError> {
         let started = Instant::now();
         let keys = self.keys(&request.key);
-        let token = request.token.unwrap_or_else(Token::generate);
-        let reenter = request.token.is_some();
-        let mut conn = self.redis.connection().await?;
-        let reply =
-            scripts::acquire(&mut conn, &keys, &token, request.ttl.as_millis(), reenter).await?;
-        let (grant, reentered) = match reply {
-            AcquireReply::Granted(grant) => (grant, false),
-            AcquireReply::Reentered(grant) => (grant, true),
-            AcquireReply::Held { remaining_ms } => {
-                return Err(LockError::Held {
-                    key: request.key,
-                    retry_after_ms: remaining_ms,
-                });
+        let ttl_ms = request.ttl.as_millis();
+        if let Some(token) = request.token {
+            let mut conn = self.redis.connection().await?;
+            return match scripts::reenter(&mut conn, &keys, &token, ttl_ms).await? {
+                ReenterReply::Reentered(grant) => {
+                    Ok(Lease::new(request.key, token, grant, Duration::ZERO, None))
+                }
+                ReenterReply::NotOwner => Err(LockError::NotOwner { key: request.key }),
+            };
+        }
+
+        let token = Token::generate();
+        let handover = Handover::new(self.clone(), request.key.clone(), token);
+        let deadline = started + request.wait.as_duration();
+        match self.acquire_by(&keys, &token, ttl_ms, deadline).await {
+            Ok((grant, waited)) => Ok(Lease::new(
+                request.key,
+                token,
+                grant,
+                waited,
+                Some(handover),
+            )),
+            Err(err) => {
+                handover.cancel();
+                Err(match err {
+                    Refusal::Held { remaining_ms } => LockError::Held {
+                        key: request.key,
+                        retry_after_ms: remaining_ms,
+                    },
+                    Refusal::TooManyWaiters(err) => err.into(),
+                    Refusal::Backend(err) => err.into(),
+                })
             }
-            AcquireReply::NotOwner => return Err(LockError::NotOwner { key: request.key }),
-        };
-        let state = LockState::from(grant);
-        Ok(Lease {
-            key: request.key,
-            token,
-            fencing_token: state.fencing_token,
-            ttl_ms: state.ttl_ms,
-            expires_at_ms: state.expires_at_ms,
-            holds: state.holds,
-            waited_ms: elapsed_ms(started),
-            reentered,
-        })
+        }
+    }
+
+    /// Tries the acquire script; while the lock is held and `deadline` is
+    /// ahead, waits in the lock's queue and tries again when a release
+    /// message picks this waiter, when the holder's lease (as last reported)
+    /// runs out, and once at the deadline. Never on a polling interval.
+    /// Returns the grant and how long it was waited for.
+    async fn acquire_by(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl_ms: u64,
+        deadline: Instant,
+    ) -> Result<(Grant, Duration), Refusal> {
+        let mut ticket = None;
+        let mut refused_at = None;
+        loop {
+            let remaining_ms = {
+                let mut conn = self.redis.connection().await?;
+                match scripts::acquire(&mut conn, keys, token, ttl_ms).await? {
+                    AcquireReply::Granted(grant) => {
+                        let waited = refused_at.map_or(Duration::ZERO, |at: Instant| at.elapsed());
+                        return Ok((grant, waited));
+                    }
+                    AcquireReply::Held { remaining_ms } => remaining_ms,
+                }
+            };
+            let now = Instant::now();
+            refused_at.get_or_insert(now);
+            if now >= deadline {
+                return Err(Refusal::Held { remaining_ms });
+            }
+            let Some(ticket) = ticket.as_mut() else {
+                // First refusal: join the queue, and try once more as soon as
+                // the subscription stands, so a release between the refusal
+                // and the subscription is not missed.
+                let mut joined = self.waiting.enter(&keys.channel)?;
+                let _ = tokio::time::timeout_at(deadline.into(), joined.subscribed()).await;
+                ticket = Some(joined);
+                continue;
+            };
+            // One millisecond past the lease, so that the key has expired.
+            let lease_ends = now + Duration::from_millis(remaining_ms.saturating_add(1));
+            tokio::select! {
+                () = ticket.woken() => {}
+                () = tokio::time::sleep_until(lease_ends.min(deadline).into()) => {}
+            }
+        }
     }
 
     /// Gives up one hold; the last one frees the lock and wakes its waiters.
@@ -173,6 +276,21 @@ impl Locks {
     }
 }
 
-fn elapsed_ms(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+/// Why [`Locks::acquire_by`] ended without a grant.
+enum Refusal {
+    Held { remaining_ms: u64 },
+    TooManyWaiters(TooManyWaiters),
+    Backend(BackendError),
+}
+
+impl From<TooManyWaiters> for Refusal {
+    fn from(err: TooManyWaiters) -> Self {
+        Self::TooManyWaiters(err)
+    }
+}
+
+impl From<BackendError> for Refusal {
+    fn from(err: BackendError) -> Self {
+        Self::Backend(err)
+    }
 }

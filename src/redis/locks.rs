@@ -32,20 +32,26 @@ impl LockKeys {
     }
 }
 
-/// A lease as the scripts report it; times from the Redis clock.
+/// A lease as the scripts report it; its end is the expiry Redis holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
     pub fencing_token: u64,
     pub holds: u64,
     pub ttl_ms: u64,
-    pub now_ms: u64,
+    pub expires_at_ms: u64,
 }
 
+/// What `acquire.lua` did for a new owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireReply {
     Granted(Grant),
-    Reentered(Grant),
     Held { remaining_ms: u64 },
+}
+
+/// What `acquire.lua` did for a holder re-entering with its token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReenterReply {
+    Reentered(Grant),
     NotOwner,
 }
 
@@ -70,15 +76,46 @@ pub enum InspectReply {
     NotFound,
 }
 
-/// Runs `acquire.lua`: a new grant for `token`, or re-entry when `reenter`.
+/// Runs `acquire.lua` for a new owner with the fresh `token`.
 pub async fn acquire(
     conn: &mut Connection,
     keys: &LockKeys,
     token: &Token,
     ttl_ms: u64,
-    reenter: bool,
 ) -> Result<AcquireReply, BackendError> {
-    let reply = ACQUIRE
+    let reply = run_acquire(conn, keys, token, ttl_ms, false).await?;
+    match reply.first() {
+        Some(1) => grant(&reply).map(AcquireReply::Granted),
+        Some(0) => field(&reply, 3).map(|remaining_ms| AcquireReply::Held { remaining_ms }),
+        _ => None,
+    }
+    .ok_or_else(|| ACQUIRE.unexpected(reply.clone()))
+}
+
+/// Runs `acquire.lua` to re-enter with the holder's `token`.
+pub async fn reenter(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    token: &Token,
+    ttl_ms: u64,
+) -> Result<ReenterReply, BackendError> {
+    let reply = run_acquire(conn, keys, token, ttl_ms, true).await?;
+    match reply.first() {
+        Some(2) => grant(&reply).map(ReenterReply::Reentered),
+        Some(-1) => Some(ReenterReply::NotOwner),
+        _ => None,
+    }
+    .ok_or_else(|| ACQUIRE.unexpected(reply.clone()))
+}
+
+async fn run_acquire(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    token: &Token,
+    ttl_ms: u64,
+    reenter: bool,
+) -> Result<Vec<i64>, BackendError> {
+    ACQUIRE
         .run(
             ACQUIRE
                 .prepare()
@@ -90,16 +127,7 @@ pub async fn acquire(
                 .arg(FENCE_RETENTION_MS),
             conn,
         )
-        .await?;
-    let grant = || grant(&reply, 1, 2, 3, 4);
-    match reply.first() {
-        Some(1) => grant().map(AcquireReply::Granted),
-        Some(2) => grant().map(AcquireReply::Reentered),
-        Some(0) => field(&reply, 3).map(|remaining_ms| AcquireReply::Held { remaining_ms }),
-        Some(-1) => Some(AcquireReply::NotOwner),
-        _ => None,
-    }
-    .ok_or_else(|| ACQUIRE.unexpected(reply.clone()))
+        .await
 }
 
 /// Runs `release.lua`: one hold less, and a message on the channel when the
@@ -149,12 +177,12 @@ pub async fn extend(
         )
         .await?;
     match reply.first() {
-        Some(1) => field(&reply, 3).and_then(|now_ms| {
+        Some(1) => field(&reply, 3).and_then(|expires_at_ms| {
             Some(ExtendReply::Extended(Grant {
                 fencing_token: field(&reply, 1)?,
                 holds: field(&reply, 2)?,
                 ttl_ms,
-                now_ms,
+                expires_at_ms,
             }))
         }),
         Some(0) => Some(ExtendReply::NotFound),
@@ -168,20 +196,20 @@ pub async fn extend(
 pub async fn inspect(conn: &mut Connection, keys: &LockKeys) -> Result<InspectReply, BackendError> {
     let reply = INSPECT.run(INSPECT.prepare().key(&keys.lock), conn).await?;
     match reply.first() {
-        Some(1) => grant(&reply, 1, 2, 3, 4).map(InspectReply::Held),
+        Some(1) => grant(&reply).map(InspectReply::Held),
         Some(0) => Some(InspectReply::NotFound),
         _ => None,
     }
     .ok_or_else(|| INSPECT.unexpected(reply.clone()))
 }
 
-/// Reads a [`Grant`] from the reply positions of its four fields.
-fn grant(reply: &[i64], fence: usize, holds: usize, ttl: usize, now: usize) -> Option<Grant> {
+/// Reads a [`Grant`] from replies shaped `{code, fence, holds, ttl, expires_at}`.
+fn grant(reply: &[i64]) -> Option<Grant> {
     Some(Grant {
-        fencing_token: field(reply, fence)?,
-        holds: field(reply, holds)?,
-        ttl_ms: field(reply, ttl)?,
-        now_ms: field(reply, now)?,
+        fencing_token: field(reply, 1)?,
+        holds: field(reply, 2)?,
+        ttl_ms: field(reply, 3)?,
+        expires_at_ms: field(reply, 4)?,
     })
 }
 

@@ -1,14 +1,17 @@
 //! Redis access: the connection pool, the Lua scripts, and one typed wrapper per script.
 
 pub mod locks;
+mod pool;
+pub mod pubsub;
 mod scripts;
 
 use std::time::Duration;
 
-use deadpool_redis::{Manager, Pool, Runtime};
-use redis::AsyncConnectionConfig;
+use deadpool::Runtime;
 
-pub use deadpool_redis::Connection;
+use pool::{LeanManager, Pool, PoolError};
+
+pub use pool::Connection;
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -25,7 +28,7 @@ pub struct RedisSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("no Redis connection: {0}")]
-    Pool(#[from] deadpool_redis::PoolError),
+    Pool(#[from] PoolError),
     #[error("Redis command failed: {0}")]
     Command(#[from] redis::RedisError),
     #[error("{script} replied {reply:?}, which it never should")]
@@ -35,21 +38,21 @@ pub enum BackendError {
     },
 }
 
-/// The gateway's handle on Redis: a pool of multiplexed connections.
+/// The gateway's handle on Redis: a pool of multiplexed connections, and
+/// what it takes to open the one pub/sub connection.
 #[derive(Clone)]
 pub struct Redis {
     pool: Pool,
+    client: redis::Client,
+    timeout: Duration,
 }
 
 impl Redis {
     /// Builds the pool. Nothing connects until the first command, so the
     /// gateway can start (and answer 503) while Redis is down.
     pub fn new(settings: &RedisSettings) -> Result<Self, redis::RedisError> {
-        let connection = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(settings.timeout))
-            .set_response_timeout(Some(settings.timeout));
-        let manager = Manager::new_with_config(settings.url.as_str(), connection)?;
-        let pool = Pool::builder(manager)
+        let client = redis::Client::open(settings.url.as_str())?;
+        let pool = Pool::builder(LeanManager::new(client.clone(), settings.timeout))
             .max_size(settings.pool_size)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(settings.timeout))
@@ -63,11 +66,24 @@ impl Redis {
                     err.to_string(),
                 ))
             })?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            client,
+            timeout: settings.timeout,
+        })
+    }
+
+    /// A client for connections outside the pool (the pub/sub one).
+    pub fn client(&self) -> redis::Client {
+        self.client.clone()
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     pub async fn connection(&self) -> Result<Connection, BackendError> {
-        Ok(self.pool.get().await?)
+        Ok(self.pool.get().await?.into())
     }
 
     /// Answers whether Redis responds, for `/readyz`.
@@ -90,4 +106,9 @@ impl Redis {
     pub fn close(&self) {
         self.pool.close();
     }
+}
+
+/// The error for a Redis operation that ran out of time.
+fn timed_out(_: tokio::time::error::Elapsed) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
 }

@@ -240,13 +240,6 @@ fn cases() -> Vec<Case> {
         )
         .field("wait_ms"),
         acquire(
-            "wait_ms above 0 (no waiting yet)",
-            json!({"key": "a", "wait_ms": 100}),
-            422,
-            "invalid-field",
-        )
-        .field("wait_ms"),
-        acquire(
             "wait_ms above the maximum",
             json!({"key": "a", "wait_ms": 60_001}),
             422,

@@ -170,6 +170,8 @@ impl TestApp {
     /// A gateway on `redis` with extra `serve` flags.
     pub async fn spawn_with(redis: &RedisServer, flags: &[&str]) -> Self {
         init_test_logs();
+        // Tests with many waiters hold both ends of each connection here.
+        let _ = rlimit::increase_nofile_limit(u64::MAX);
         let instance_id = format!("test-{}", free_port());
         let mut args = vec![
             "lockgate".to_owned(),

@@ -49,10 +49,13 @@ async fn count_concurrently(app: Arc<TestApp>, redis: &RedisServer, locked: bool
     redis.connection().await.get("counter").await.unwrap()
 }
 
-/// Takes `key`, retrying on 409 after a short pause that differs per client.
+/// Takes `key`, waiting on the server and retrying on 409 after a short
+/// pause that differs per client.
 async fn take_with_retries(app: &TestApp, key: &str, client: usize) -> String {
     loop {
-        let response = app.acquire(json!({"key": key, "ttl_ms": 10_000})).await;
+        let response = app
+            .acquire(json!({"key": key, "ttl_ms": 10_000, "wait_ms": 1_000}))
+            .await;
         match response.status() {
             StatusCode::CREATED => {
                 let body: Value = response.json().await.unwrap();

@@ -6,3 +6,4 @@ mod fencing;
 mod helpers;
 mod locks;
 mod openapi;
+mod waiting;

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The lock benchmark: lockgate beside raw Redis, a sleep-and-poll lock, and
+# (when installed) etcd's HTTP lock API, in one run on one machine.
+#
+#   loadtest/bench-locks.sh        (or: make bench)
+#
+# Starts its own Redis (no persistence) and a release build of the gateway
+# on free loopback ports, drives them with loadtest/lockbench.rs (one
+# thread, raw HTTP/1.1), and prints a table. BENCH_SECONDS sets each run's
+# length (default 10).
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+seconds="${BENCH_SECONDS:-10}"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+cpu_ms() { awk '{print ($14 + $15) * 10}' "/proc/$1/stat"; }
+rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+wait_for() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "timed out: $*" >&2; return 1; }
+
+"$root/scripts/ensure-tools.sh" rust redis
+echo "building (release)..." >&2
+(cd "$root" && cargo build --release --locked --quiet --bin lockgate --example lockbench)
+lockgate="$root/target/release/lockgate"
+lockbench="$root/target/release/examples/lockbench"
+
+redis_port="$(free_port)"
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+  --dir "$work" --logfile "$work/redis.log" &
+pids+=($!)
+redis_pid=$!
+wait_for redis-cli -p "$redis_port" ping
+
+gateway_port="$(free_port)"
+RUST_LOG=warn "$lockgate" serve --listen "127.0.0.1:$gateway_port" \
+  --redis-url "redis://127.0.0.1:$redis_port" >"$work/gateway.log" 2>&1 &
+pids+=($!)
+gateway_pid=$!
+gateway="http://127.0.0.1:$gateway_port"
+wait_for curl -sf "$gateway/readyz"
+sleep 1
+rss_idle="$(rss_mib "$gateway_pid")"
+
+echo "uncontended cycles through the gateway (${seconds}s)..." >&2
+g0=$(cpu_ms "$gateway_pid"); r0=$(cpu_ms "$redis_pid")
+cycles="$("$lockbench" cycles --url "$gateway" --clients 50 --seconds "$seconds")"
+g1=$(cpu_ms "$gateway_pid"); r1=$(cpu_ms "$redis_pid")
+requests="$(field "$cycles" requests)"
+gateway_us=$(( (g1 - g0) * 1000 / requests ))
+redis_us=$(( (r1 - r0) * 1000 / requests ))
+
+echo "the same scripts by redis-benchmark..." >&2
+acquire_sha="$(redis-cli -p "$redis_port" script load "$(cat "$root/lua/acquire.lua")")"
+release_sha="$(redis-cli -p "$redis_port" script load "$(cat "$root/lua/release.lua")")"
+# Acquire and release run at once over 1000 keys with one token, so every
+# call does real work: grant, re-enter, give back a hold, or free the lock.
+n=$(( seconds * 50000 ))
+redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
+  EVALSHA "$acquire_sha" 2 'bench:lock:{__rand_int__}' 'bench:fence:{__rand_int__}' \
+  token 30000 0 86400000 >"$work/acquire.csv" &
+bench_acquire=$!
+redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
+  EVALSHA "$release_sha" 1 'bench:lock:{__rand_int__}' token bench:released >"$work/release.csv"
+wait "$bench_acquire"
+rps() { tail -n 1 "$1" | cut -d, -f2 | tr -d '"'; }
+raw_cycles="$(python3 -c "print(round(($(rps "$work/acquire.csv") + $(rps "$work/release.csv")) / 2))")"
+
+echo "contended: 8 clients on one key, gateway wait vs 20 ms poll lock (${seconds}s each)..." >&2
+contended="$("$lockbench" contended --url "$gateway" --clients 8 --hold-ms 1 --work-ms 5 --seconds "$seconds")"
+poll="$("$lockbench" poll --redis "redis://127.0.0.1:$redis_port" --clients 8 --hold-ms 1 --work-ms 5 --poll-ms 20 --seconds "$seconds")"
+
+etcd_line="not installed (Debian: apt-get install etcd-server)"
+if command -v etcd >/dev/null 2>&1; then
+  echo "etcd's HTTP lock API (${seconds}s)..." >&2
+  etcd_port="$(free_port)"; etcd_peer="$(free_port)"
+  etcd --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$etcd_port" \
+    --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" >"$work/etcd.log" 2>&1 &
+  pids+=($!)
+  wait_for curl -sf "http://127.0.0.1:$etcd_port/health"
+  etcd_run="$("$lockbench" etcd --url "http://127.0.0.1:$etcd_port" --clients 50 --seconds "$seconds")"
+  etcd_line="$(field "$etcd_run" per_second) lock cycles/s (generator $(field "$etcd_run" generator_cpu_ms_per_request) ms CPU/request)"
+fi
+
+echo "10 000 waiters..." >&2
+waiters="$("$lockbench" waiters --url "$gateway" --clients 10000 --pid "$gateway_pid")"
+rss_waiting="$(python3 -c "print(round($(field "$waiters" rss_waiting_kib) / 1024, 1))")"
+
+cat <<EOF
+
+lockgate lock benchmark: $(nproc) cores, $(date -u +%Y-%m-%d), ${seconds}s per run, Redis without persistence
+
+| measurement | lockgate | comparison |
+|---|---|---|
+| uncontended lock cycles/s (acquire + release, 50 clients, distinct keys) | $(field "$cycles" per_second) | redis-benchmark, same scripts by EVALSHA: $raw_cycles |
+| contended acquisitions/s (8 clients, one key, hold 1 ms, work 5 ms) | $(field "$contended" per_second) | 20 ms sleep-and-poll SETNX lock: $(field "$poll" per_second) |
+| contended wait p50 / p99 (ms) | $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | $(field "$poll" wait_p50_ms) / $(field "$poll" wait_p99_ms) |
+| etcd HTTP lock API, same uncontended load | | $etcd_line |
+| gateway RSS idle / with 10 000 waiters (MiB) | $rss_idle / $rss_waiting | ($(field "$waiters" ended_early) of 10 000 waiters refused) |
+| CPU per uncontended request (µs): gateway / Redis / load generator | $gateway_us / $redis_us / $(python3 -c "print(round($(field "$cycles" generator_cpu_ms_per_request) * 1000))") | |
+
+raw lockbench results:
+$cycles
+$contended
+$poll
+$waiters
+EOF

@@ -1,0 +1,188 @@
+//! Event-driven waiting: local waiters per lock, woken one per release message from the shared subscription.
+//!
+//! Each instance keeps, per release channel, the queue of its requests
+//! waiting on that lock. The channel is subscribed while the queue is not
+//! empty (the first waiter subscribes, the last one leaving unsubscribes). A
+//! release message wakes the longest-waiting local waiter that is not already
+//! awake, which retries the acquire script: one retry per release per
+//! instance, not a herd. Waiters need no Redis connection while they wait.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{Notify, oneshot};
+
+use crate::redis::Redis;
+use crate::redis::pubsub::{Listener, Subscriber};
+
+/// The per-instance cap on concurrent waiters was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this instance already has its maximum of {0} waiting requests")]
+pub struct TooManyWaiters(pub usize);
+
+/// The registry of this instance's waiting requests.
+#[derive(Clone)]
+pub struct Waiting {
+    registry: Arc<Registry>,
+    subscriber: Subscriber,
+}
+
+struct Registry {
+    queues: Mutex<HashMap<String, Vec<Arc<Waiter>>>>,
+    waiting: AtomicUsize,
+    max_waiters: usize,
+}
+
+/// One waiting request's wake-up slot.
+struct Waiter {
+    /// Set when a message picked this waiter and it has not retried yet, so
+    /// the next message picks someone else.
+    woken: AtomicBool,
+    notify: Notify,
+}
+
+impl Waiter {
+    fn wake(&self) {
+        self.woken.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+impl Waiting {
+    pub fn new(redis: &Redis, max_waiters: usize) -> Self {
+        let registry = Arc::new(Registry {
+            queues: Mutex::new(HashMap::new()),
+            waiting: AtomicUsize::new(0),
+            max_waiters,
+        });
+        let subscriber = Subscriber::start(redis.client(), redis.timeout(), registry.clone());
+        Self {
+            registry,
+            subscriber,
+        }
+    }
+
+    /// Joins the queue of `channel`, subscribing it if this is its first
+    /// local waiter.
+    pub fn enter(&self, channel: &str) -> Result<Ticket, TooManyWaiters> {
+        let registry = &self.registry;
+        if registry.waiting.fetch_add(1, Ordering::AcqRel) >= registry.max_waiters {
+            registry.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(TooManyWaiters(registry.max_waiters));
+        }
+        let waiter = Arc::new(Waiter {
+            woken: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        // The request goes out while the lock is held, so the subscriber sees
+        // subscribes and unsubscribes in the order the queues changed.
+        let subscribed = {
+            let mut queues = registry.lock();
+            let queue = queues.entry(channel.to_owned()).or_default();
+            queue.push(waiter.clone());
+            self.subscriber.subscribe(channel)
+        };
+        Ok(Ticket {
+            waiting: self.clone(),
+            channel: channel.to_owned(),
+            waiter,
+            subscribed: Some(subscribed),
+        })
+    }
+
+    /// Requests waiting on this instance now.
+    pub fn count(&self) -> usize {
+        self.registry.waiting.load(Ordering::Acquire)
+    }
+
+    /// Stops the subscription task; for shutdown.
+    pub fn stop(&self) {
+        self.subscriber.stop();
+    }
+
+    fn leave(&self, channel: &str, waiter: &Arc<Waiter>) {
+        let mut queues = self.registry.lock();
+        if let Some(queue) = queues.get_mut(channel) {
+            queue.retain(|other| !Arc::ptr_eq(other, waiter));
+            if queue.is_empty() {
+                queues.remove(channel);
+                self.subscriber.unsubscribe(channel);
+            } else if waiter.woken.load(Ordering::Acquire) {
+                // It was picked for a release but left before retrying: pass
+                // the wake-up on, or the lock may sit free while others sleep.
+                wake_one(queue);
+            }
+        }
+        self.registry.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Waiter>>>> {
+        // A panic while holding this lock leaves the map consistent (every
+        // change is a single insert or remove), so poisoning is ignored.
+        self.queues
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Wakes the longest-waiting waiter not already awake.
+fn wake_one(queue: &[Arc<Waiter>]) {
+    if let Some(waiter) = queue.iter().find(|w| !w.woken.load(Ordering::Acquire)) {
+        waiter.wake();
+    }
+}
+
+impl Listener for Registry {
+    fn channels(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    fn message(&self, channel: &str) {
+        if let Some(queue) = self.lock().get(channel) {
+            wake_one(queue);
+        }
+    }
+
+    fn reconnected(&self) {
+        for queue in self.lock().values() {
+            for waiter in queue {
+                waiter.wake();
+            }
+        }
+    }
+}
+
+/// A place in a lock's wait queue; dropping it leaves the queue.
+pub struct Ticket {
+    waiting: Waiting,
+    channel: String,
+    waiter: Arc<Waiter>,
+    subscribed: Option<oneshot::Receiver<()>>,
+}
+
+impl Ticket {
+    /// Completes once the channel's subscription is confirmed (or could not
+    /// be made, in which case the reconnect will wake this waiter). Retrying
+    /// the lock only after this closes the gap in which a release would go
+    /// unheard.
+    pub async fn subscribed(&mut self) {
+        if let Some(confirmation) = self.subscribed.take() {
+            let _ = confirmation.await;
+        }
+    }
+
+    /// Completes when a release (or a reconnect) picks this waiter.
+    pub async fn woken(&self) {
+        self.waiter.notify.notified().await;
+        self.waiter.woken.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.waiting.leave(&self.channel, &self.waiter);
+    }
+}

@@ -1,0 +1,213 @@
+//! The instance's one pub/sub connection: subscribes to the channels asked for and reports each message.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::{mpsc, oneshot};
+
+use super::timed_out;
+
+/// What the subscriber reports to, and asks what to resubscribe after a
+/// reconnect.
+pub trait Listener: Send + Sync + 'static {
+    /// Every channel that should be subscribed right now.
+    fn channels(&self) -> Vec<String>;
+    /// A message arrived on `channel`.
+    fn message(&self, channel: &str);
+    /// The connection was lost and is back, with `channels()` resubscribed;
+    /// anything published meanwhile was missed.
+    fn reconnected(&self);
+}
+
+enum Request {
+    Subscribe {
+        channel: String,
+        confirmed: oneshot::Sender<()>,
+    },
+    Unsubscribe {
+        channel: String,
+    },
+    Stop,
+}
+
+/// A handle on the subscription task. Requests are carried out in the order
+/// they are made, so an unsubscribe never overtakes a later subscribe.
+#[derive(Clone)]
+pub struct Subscriber {
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+/// How often an idle subscription is checked with PING, so a connection that
+/// died silently (no RST) is noticed and replaced.
+const HEALTH_CHECK: Duration = Duration::from_secs(5);
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+impl Subscriber {
+    /// Starts the task; it runs until [`Subscriber::stop`] or until every
+    /// handle is dropped.
+    pub fn start(client: redis::Client, timeout: Duration, listener: Arc<dyn Listener>) -> Self {
+        let (requests, inbox) = mpsc::unbounded_channel();
+        tokio::spawn(run(client, timeout, listener, inbox));
+        Self { requests }
+    }
+
+    /// Asks for `channel`; the receiver completes once Redis confirmed the
+    /// subscription (or is dropped if the connection fell meanwhile, in which
+    /// case the reconnect resubscribes and reports `reconnected`).
+    pub fn subscribe(&self, channel: &str) -> oneshot::Receiver<()> {
+        let (confirmed, receiver) = oneshot::channel();
+        let _ = self.requests.send(Request::Subscribe {
+            channel: channel.to_owned(),
+            confirmed,
+        });
+        receiver
+    }
+
+    pub fn unsubscribe(&self, channel: &str) {
+        let _ = self.requests.send(Request::Unsubscribe {
+            channel: channel.to_owned(),
+        });
+    }
+
+    /// Ends the task and closes the connection.
+    pub fn stop(&self) {
+        let _ = self.requests.send(Request::Stop);
+    }
+}
+
+async fn run(
+    client: redis::Client,
+    timeout: Duration,
+    listener: Arc<dyn Listener>,
+    mut inbox: mpsc::UnboundedReceiver<Request>,
+) {
+    let mut backoff = Duration::ZERO;
+    let mut first = true;
+    loop {
+        match connect(&client, timeout, listener.as_ref()).await {
+            Ok((sink, stream, subscribed)) => {
+                if !first {
+                    tracing::info!("pub/sub connection re-established");
+                    listener.reconnected();
+                }
+                first = false;
+                let ended = serve(
+                    sink,
+                    stream,
+                    subscribed,
+                    timeout,
+                    listener.as_ref(),
+                    &mut inbox,
+                );
+                if ended.await == Ended::Stopped {
+                    return;
+                }
+                tracing::warn!("pub/sub connection lost; reconnecting");
+                backoff = Duration::ZERO;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot open the pub/sub connection; retrying");
+                backoff = (backoff * 2).clamp(RECONNECT_BACKOFF_MIN, RECONNECT_BACKOFF_MAX);
+            }
+        }
+        if pause_while_disconnected(backoff, &mut inbox).await == Ended::Stopped {
+            return;
+        }
+    }
+}
+
+/// Sleeps before the next connection attempt, still taking requests: the
+/// resubscribe after reconnecting covers every subscribe asked for meanwhile
+/// (its confirmation is dropped, so the waiter does not wait for it).
+async fn pause_while_disconnected(
+    pause: Duration,
+    inbox: &mut mpsc::UnboundedReceiver<Request>,
+) -> Ended {
+    let sleep = tokio::time::sleep(pause);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return Ended::ConnectionLost,
+            request = inbox.recv() => match request {
+                Some(Request::Stop) | None => return Ended::Stopped,
+                Some(Request::Subscribe { .. } | Request::Unsubscribe { .. }) => {}
+            },
+        }
+    }
+}
+
+/// Opens the connection and subscribes to every channel the listener wants.
+async fn connect(
+    client: &redis::Client,
+    timeout: Duration,
+    listener: &dyn Listener,
+) -> redis::RedisResult<(PubSubSink, PubSubStream, HashSet<String>)> {
+    let opened = tokio::time::timeout(timeout, client.get_async_pubsub()).await;
+    let (mut sink, stream) = opened.map_err(timed_out)??.split();
+    let channels = listener.channels();
+    if !channels.is_empty() {
+        tokio::time::timeout(timeout, sink.subscribe(&channels))
+            .await
+            .map_err(timed_out)??;
+    }
+    Ok((sink, stream, channels.into_iter().collect()))
+}
+
+#[derive(PartialEq, Eq)]
+enum Ended {
+    ConnectionLost,
+    Stopped,
+}
+
+async fn serve(
+    mut sink: PubSubSink,
+    mut stream: PubSubStream,
+    mut subscribed: HashSet<String>,
+    timeout: Duration,
+    listener: &dyn Listener,
+    inbox: &mut mpsc::UnboundedReceiver<Request>,
+) -> Ended {
+    let mut health = tokio::time::interval(HEALTH_CHECK);
+    health.reset();
+    loop {
+        tokio::select! {
+            message = stream.next() => match message {
+                Some(message) => listener.message(message.get_channel_name()),
+                None => return Ended::ConnectionLost,
+            },
+            request = inbox.recv() => match request {
+                Some(Request::Subscribe { channel, confirmed }) => {
+                    if !subscribed.contains(&channel) {
+                        let done = tokio::time::timeout(timeout, sink.subscribe(&channel)).await;
+                        if !matches!(done, Ok(Ok(()))) {
+                            // `confirmed` is dropped: the waiter does not wait
+                            // for it, and the reconnect resubscribes.
+                            return Ended::ConnectionLost;
+                        }
+                        subscribed.insert(channel);
+                    }
+                    let _ = confirmed.send(());
+                }
+                Some(Request::Unsubscribe { channel }) => {
+                    if subscribed.remove(&channel) {
+                        let done = tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
+                        if !matches!(done, Ok(Ok(()))) {
+                            return Ended::ConnectionLost;
+                        }
+                    }
+                }
+                Some(Request::Stop) | None => return Ended::Stopped,
+            },
+            _ = health.tick() => {
+                let pong = tokio::time::timeout(timeout, sink.ping::<String>()).await;
+                if !matches!(pong, Ok(Ok(_))) {
+                    return Ended::ConnectionLost;
+                }
+            }
+        }
+    }
+}
