@@ -11,16 +11,39 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::http;
+use crate::http::{self, AdminToken, TrustedProxies};
 use crate::locks::{LockLimits, Locks, Waiting};
+use crate::redis::pubsub::Subscriber;
 use crate::redis::{BackendError, Redis};
+use crate::seckill::Sales;
 
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
     pub locks: Locks,
+    pub sales: Sales,
     pub redis: Redis,
     pub limits: LockLimits,
+    pub admin_token: AdminToken,
+    pub trusted_proxies: TrustedProxies,
+}
+
+impl FromRef<AppState> for Sales {
+    fn from_ref(state: &AppState) -> Self {
+        state.sales.clone()
+    }
+}
+
+impl FromRef<AppState> for AdminToken {
+    fn from_ref(state: &AppState) -> Self {
+        state.admin_token.clone()
+    }
+}
+
+impl FromRef<AppState> for TrustedProxies {
+    fn from_ref(state: &AppState) -> Self {
+        state.trusted_proxies.clone()
+    }
 }
 
 impl FromRef<AppState> for Locks {
@@ -59,7 +82,7 @@ pub struct Gateway {
     listener: TcpListener,
     router: Router,
     redis: Redis,
-    waiting: Waiting,
+    subscriber: Subscriber,
     addr: SocketAddr,
     instance_id: String,
 }
@@ -98,18 +121,33 @@ impl Gateway {
         let instance_header = HeaderValue::try_from(instance_id.as_str())
             .map_err(|_| StartError::InstanceId(instance_id.clone()))?;
 
-        let waiting = Waiting::new(&redis, config.max_waiters);
+        let subscriber = Subscriber::start(redis.client(), redis.timeout());
+        let waiting = Waiting::new(subscriber.clone(), config.max_waiters);
+        let locks = Locks::new(redis.clone(), &config.key_prefix, waiting);
+        let sales = Sales::new(
+            redis.clone(),
+            locks.clone(),
+            &config.key_prefix,
+            &subscriber,
+            config.sale_settings(),
+        );
+        if config.admin_token.is_none() {
+            tracing::warn!("no admin token is set: anyone can create and reset sales");
+        }
         let state = AppState {
-            locks: Locks::new(redis.clone(), &config.key_prefix, waiting.clone()),
+            locks,
+            sales,
             redis: redis.clone(),
             limits: config.lock_limits(),
+            admin_token: AdminToken(config.admin_token.as_deref().map(Into::into)),
+            trusted_proxies: TrustedProxies(config.trusted_proxies.clone().into()),
         };
         let router = http::router(state, instance_header, config.body_limit_bytes);
         Ok(Self {
             listener,
             router,
             redis,
-            waiting,
+            subscriber,
             addr,
             instance_id,
         })
@@ -138,11 +176,15 @@ impl Gateway {
         // A plain `Router` given to `axum::serve` rebuilds its routing table
         // (`with_state(())`) for every connection: about 20 KB each, which
         // 10 000 waiting clients would turn into 200 MB. The router was made
-        // ready once in `http::router`; each connection now shares it.
-        axum::serve(listener, self.router.into_make_service())
+        // ready once in `http::router`; each connection now shares it, with
+        // the peer's address for the client-address rate limit.
+        let service = self
+            .router
+            .into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, service)
             .with_graceful_shutdown(shutdown)
             .await?;
-        self.waiting.stop();
+        self.subscriber.stop();
         self.redis.close();
         tracing::info!(instance = %self.instance_id, "lockgate stopped");
         Ok(())

@@ -1,12 +1,13 @@
 //! Command line and settings: every setting of `serve` is a flag and a `LOCKGATE_*` variable.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::locks::{LockLimits, MIN_TTL_MS};
 use crate::redis::RedisSettings;
+use crate::seckill::{RatePolicy, SaleSettings};
 
 /// lockgate: distributed locks on Redis over plain HTTP.
 #[derive(Debug, Parser)]
@@ -57,6 +58,36 @@ pub struct Config {
     #[arg(long, env = "LOCKGATE_MAX_WAIT_MS", default_value_t = 60_000)]
     pub max_wait_ms: u64,
 
+    /// Bearer token for the admin routes (`PUT /seckill/{sku}`); unset leaves
+    /// them open, with a warning at start.
+    #[arg(long, env = "LOCKGATE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Purchase requests per second allowed per user (0 = no limit).
+    #[arg(long, env = "LOCKGATE_SECKILL_RATE", default_value_t = 20)]
+    pub seckill_rate: u32,
+
+    /// Purchase requests a user may send at once before the rate applies.
+    #[arg(long, env = "LOCKGATE_SECKILL_BURST", default_value_t = 40)]
+    pub seckill_burst: u32,
+
+    /// Purchase requests per second allowed per client address [default: no limit].
+    #[arg(long, env = "LOCKGATE_SECKILL_CLIENT_RATE")]
+    pub seckill_client_rate: Option<u32>,
+
+    /// Burst allowance per client address [default: twice the client rate].
+    #[arg(long, env = "LOCKGATE_SECKILL_CLIENT_BURST")]
+    pub seckill_client_burst: Option<u32>,
+
+    /// How long a purchase waits for its user's lock, in milliseconds.
+    #[arg(long, env = "LOCKGATE_SECKILL_LOCK_WAIT_MS", default_value_t = 2_000)]
+    pub seckill_lock_wait_ms: u64,
+
+    /// Proxies (comma-separated addresses, e.g. nginx's) whose X-Forwarded-For
+    /// names the client; from anyone else the header is ignored.
+    #[arg(long, env = "LOCKGATE_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<IpAddr>,
+
     /// Most requests that may wait for a lock at once on this instance;
     /// beyond it, waiting requests answer 503 `too-many-waiters`.
     #[arg(long, env = "LOCKGATE_MAX_WAITERS", default_value_t = 20_000)]
@@ -93,6 +124,20 @@ impl Config {
         LockLimits {
             max_ttl_ms: self.max_ttl_ms,
             max_wait_ms: self.max_wait_ms,
+        }
+    }
+
+    pub fn sale_settings(&self) -> SaleSettings {
+        let client_burst = self
+            .seckill_client_burst
+            .or(self.seckill_client_rate.map(|rate| rate.saturating_mul(2)));
+        SaleSettings {
+            per_user: RatePolicy::new(self.seckill_rate, self.seckill_burst),
+            per_client: self
+                .seckill_client_rate
+                .zip(client_burst)
+                .and_then(|(rate, burst)| RatePolicy::new(rate, burst)),
+            lock_wait: Duration::from_millis(self.seckill_lock_wait_ms),
         }
     }
 

@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use crate::locks::{InvalidKey, InvalidToken, LockError};
 use crate::redis::BackendError;
+use crate::seckill::{InvalidInput, Refusal, SaleError};
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -25,6 +26,13 @@ pub enum ProblemType {
     LockHeld,
     NotOwner,
     LockNotFound,
+    SaleNotFound,
+    SoldOut,
+    LimitExceeded,
+    IdempotencyKeyReused,
+    RateLimited,
+    Unauthorized,
+    Forbidden,
     NotFound,
     MethodNotAllowed,
     TooManyWaiters,
@@ -41,7 +49,7 @@ pub struct ProblemInfo {
 }
 
 impl ProblemType {
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 22] = [
         Self::MalformedBody,
         Self::UnsupportedMediaType,
         Self::BodyTooLarge,
@@ -52,6 +60,13 @@ impl ProblemType {
         Self::LockHeld,
         Self::NotOwner,
         Self::LockNotFound,
+        Self::SaleNotFound,
+        Self::SoldOut,
+        Self::LimitExceeded,
+        Self::IdempotencyKeyReused,
+        Self::RateLimited,
+        Self::Unauthorized,
+        Self::Forbidden,
         Self::NotFound,
         Self::MethodNotAllowed,
         Self::TooManyWaiters,
@@ -120,6 +135,48 @@ impl ProblemType {
                 "Lock not found",
                 StatusCode::NOT_FOUND,
                 "No such lock: never taken, released, or its lease expired. A holder that sees this has lost its lease.",
+            ),
+            Self::SaleNotFound => (
+                "sale-not-found",
+                "Sale not found",
+                StatusCode::NOT_FOUND,
+                "No sale with this sku: create it with PUT /seckill/{sku}.",
+            ),
+            Self::SoldOut => (
+                "sold-out",
+                "Sold out",
+                StatusCode::CONFLICT,
+                "The sale has less stock left than the quantity asked for. Nothing was bought.",
+            ),
+            Self::LimitExceeded => (
+                "limit-exceeded",
+                "Per-user limit exceeded",
+                StatusCode::CONFLICT,
+                "The purchase would take the user past the sale's per_user_limit. Nothing was bought.",
+            ),
+            Self::IdempotencyKeyReused => (
+                "idempotency-key-reused",
+                "Idempotency key reused",
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "The Idempotency-Key was already used with a different body. Send a new key for a new purchase.",
+            ),
+            Self::RateLimited => (
+                "rate-limited",
+                "Too many requests",
+                StatusCode::TOO_MANY_REQUESTS,
+                "The purchase quota (per user, and per client address when configured) is spent. Retry after Retry-After; RateLimit and RateLimit-Policy describe the quota.",
+            ),
+            Self::Unauthorized => (
+                "unauthorized",
+                "Unauthorized",
+                StatusCode::UNAUTHORIZED,
+                "This route needs credentials: Authorization: Bearer <token>.",
+            ),
+            Self::Forbidden => (
+                "forbidden",
+                "Forbidden",
+                StatusCode::FORBIDDEN,
+                "The credentials given do not grant this route.",
             ),
             Self::NotFound => (
                 "not-found",
@@ -221,6 +278,16 @@ pub enum ApiError {
     /// `too-many-waiters`, 503 `backend-unavailable`.
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// 404 `sale-not-found`, 409 `sold-out`, 409 `limit-exceeded`, 422
+    /// `idempotency-key-reused`, 429 `rate-limited`.
+    #[error(transparent)]
+    Sale(Refusal),
+    /// 401 `unauthorized`: no usable credentials.
+    #[error("this route needs Authorization: Bearer <token>")]
+    Unauthorized,
+    /// 403 `forbidden`: credentials that do not grant the route.
+    #[error("the token given does not grant this route")]
+    Forbidden,
     /// 404 `not-found`: no route.
     #[error("no route for {0}")]
     RouteNotFound(String),
@@ -253,7 +320,18 @@ impl ApiError {
             Self::Lock(LockError::NotOwner { .. }) => ProblemType::NotOwner,
             Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
             Self::Lock(LockError::TooManyWaiters(_)) => ProblemType::TooManyWaiters,
+            // A reply no script may give is a bug, not an outage.
+            Self::Lock(LockError::Backend(BackendError::UnexpectedReply { .. })) => {
+                ProblemType::Internal
+            }
             Self::Lock(LockError::Backend(_)) => ProblemType::BackendUnavailable,
+            Self::Sale(Refusal::NotFound { .. }) => ProblemType::SaleNotFound,
+            Self::Sale(Refusal::SoldOut { .. }) => ProblemType::SoldOut,
+            Self::Sale(Refusal::LimitExceeded { .. }) => ProblemType::LimitExceeded,
+            Self::Sale(Refusal::KeyReused) => ProblemType::IdempotencyKeyReused,
+            Self::Sale(Refusal::RateLimited(_)) => ProblemType::RateLimited,
+            Self::Unauthorized => ProblemType::Unauthorized,
+            Self::Forbidden => ProblemType::Forbidden,
             Self::RouteNotFound(_) => ProblemType::NotFound,
             Self::MethodNotAllowed(_) => ProblemType::MethodNotAllowed,
             Self::Internal => ProblemType::Internal,
@@ -279,6 +357,10 @@ impl ApiError {
             Self::Lock(LockError::NotOwner { key } | LockError::NotFound { key }) => {
                 (Some(key.to_string()), None)
             }
+            Self::Sale(Refusal::RateLimited(decision)) => {
+                let ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX);
+                (None, Some(ms))
+            }
             _ if info.status == StatusCode::SERVICE_UNAVAILABLE => (None, Some(1000)),
             _ => (None, None),
         };
@@ -294,6 +376,24 @@ impl ApiError {
             key,
             field,
             retry_after_ms,
+        }
+    }
+}
+
+impl From<SaleError> for ApiError {
+    fn from(err: SaleError) -> Self {
+        match err {
+            SaleError::Refused(refusal) => Self::Sale(refusal),
+            SaleError::Lock(err) => Self::Lock(err),
+        }
+    }
+}
+
+impl From<InvalidInput> for ApiError {
+    fn from(err: InvalidInput) -> Self {
+        Self::InvalidField {
+            field: err.field,
+            reason: err.reason,
         }
     }
 }
@@ -314,6 +414,9 @@ impl IntoResponse for ApiError {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(ms) = problem.retry_after_ms {
             headers.insert(header::RETRY_AFTER, retry_after_seconds(ms));
+        }
+        if matches!(self, Self::Unauthorized) {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

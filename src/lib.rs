@@ -4,7 +4,9 @@
 //!
 //! * [`http`]: routes, extractors, problem responses and the OpenAPI document.
 //! * [`locks`]: the lock domain, with typed inputs that can only be made by
-//!   parsing ([`locks::LockKey`], [`locks::Token`], [`locks::Ttl`]).
+//!   parsing ([`locks::LockKey`], [`locks::Token`], [`locks::Ttl`]), and
+//!   event-driven waiting.
+//! * [`seckill`]: the flash-sale demo, built on the locks and its own Lua.
 //! * [`redis`]: the connection pool and one typed wrapper per Lua script in
 //!   `lua/`; every read-check-write on Redis is one script.
 //!
@@ -18,4 +20,5 @@ pub mod error;
 pub mod http;
 pub mod locks;
 pub mod redis;
+pub mod seckill;
 pub mod telemetry;

@@ -1,15 +1,20 @@
 //! Extractors whose rejections are the API's own problem documents, never axum's plain text.
 
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::extract::{ConnectInfo, FromRef, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::{Json, RequestPartsExt};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::Number;
 
 use crate::error::ApiError;
 use crate::locks::{InvalidKey, InvalidToken, LockKey, Token};
+use crate::seckill::Sku;
 
 /// The header that carries an owner's token.
 pub const LOCK_TOKEN: &str = "lock-token";
@@ -88,4 +93,64 @@ pub fn token_header(headers: &HeaderMap) -> Result<Option<Token>, ApiError> {
     };
     let text = value.to_str().map_err(|_| InvalidToken)?;
     Ok(Some(Token::parse(text)?))
+}
+
+/// A count field: any JSON number parses (so a negative or fractional one
+/// is a 422 naming the field, not a 400), but only a whole one is used.
+pub fn whole_number(name: &'static str, number: &Number) -> Result<u64, ApiError> {
+    number
+        .as_u64()
+        .ok_or_else(|| ApiError::invalid_field(name, "must be a whole, non-negative number"))
+}
+
+/// The `{sku}` segment of a sale path, parsed into a [`Sku`].
+pub struct SkuPath(pub Sku);
+
+impl<S: Send + Sync> FromRequestParts<S> for SkuPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let Path(text) = parts
+            .extract::<Path<String>>()
+            .await
+            .map_err(|_| ApiError::invalid_field("sku", "must percent-decode to text"))?;
+        Ok(Self(Sku::parse(&text)?))
+    }
+}
+
+/// The proxies (nginx) whose `X-Forwarded-For` names the real client.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedProxies(pub Arc<[IpAddr]>);
+
+/// The client's address: the peer's, or, when the peer is a trusted proxy,
+/// the address it put in `X-Forwarded-For`. `None` only without a socket
+/// (requests built in-process).
+pub struct ClientIp(pub Option<IpAddr>);
+
+impl<S> FromRequestParts<S> for ClientIp
+where
+    S: Send + Sync,
+    TrustedProxies: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip());
+        let trusted = TrustedProxies::from_ref(state);
+        Ok(Self(match peer {
+            Some(ip) if trusted.0.contains(&ip) => forwarded_for(&parts.headers).or(peer),
+            _ => peer,
+        }))
+    }
+}
+
+/// The last address in `X-Forwarded-For`: the one our trusted proxy wrote
+/// (nginx sets the header to the address it saw, replacing any the client
+/// sent).
+fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
+    let value = headers.get("x-forwarded-for")?.to_str().ok()?;
+    value.rsplit(',').next()?.trim().parse().ok()
 }

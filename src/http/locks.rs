@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Number;
 use utoipa::ToSchema;
 
-use super::extract::{JsonBody, KeyPath, OwnerToken, token_header};
+use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number};
 use crate::error::{ApiError, Problem};
 use crate::locks::{
     AcquireRequest, Handover, Lease, LockKey, LockLimits, LockState, Locks, Released, Token, Ttl,
@@ -346,13 +346,7 @@ fn wait(field: Option<&Number>, limits: LockLimits) -> Result<WaitTime, ApiError
     WaitTime::new(ms, limits).map_err(|err| ApiError::invalid_field("wait_ms", err))
 }
 
-/// A millisecond field: any JSON number parses (so a negative or fractional
-/// one is a 422 naming the field, not a 400), but only a whole one is used.
+/// A millisecond field, or its default when absent.
 fn millis(name: &'static str, field: Option<&Number>, default: u64) -> Result<u64, ApiError> {
-    match field {
-        None => Ok(default),
-        Some(number) => number
-            .as_u64()
-            .ok_or_else(|| ApiError::invalid_field(name, "must be a whole, non-negative number")),
-    }
+    field.map_or(Ok(default), |number| whole_number(name, number))
 }

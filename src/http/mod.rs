@@ -1,8 +1,10 @@
 //! The HTTP layer: routes, extractors, middleware, and the OpenAPI document built from the same routes.
 
+mod auth;
 mod extract;
 mod locks;
 mod ops;
+mod seckill;
 
 use std::sync::LazyLock;
 
@@ -22,7 +24,8 @@ use crate::app::AppState;
 use crate::error::{ApiError, Problem};
 use crate::telemetry;
 
-pub use extract::LOCK_TOKEN;
+pub use auth::AdminToken;
+pub use extract::{LOCK_TOKEN, TrustedProxies};
 
 /// The header naming the instance that answered.
 pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
@@ -38,12 +41,29 @@ pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
         license(name = "MIT OR Apache-2.0"),
     ),
     components(schemas(Problem)),
+    modifiers(&AdminSecurity),
     tags(
         (name = "locks", description = "Named locks with leases, owner tokens and fencing tokens"),
+        (name = "seckill", description = "A flash sale that cannot oversell: Lua-atomic purchases under the \
+            per-user lock, rate-limited per user across instances"),
         (name = "operations", description = "Health, readiness and the API description"),
     )
 )]
 struct ApiDoc;
+
+/// Declares the bearer scheme the admin routes use.
+struct AdminSecurity;
+
+impl utoipa::Modify for AdminSecurity {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "admin",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
 
 /// Every documented route, feeding both the server and the OpenAPI document.
 fn api_routes() -> OpenApiRouter<AppState> {
@@ -51,6 +71,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(locks::acquire))
         .routes(routes!(locks::release, locks::inspect))
         .routes(routes!(locks::extend))
+        .routes(routes!(seckill::reset_sale, seckill::sale))
+        .routes(routes!(seckill::purchase, seckill::orders))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::openapi_document))

@@ -133,6 +133,11 @@ impl Ttl {
         within(ms, MIN_TTL_MS, limits.max_ttl_ms).map(Self)
     }
 
+    /// A lease the gateway takes for itself, outside the clients' limits.
+    pub(crate) fn fixed(length: Duration) -> Self {
+        Self(millis(length).max(MIN_TTL_MS))
+    }
+
     pub fn as_millis(self) -> u64 {
         self.0
     }
@@ -140,6 +145,11 @@ impl Ttl {
 
 impl WaitTime {
     pub const NONE: Self = Self(0);
+
+    /// A wait the gateway sets for itself, outside the clients' limits.
+    pub(crate) fn fixed(length: Duration) -> Self {
+        Self(millis(length))
+    }
 
     pub fn new(ms: u64, limits: LockLimits) -> Result<Self, OutOfRange> {
         within(ms, 0, limits.max_wait_ms).map(Self)
@@ -152,6 +162,10 @@ impl WaitTime {
     pub fn is_zero(self) -> bool {
         self.0 == 0
     }
+}
+
+fn millis(length: Duration) -> u64 {
+    u64::try_from(length.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn within(ms: u64, min: u64, max: u64) -> Result<u64, OutOfRange> {

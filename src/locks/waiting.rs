@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, oneshot};
 
-use crate::redis::Redis;
 use crate::redis::pubsub::{Listener, Subscriber};
 
 /// The per-instance cap on concurrent waiters was reached.
@@ -50,13 +49,13 @@ impl Waiter {
 }
 
 impl Waiting {
-    pub fn new(redis: &Redis, max_waiters: usize) -> Self {
+    pub fn new(subscriber: Subscriber, max_waiters: usize) -> Self {
         let registry = Arc::new(Registry {
             queues: Mutex::new(HashMap::new()),
             waiting: AtomicUsize::new(0),
             max_waiters,
         });
-        let subscriber = Subscriber::start(redis.client(), redis.timeout(), registry.clone());
+        subscriber.listen(registry.clone());
         Self {
             registry,
             subscriber,
@@ -94,11 +93,6 @@ impl Waiting {
     /// Requests waiting on this instance now.
     pub fn count(&self) -> usize {
         self.registry.waiting.load(Ordering::Acquire)
-    }
-
-    /// Stops the subscription task; for shutdown.
-    pub fn stop(&self) {
-        self.subscriber.stop();
     }
 
     fn leave(&self, channel: &str, waiter: &Arc<Waiter>) {
@@ -140,7 +134,7 @@ impl Listener for Registry {
         self.lock().keys().cloned().collect()
     }
 
-    fn message(&self, channel: &str) {
+    fn message(&self, channel: &str, _payload: &[u8]) {
         if let Some(queue) = self.lock().get(channel) {
             wake_one(queue);
         }

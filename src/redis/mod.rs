@@ -4,6 +4,7 @@ pub mod locks;
 mod pool;
 pub mod pubsub;
 mod scripts;
+pub mod seckill;
 
 use std::time::Duration;
 

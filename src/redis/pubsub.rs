@@ -1,7 +1,7 @@
 //! The instance's one pub/sub connection: subscribes to the channels asked for and reports each message.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -10,16 +10,36 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::timed_out;
 
-/// What the subscriber reports to, and asks what to resubscribe after a
-/// reconnect.
+/// A part of the gateway that receives messages: it says which channels it
+/// needs, and hears about every message and every reconnect.
 pub trait Listener: Send + Sync + 'static {
-    /// Every channel that should be subscribed right now.
+    /// Every channel it needs subscribed right now.
     fn channels(&self) -> Vec<String>;
-    /// A message arrived on `channel`.
-    fn message(&self, channel: &str);
-    /// The connection was lost and is back, with `channels()` resubscribed;
-    /// anything published meanwhile was missed.
+    /// A message arrived on `channel` (possibly one another listener asked for).
+    fn message(&self, channel: &str, payload: &[u8]);
+    /// The connection was lost and is back, with every listener's
+    /// `channels()` resubscribed; anything published meanwhile was missed.
     fn reconnected(&self);
+}
+
+/// Every listener of one instance.
+#[derive(Default)]
+struct Listeners(RwLock<Vec<Arc<dyn Listener>>>);
+
+impl Listeners {
+    fn all(&self) -> Vec<Arc<dyn Listener>> {
+        self.0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn channels(&self) -> Vec<String> {
+        self.all()
+            .iter()
+            .flat_map(|listener| listener.channels())
+            .collect()
+    }
 }
 
 enum Request {
@@ -38,6 +58,7 @@ enum Request {
 #[derive(Clone)]
 pub struct Subscriber {
     requests: mpsc::UnboundedSender<Request>,
+    listeners: Arc<Listeners>,
 }
 
 /// How often an idle subscription is checked with PING, so a connection that
@@ -49,10 +70,24 @@ const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 impl Subscriber {
     /// Starts the task; it runs until [`Subscriber::stop`] or until every
     /// handle is dropped.
-    pub fn start(client: redis::Client, timeout: Duration, listener: Arc<dyn Listener>) -> Self {
+    pub fn start(client: redis::Client, timeout: Duration) -> Self {
         let (requests, inbox) = mpsc::unbounded_channel();
-        tokio::spawn(run(client, timeout, listener, inbox));
-        Self { requests }
+        let listeners = Arc::new(Listeners::default());
+        tokio::spawn(run(client, timeout, listeners.clone(), inbox));
+        Self {
+            requests,
+            listeners,
+        }
+    }
+
+    /// Adds a listener. Its channels are subscribed as it asks for them
+    /// (with [`Subscriber::subscribe`]), and again after every reconnect.
+    pub fn listen(&self, listener: Arc<dyn Listener>) {
+        self.listeners
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(listener);
     }
 
     /// Asks for `channel`; the receiver completes once Redis confirmed the
@@ -82,27 +117,22 @@ impl Subscriber {
 async fn run(
     client: redis::Client,
     timeout: Duration,
-    listener: Arc<dyn Listener>,
+    listeners: Arc<Listeners>,
     mut inbox: mpsc::UnboundedReceiver<Request>,
 ) {
     let mut backoff = Duration::ZERO;
     let mut first = true;
     loop {
-        match connect(&client, timeout, listener.as_ref()).await {
+        match connect(&client, timeout, &listeners).await {
             Ok((sink, stream, subscribed)) => {
                 if !first {
                     tracing::info!("pub/sub connection re-established");
-                    listener.reconnected();
+                    for listener in listeners.all() {
+                        listener.reconnected();
+                    }
                 }
                 first = false;
-                let ended = serve(
-                    sink,
-                    stream,
-                    subscribed,
-                    timeout,
-                    listener.as_ref(),
-                    &mut inbox,
-                );
+                let ended = serve(sink, stream, subscribed, timeout, &listeners, &mut inbox);
                 if ended.await == Ended::Stopped {
                     return;
                 }
@@ -140,15 +170,15 @@ async fn pause_while_disconnected(
     }
 }
 
-/// Opens the connection and subscribes to every channel the listener wants.
+/// Opens the connection and subscribes to every channel a listener wants.
 async fn connect(
     client: &redis::Client,
     timeout: Duration,
-    listener: &dyn Listener,
+    listeners: &Listeners,
 ) -> redis::RedisResult<(PubSubSink, PubSubStream, HashSet<String>)> {
     let opened = tokio::time::timeout(timeout, client.get_async_pubsub()).await;
     let (mut sink, stream) = opened.map_err(timed_out)??.split();
-    let channels = listener.channels();
+    let channels = listeners.channels();
     if !channels.is_empty() {
         tokio::time::timeout(timeout, sink.subscribe(&channels))
             .await
@@ -168,7 +198,7 @@ async fn serve(
     mut stream: PubSubStream,
     mut subscribed: HashSet<String>,
     timeout: Duration,
-    listener: &dyn Listener,
+    listeners: &Listeners,
     inbox: &mut mpsc::UnboundedReceiver<Request>,
 ) -> Ended {
     let mut health = tokio::time::interval(HEALTH_CHECK);
@@ -176,7 +206,11 @@ async fn serve(
     loop {
         tokio::select! {
             message = stream.next() => match message {
-                Some(message) => listener.message(message.get_channel_name()),
+                Some(message) => {
+                    for listener in listeners.all() {
+                        listener.message(message.get_channel_name(), message.get_payload_bytes());
+                    }
+                }
                 None => return Ended::ConnectionLost,
             },
             request = inbox.recv() => match request {

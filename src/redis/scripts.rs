@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use redis::{Script, ScriptInvocation};
+use redis::{FromRedisValue, Script, ScriptInvocation};
 
 use super::{BackendError, Connection};
 
@@ -38,6 +38,15 @@ impl LuaScript {
         invocation: &ScriptInvocation<'_>,
         conn: &mut Connection,
     ) -> Result<Vec<i64>, BackendError> {
+        self.run_as(invocation, conn).await
+    }
+
+    /// [`LuaScript::run`] for a script whose reply is not a list of integers.
+    pub async fn run_as<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        conn: &mut Connection,
+    ) -> Result<T, BackendError> {
         Ok(invocation.invoke_async(conn).await?)
     }
 
@@ -65,9 +74,20 @@ pub static ACQUIRE: LuaScript = lua_script!("acquire.lua");
 pub static RELEASE: LuaScript = lua_script!("release.lua");
 pub static EXTEND: LuaScript = lua_script!("extend.lua");
 pub static INSPECT: LuaScript = lua_script!("inspect.lua");
+pub static PURCHASE: LuaScript = lua_script!("purchase.lua");
+pub static RESET_SALE: LuaScript = lua_script!("reset_sale.lua");
+pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
 
 /// Every script, for loading at start-up.
-pub static ALL: [&LuaScript; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &INSPECT];
+pub static ALL: [&LuaScript; 7] = [
+    &ACQUIRE,
+    &RELEASE,
+    &EXTEND,
+    &INSPECT,
+    &PURCHASE,
+    &RESET_SALE,
+    &RATE_LIMIT,
+];
 
 #[cfg(test)]
 mod tests {

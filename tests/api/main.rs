@@ -6,4 +6,5 @@ mod fencing;
 mod helpers;
 mod locks;
 mod openapi;
+mod seckill;
 mod waiting;

@@ -1,0 +1,62 @@
+-- purchase.lua: admit one flash-sale purchase, or replay a recorded one.
+--
+-- KEYS[1]  sale hash          <prefix>sale:{<sku>}         fields stock, initial_stock,
+--                                                          sold, per_user_limit, epoch, orders
+-- KEYS[2]  bought per user    <prefix>sale:{<sku>}:users   user_id -> quantity bought
+-- KEYS[3]  idempotency keys   <prefix>sale:{<sku>}:idem    key -> order_id|user_id|quantity|stock_left
+-- KEYS[4]  order stream       <prefix>sale:{<sku>}:orders
+-- ARGV[1]  user_id
+-- ARGV[2]  quantity (a positive integer)
+-- ARGV[3]  the request's Idempotency-Key, or '' for none
+-- ARGV[4]  the order id to use if an order is recorded
+--
+-- Returns {code, order_id, quantity, stock_left, epoch}:
+--   code  1  ordered: stock and the user's count updated, order recorded
+--   code  2  replay: the key was used before with the same user and
+--            quantity; the original order_id, quantity and stock_left
+--   code  0  sold out: not enough stock for quantity (stock_left = stock)
+--   code -1  the user would exceed per_user_limit (stock_left = stock)
+--   code -2  no such sale
+--   code -3  the key was used before for a different user or quantity
+-- Every check and change is this one script, so no interleaving of
+-- requests on any number of gateways can oversell, exceed a cap, or record
+-- an order twice.
+
+local sale, users, idem, orders = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local user, quantity, key, order_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+
+local state = redis.call('HMGET', sale, 'stock', 'per_user_limit', 'epoch')
+if not state[1] then
+  return {-2, '', 0, 0, 0}
+end
+local stock, limit, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+
+if key ~= '' then
+  local recorded = redis.call('HGET', idem, key)
+  if recorded then
+    local id, by, qty, left = string.match(recorded, '^([^|]*)|([^|]*)|(%d+)|(%d+)$')
+    if by == user and tonumber(qty) == quantity then
+      return {2, id, tonumber(qty), tonumber(left), epoch}
+    end
+    return {-3, '', 0, stock, epoch}
+  end
+end
+
+if stock < quantity then
+  return {0, '', 0, stock, epoch}
+end
+local bought = tonumber(redis.call('HGET', users, user) or '0')
+if bought + quantity > limit then
+  return {-1, '', 0, stock, epoch}
+end
+
+local left = redis.call('HINCRBY', sale, 'stock', -quantity)
+redis.call('HINCRBY', sale, 'sold', quantity)
+redis.call('HINCRBY', sale, 'orders', 1)
+redis.call('HINCRBY', users, user, quantity)
+redis.call('XADD', orders, '*', 'order_id', order_id, 'user_id', user,
+  'quantity', quantity, 'idempotency_key', key)
+if key ~= '' then
+  redis.call('HSET', idem, key, order_id .. '|' .. user .. '|' .. quantity .. '|' .. left)
+end
+return {1, order_id, quantity, left, epoch}

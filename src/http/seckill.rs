@@ -1,0 +1,290 @@
+//! The flash-sale routes: `PUT`/`GET /seckill/{sku}`, `POST`/`GET /seckill/{sku}/orders`.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Number;
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::AdminAccess;
+use super::extract::{ClientIp, JsonBody, SkuPath, whole_number};
+use crate::error::{ApiError, Problem};
+use crate::redis::seckill::OrderEntry;
+use crate::seckill::{
+    IdempotencyKey, Order, OrderRequest, Purchase, Quantity, RateDecision, Sale, SaleTerms, Sales,
+    UserId,
+};
+
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+static RATE_LIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static RATE_LIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+
+/// `PUT /seckill/{sku}`: the sale's terms.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SaleBody {
+    /// Units on sale, 0 to 1 000 000 000.
+    #[schema(value_type = u64, minimum = 0, example = 100)]
+    stock: Number,
+    /// Most units one user may buy, at least 1.
+    #[schema(value_type = u64, minimum = 1, example = 2)]
+    per_user_limit: Number,
+}
+
+/// A sale's state. At every moment `sold + stock == initial_stock`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SaleView {
+    #[schema(example = "phone-2026")]
+    sku: String,
+    stock: u64,
+    initial_stock: u64,
+    sold: u64,
+    per_user_limit: u64,
+    /// Orders recorded.
+    orders: u64,
+}
+
+impl From<Sale> for SaleView {
+    fn from(sale: Sale) -> Self {
+        Self {
+            sku: sale.sku.to_string(),
+            stock: sale.stock,
+            initial_stock: sale.initial_stock,
+            sold: sale.sold,
+            per_user_limit: sale.per_user_limit,
+            orders: sale.orders,
+        }
+    }
+}
+
+/// `POST /seckill/{sku}/orders`: who buys, and how many.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderBody {
+    /// 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
+    #[schema(example = "u-17", pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    user_id: String,
+    /// Units, 1 to 1000.
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000, default = 1, example = 1)]
+    quantity: Option<Number>,
+}
+
+/// A recorded order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrderView {
+    #[schema(format = Uuid)]
+    order_id: String,
+    sku: String,
+    user_id: String,
+    quantity: u64,
+    /// Stock left right after this order.
+    stock_left: u64,
+}
+
+impl From<Order> for OrderView {
+    fn from(order: Order) -> Self {
+        Self {
+            order_id: order.order_id,
+            sku: order.sku.to_string(),
+            user_id: order.user.to_string(),
+            quantity: order.quantity,
+            stock_left: order.stock_left,
+        }
+    }
+}
+
+/// One entry of a sale's order record.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrderRecord {
+    #[schema(format = Uuid)]
+    order_id: String,
+    user_id: String,
+    quantity: u64,
+}
+
+/// A sale's recorded orders, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrderList {
+    sku: String,
+    orders: Vec<OrderRecord>,
+}
+
+/// Filters for `GET /seckill/{sku}/orders`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct OrdersQuery {
+    /// Only this user's orders.
+    user_id: Option<String>,
+}
+
+/// Create or reset a sale (admin).
+///
+/// Takes the sale's own lock, so resets never overlap; the old sale's orders,
+/// per-user counts and idempotency records are cleared, and every instance
+/// forgets that it had sold out.
+#[utoipa::path(
+    put,
+    path = "/seckill/{sku}",
+    tag = "seckill",
+    params(("sku" = String, Path, description = "The product, 1 to 64 of A-Z a-z 0-9 . _ -")),
+    request_body = SaleBody,
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "The new sale", body = SaleView),
+        (status = 400, description = "`malformed-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: no bearer token (when one is configured)", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: a wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`lock-held`: another reset of this sale is still running", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn reset_sale(
+    State(sales): State<Sales>,
+    _admin: AdminAccess,
+    SkuPath(sku): SkuPath,
+    JsonBody(body): JsonBody<SaleBody>,
+) -> Result<Json<SaleView>, ApiError> {
+    let terms = SaleTerms::new(
+        whole_number("stock", &body.stock)?,
+        whole_number("per_user_limit", &body.per_user_limit)?,
+    )?;
+    Ok(Json(sales.reset(&sku, terms).await?.into()))
+}
+
+/// A sale's stock, sales and limit.
+#[utoipa::path(
+    get,
+    path = "/seckill/{sku}",
+    tag = "seckill",
+    params(("sku" = String, Path, description = "The product")),
+    responses(
+        (status = 200, description = "The sale", body = SaleView),
+        (status = 404, description = "`sale-not-found`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field` (the sku)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn sale(
+    State(sales): State<Sales>,
+    SkuPath(sku): SkuPath,
+) -> Result<Json<SaleView>, ApiError> {
+    Ok(Json(sales.sale(&sku).await?.into()))
+}
+
+/// Buy.
+///
+/// Rate-limited per user across every instance (429 with `Retry-After`;
+/// `RateLimit` and `RateLimit-Policy` on every answer that counted against
+/// the quota), run under the per-(sku, user) lock `seckill:<sku>:<user_id>`,
+/// and admitted by one atomic Lua script. Send an `Idempotency-Key` so a
+/// retry returns the original order instead of buying again.
+#[utoipa::path(
+    post,
+    path = "/seckill/{sku}/orders",
+    tag = "seckill",
+    params(
+        ("sku" = String, Path, description = "The product"),
+        ("Idempotency-Key" = Option<String>, Header, description = "A fresh client-chosen key (a UUID) per purchase attempt"),
+    ),
+    request_body = OrderBody,
+    responses(
+        (status = 201, description = "Ordered", body = OrderView,
+            headers(("RateLimit" = String), ("RateLimit-Policy" = String))),
+        (status = 200, description = "A replay of an earlier purchase with the same Idempotency-Key and body: the original order", body = OrderView),
+        (status = 400, description = "`malformed-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`sale-not-found`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`sold-out`, `limit-exceeded`, or `lock-held` (the user's lock stayed taken)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field` or `idempotency-key-reused`", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`rate-limited`, with `Retry-After`, `RateLimit` and `RateLimit-Policy`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable` or `too-many-waiters`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn purchase(
+    State(sales): State<Sales>,
+    SkuPath(sku): SkuPath,
+    ClientIp(client): ClientIp,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<OrderBody>,
+) -> Result<Response, ApiError> {
+    let idempotency_key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(value) => Some(IdempotencyKey::parse(value.to_str().unwrap_or_default())?),
+    };
+    let quantity = match &body.quantity {
+        None => 1,
+        Some(number) => whole_number("quantity", number)?,
+    };
+    let order = OrderRequest {
+        sku,
+        user: UserId::parse(&body.user_id)?,
+        quantity: Quantity::new(quantity)?,
+        idempotency_key,
+    };
+    let checkout = sales.checkout(order, client).await;
+    let mut response = match checkout.result {
+        Ok(Purchase::Created(order)) => {
+            (StatusCode::CREATED, Json(OrderView::from(order))).into_response()
+        }
+        Ok(Purchase::Replayed(order)) => Json(OrderView::from(order)).into_response(),
+        Err(err) => ApiError::from(err).into_response(),
+    };
+    if let Some(decision) = checkout.rate {
+        add_rate_headers(response.headers_mut(), &decision);
+    }
+    Ok(response)
+}
+
+/// The orders recorded for a sale, oldest first: all, or one user's.
+#[utoipa::path(
+    get,
+    path = "/seckill/{sku}/orders",
+    tag = "seckill",
+    params(("sku" = String, Path, description = "The product"), OrdersQuery),
+    responses(
+        (status = 200, description = "The orders", body = OrderList),
+        (status = 404, description = "`sale-not-found`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field` (the sku or user_id)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn orders(
+    State(sales): State<Sales>,
+    SkuPath(sku): SkuPath,
+    uri: Uri,
+) -> Result<Json<OrderList>, ApiError> {
+    let query = Query::<OrdersQuery>::try_from_uri(&uri)
+        .map_err(|_| ApiError::invalid_field("user_id", "must be given at most once"))?;
+    let user = query.0.user_id.as_deref().map(UserId::parse).transpose()?;
+    let orders = sales.orders(&sku, user.as_ref()).await?;
+    Ok(Json(OrderList {
+        sku: sku.to_string(),
+        orders: orders.into_iter().map(OrderRecord::from).collect(),
+    }))
+}
+
+impl From<OrderEntry> for OrderRecord {
+    fn from(entry: OrderEntry) -> Self {
+        Self {
+            order_id: entry.order_id,
+            user_id: entry.user_id,
+            quantity: entry.quantity,
+        }
+    }
+}
+
+fn add_rate_headers(headers: &mut HeaderMap, decision: &RateDecision) {
+    for (name, value) in [
+        (&RATE_LIMIT_POLICY, decision.policy.header()),
+        (&RATE_LIMIT, decision.header()),
+    ] {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(name.clone(), value);
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Typed wrappers for the flash-sale scripts and reads, and the Redis names of one sale's state.
+
+use redis::Value;
+
+use super::scripts::{PURCHASE, RATE_LIMIT, RESET_SALE};
+use super::{BackendError, Connection};
+
+/// The Redis names of one sale's state, all hash-tagged `{<sku>}` so the
+/// purchase script's keys share one Redis Cluster slot.
+#[derive(Debug, Clone)]
+pub struct SaleKeys {
+    /// Hash: stock, initial_stock, sold, per_user_limit, epoch, orders.
+    pub sale: String,
+    /// Hash: user id -> units bought.
+    pub users: String,
+    /// Hash: Idempotency-Key -> `order_id|user_id|quantity|stock_left`.
+    pub idempotency: String,
+    /// Stream of orders: order_id, user_id, quantity, idempotency_key.
+    pub orders: String,
+}
+
+impl SaleKeys {
+    pub fn new(prefix: &str, sku: &str) -> Self {
+        let sale = format!("{prefix}sale:{{{sku}}}");
+        Self {
+            users: format!("{sale}:users"),
+            idempotency: format!("{sale}:idem"),
+            orders: format!("{sale}:orders"),
+            sale,
+        }
+    }
+}
+
+/// What `purchase.lua` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurchaseReply {
+    Ordered(RecordedOrder),
+    Replayed(RecordedOrder),
+    SoldOut { stock: u64, epoch: u64 },
+    LimitExceeded { epoch: u64 },
+    NoSale,
+    KeyReused,
+}
+
+/// An order as the script reports it; `epoch` is the sale's at that moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedOrder {
+    pub order_id: String,
+    pub quantity: u64,
+    pub stock_left: u64,
+    pub epoch: u64,
+}
+
+/// A sale's state, read from its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleState {
+    pub stock: u64,
+    pub initial_stock: u64,
+    pub sold: u64,
+    pub per_user_limit: u64,
+    pub orders: u64,
+    pub epoch: u64,
+}
+
+/// One entry of a sale's order stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderEntry {
+    pub order_id: String,
+    pub user_id: String,
+    pub quantity: u64,
+}
+
+/// The answer of `rate_limit.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateReply {
+    pub allowed: bool,
+    pub remaining: u64,
+    pub retry_after_ms: u64,
+    pub reset_ms: u64,
+}
+
+/// Runs `purchase.lua`.
+pub async fn purchase(
+    conn: &mut Connection,
+    keys: &SaleKeys,
+    user_id: &str,
+    quantity: u64,
+    idempotency_key: Option<&str>,
+    order_id: &str,
+) -> Result<PurchaseReply, BackendError> {
+    let reply: Vec<Value> = PURCHASE
+        .run_as(
+            PURCHASE
+                .prepare()
+                .key(&keys.sale)
+                .key(&keys.users)
+                .key(&keys.idempotency)
+                .key(&keys.orders)
+                .arg(user_id)
+                .arg(quantity)
+                .arg(idempotency_key.unwrap_or(""))
+                .arg(order_id),
+            conn,
+        )
+        .await?;
+    let code = int(&reply, 0);
+    let order = || {
+        Some(RecordedOrder {
+            order_id: text(&reply, 1)?,
+            quantity: u64::try_from(int(&reply, 2)?).ok()?,
+            stock_left: u64::try_from(int(&reply, 3)?).ok()?,
+            epoch: u64::try_from(int(&reply, 4)?).ok()?,
+        })
+    };
+    let number = |index| int(&reply, index).and_then(|value| u64::try_from(value).ok());
+    match code {
+        Some(1) => order().map(PurchaseReply::Ordered),
+        Some(2) => order().map(PurchaseReply::Replayed),
+        Some(0) => number(3)
+            .zip(number(4))
+            .map(|(stock, epoch)| PurchaseReply::SoldOut { stock, epoch }),
+        Some(-1) => number(4).map(|epoch| PurchaseReply::LimitExceeded { epoch }),
+        Some(-2) => Some(PurchaseReply::NoSale),
+        Some(-3) => Some(PurchaseReply::KeyReused),
+        _ => None,
+    }
+    .ok_or_else(|| PURCHASE.unexpected(reply.iter().filter_map(as_int).collect()))
+}
+
+/// Runs `reset_sale.lua`; returns the new epoch.
+pub async fn reset(
+    conn: &mut Connection,
+    keys: &SaleKeys,
+    stock: u64,
+    per_user_limit: u64,
+    channel: &str,
+    sku: &str,
+) -> Result<u64, BackendError> {
+    let epoch: i64 = RESET_SALE
+        .run_as(
+            RESET_SALE
+                .prepare()
+                .key(&keys.sale)
+                .key(&keys.users)
+                .key(&keys.idempotency)
+                .key(&keys.orders)
+                .arg(stock)
+                .arg(per_user_limit)
+                .arg(channel)
+                .arg(sku),
+            conn,
+        )
+        .await?;
+    u64::try_from(epoch).map_err(|_| RESET_SALE.unexpected(vec![epoch]))
+}
+
+/// Reads a sale's hash; `None` when there is no such sale.
+pub async fn state(
+    conn: &mut Connection,
+    keys: &SaleKeys,
+) -> Result<Option<SaleState>, BackendError> {
+    let fields: Vec<Option<u64>> = redis::cmd("HMGET")
+        .arg(&keys.sale)
+        .arg(&[
+            "stock",
+            "initial_stock",
+            "sold",
+            "per_user_limit",
+            "orders",
+            "epoch",
+        ])
+        .query_async(conn)
+        .await?;
+    Ok(match fields.as_slice() {
+        [
+            Some(stock),
+            Some(initial_stock),
+            Some(sold),
+            Some(per_user_limit),
+            Some(orders),
+            Some(epoch),
+        ] => Some(SaleState {
+            stock: *stock,
+            initial_stock: *initial_stock,
+            sold: *sold,
+            per_user_limit: *per_user_limit,
+            orders: *orders,
+            epoch: *epoch,
+        }),
+        _ => None,
+    })
+}
+
+/// Every order of a sale, oldest first.
+pub async fn orders(
+    conn: &mut Connection,
+    keys: &SaleKeys,
+) -> Result<Vec<OrderEntry>, BackendError> {
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(&keys.orders)
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|(_, fields)| {
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(key, _)| key == name)
+                    .map(|(_, value)| value.clone())
+            };
+            Some(OrderEntry {
+                order_id: field("order_id")?,
+                user_id: field("user_id")?,
+                quantity: field("quantity")?.parse().ok()?,
+            })
+        })
+        .collect())
+}
+
+/// The order recorded under an Idempotency-Key, as `purchase.lua` wrote it:
+/// `(order_id, user_id, quantity, stock_left)`.
+pub async fn recorded_order(
+    conn: &mut Connection,
+    keys: &SaleKeys,
+    idempotency_key: &str,
+) -> Result<Option<(String, String, u64, u64)>, BackendError> {
+    let record: Option<String> = redis::cmd("HGET")
+        .arg(&keys.idempotency)
+        .arg(idempotency_key)
+        .query_async(conn)
+        .await?;
+    Ok(record.and_then(|record| {
+        let mut parts = record.split('|');
+        let order_id = parts.next()?.to_owned();
+        let user_id = parts.next()?.to_owned();
+        let quantity = parts.next()?.parse().ok()?;
+        let stock_left = parts.next()?.parse().ok()?;
+        Some((order_id, user_id, quantity, stock_left))
+    }))
+}
+
+/// Runs `rate_limit.lua` on one bucket.
+pub async fn rate_limit(
+    conn: &mut Connection,
+    bucket: &str,
+    interval_us: u64,
+    burst: u64,
+) -> Result<RateReply, BackendError> {
+    let reply = RATE_LIMIT
+        .run(
+            RATE_LIMIT.prepare().key(bucket).arg(interval_us).arg(burst),
+            conn,
+        )
+        .await?;
+    let field = |index: usize| {
+        reply
+            .get(index)
+            .and_then(|value| u64::try_from(*value).ok())
+    };
+    (|| {
+        Some(RateReply {
+            allowed: field(0)? == 1,
+            remaining: field(1)?,
+            retry_after_ms: field(2)?,
+            reset_ms: field(3)?,
+        })
+    })()
+    .ok_or_else(|| RATE_LIMIT.unexpected(reply.clone()))
+}
+
+fn int(reply: &[Value], index: usize) -> Option<i64> {
+    reply.get(index).and_then(as_int)
+}
+
+fn as_int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(number) => Some(*number),
+        _ => None,
+    }
+}
+
+fn text(reply: &[Value], index: usize) -> Option<String> {
+    match reply.get(index)? {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}

@@ -1,0 +1,238 @@
+//! Typed flash-sale inputs (`Sku`, `UserId`, `Quantity`, `IdempotencyKey`, `SaleTerms`) that can only be made by parsing.
+
+use std::fmt;
+
+use crate::locks::LockKey;
+
+/// The longest sku or user id.
+pub const MAX_NAME_LEN: usize = 64;
+/// The most units one purchase may ask for.
+pub const MAX_QUANTITY: u64 = 1_000;
+/// The largest stock a sale may have.
+pub const MAX_STOCK: u64 = 1_000_000_000;
+/// The longest Idempotency-Key.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
+
+/// Why a field of a sale request was refused, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {reason}")]
+pub struct InvalidInput {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl InvalidInput {
+    fn new(field: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Checks a sku or user id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`. No
+/// `:`, so `seckill:<sku>:<user>` names exactly one (sku, user) pair.
+fn name(field: &'static str, text: &str) -> Result<String, InvalidInput> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if text.is_empty() || text.len() > MAX_NAME_LEN || !text.chars().all(allowed) {
+        return Err(InvalidInput::new(
+            field,
+            format!("must be 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 . _ -"),
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// A sale's product code.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sku(String);
+
+impl Sku {
+    pub fn parse(text: &str) -> Result<Self, InvalidInput> {
+        name("sku", text).map(Self)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The lock a reset takes, so resets of one sale never overlap.
+    pub fn lock_key(&self) -> LockKey {
+        LockKey::parse(&format!("seckill:{}", self.0)).expect("a sku makes a valid lock key")
+    }
+}
+
+impl fmt::Display for Sku {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A buyer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UserId(String);
+
+impl UserId {
+    pub fn parse(text: &str) -> Result<Self, InvalidInput> {
+        name("user_id", text).map(Self)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Units in one purchase: 1 to [`MAX_QUANTITY`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quantity(u64);
+
+impl Quantity {
+    pub fn new(units: u64) -> Result<Self, InvalidInput> {
+        if (1..=MAX_QUANTITY).contains(&units) {
+            Ok(Self(units))
+        } else {
+            Err(InvalidInput::new(
+                "quantity",
+                format!("must be an integer from 1 to {MAX_QUANTITY}"),
+            ))
+        }
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// A client's name for one purchase attempt, so a retry buys nothing twice:
+/// 1 to 128 visible ASCII characters (a UUID is typical).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn parse(text: &str) -> Result<Self, InvalidInput> {
+        if text.is_empty()
+            || text.len() > MAX_IDEMPOTENCY_KEY_LEN
+            || !text.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(InvalidInput::new(
+                "Idempotency-Key",
+                format!("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"),
+            ));
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What a sale starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaleTerms {
+    stock: u64,
+    per_user_limit: u64,
+}
+
+impl SaleTerms {
+    pub fn new(stock: u64, per_user_limit: u64) -> Result<Self, InvalidInput> {
+        if stock > MAX_STOCK {
+            return Err(InvalidInput::new(
+                "stock",
+                format!("must be an integer from 0 to {MAX_STOCK}"),
+            ));
+        }
+        if !(1..=MAX_STOCK).contains(&per_user_limit) {
+            return Err(InvalidInput::new(
+                "per_user_limit",
+                format!("must be an integer from 1 to {MAX_STOCK}"),
+            ));
+        }
+        Ok(Self {
+            stock,
+            per_user_limit,
+        })
+    }
+
+    pub fn stock(self) -> u64 {
+        self.stock
+    }
+
+    pub fn per_user_limit(self) -> u64 {
+        self.per_user_limit
+    }
+}
+
+/// One purchase attempt, parsed.
+#[derive(Debug, Clone)]
+pub struct OrderRequest {
+    pub sku: Sku,
+    pub user: UserId,
+    pub quantity: Quantity,
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+impl OrderRequest {
+    /// The per-(sku, user) lock a purchase runs under; a client may take it
+    /// with `POST /locks` too (the README names it).
+    pub fn lock_key(&self) -> LockKey {
+        LockKey::parse(&format!("seckill:{}:{}", self.sku, self.user))
+            .expect("a sku and a user id make a valid lock key")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_take_the_lock_alphabet_without_colons() {
+        assert!(Sku::parse("phone-2026.red_XL").is_ok());
+        assert!(Sku::parse(&"s".repeat(MAX_NAME_LEN)).is_ok());
+        for bad in ["", "a:b", "a b", "é", "a/b", &"s".repeat(MAX_NAME_LEN + 1)] {
+            assert_eq!(Sku::parse(bad).unwrap_err().field, "sku", "{bad:?}");
+            assert_eq!(UserId::parse(bad).unwrap_err().field, "user_id", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_longest_sku_and_user_still_make_a_lock_key() {
+        let order = OrderRequest {
+            sku: Sku::parse(&"s".repeat(MAX_NAME_LEN)).unwrap(),
+            user: UserId::parse(&"u".repeat(MAX_NAME_LEN)).unwrap(),
+            quantity: Quantity::new(1).unwrap(),
+            idempotency_key: None,
+        };
+        assert!(order.lock_key().as_str().starts_with("seckill:s"));
+    }
+
+    #[test]
+    fn quantities_stock_and_limits_stay_in_range() {
+        assert!(Quantity::new(0).is_err());
+        assert!(Quantity::new(MAX_QUANTITY + 1).is_err());
+        assert_eq!(Quantity::new(2).unwrap().get(), 2);
+        assert!(SaleTerms::new(0, 1).is_ok());
+        assert_eq!(SaleTerms::new(MAX_STOCK + 1, 1).unwrap_err().field, "stock");
+        assert_eq!(SaleTerms::new(10, 0).unwrap_err().field, "per_user_limit");
+    }
+
+    #[test]
+    fn idempotency_keys_are_visible_ascii() {
+        assert!(IdempotencyKey::parse("0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b").is_ok());
+        for bad in [
+            "",
+            "has space",
+            "tab\t",
+            "ü",
+            &"k".repeat(MAX_IDEMPOTENCY_KEY_LEN + 1),
+        ] {
+            assert!(IdempotencyKey::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The flash sale: purchases admitted by one Lua script under the per-(sku, user) lock, rate-limited per user across instances.
+//!
+//! A purchase goes: sold-out flag (answered from memory once the sale's
+//! stock is gone) → rate limit (GCRA in Redis, per user and optionally per
+//! client address) → the per-(sku, user) lock, taken like `POST /locks` →
+//! `purchase.lua`, which checks the idempotency key, stock and cap,
+//! decrements and records the order in one atomic step → release. The
+//! script alone makes overselling impossible; the lock keeps one user's
+//! concurrent requests from racing each other for the rate limit and cap.
+
+mod inputs;
+mod rate;
+mod sold_out;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use inputs::{
+    IdempotencyKey, InvalidInput, MAX_NAME_LEN, MAX_QUANTITY, MAX_STOCK, OrderRequest, Quantity,
+    SaleTerms, Sku, UserId,
+};
+pub use rate::{RateDecision, RatePolicy};
+use sold_out::SoldOutFlags;
+
+use crate::locks::{AcquireRequest, LockError, LockKey, Locks, Ttl, WaitTime};
+use crate::redis::pubsub::Subscriber;
+use crate::redis::seckill::{self as scripts, OrderEntry, PurchaseReply, RecordedOrder, SaleKeys};
+use crate::redis::{BackendError, Redis};
+
+/// How long the per-user and per-sale locks are leased. They are released as
+/// soon as the script has run; the lease only matters if a gateway dies
+/// holding one.
+const SALE_LOCK_TTL: Duration = Duration::from_secs(5);
+/// How long a reset waits for another reset of the same sale.
+const RESET_LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// The deployment's flash-sale settings.
+#[derive(Debug, Clone, Copy)]
+pub struct SaleSettings {
+    pub per_user: Option<RatePolicy>,
+    pub per_client: Option<RatePolicy>,
+    /// How long a purchase waits for its user's lock.
+    pub lock_wait: Duration,
+}
+
+/// A sale's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sale {
+    pub sku: Sku,
+    pub stock: u64,
+    pub initial_stock: u64,
+    pub sold: u64,
+    pub per_user_limit: u64,
+    pub orders: u64,
+}
+
+/// A recorded order, as a purchase answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    pub order_id: String,
+    pub sku: Sku,
+    pub user: UserId,
+    pub quantity: u64,
+    pub stock_left: u64,
+}
+
+/// A purchase that went through, now or earlier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Purchase {
+    Created(Order),
+    /// The same Idempotency-Key and body again: the original order.
+    Replayed(Order),
+}
+
+/// The sale's own answers when a purchase (or a read) cannot go through.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("there is no sale {sku}")]
+    NotFound { sku: Sku },
+    #[error("{sku} has not enough stock left")]
+    SoldOut { sku: Sku },
+    #[error("{user} would exceed the limit of {sku} per user")]
+    LimitExceeded { sku: Sku, user: UserId },
+    #[error("this Idempotency-Key was used for a different purchase")]
+    KeyReused,
+    #[error("too many purchase requests; retry later")]
+    RateLimited(RateDecision),
+}
+
+/// Why a sale operation did not happen: the sale refused, or the lock (or
+/// Redis behind it) did.
+#[derive(Debug, thiserror::Error)]
+pub enum SaleError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+impl From<BackendError> for SaleError {
+    fn from(err: BackendError) -> Self {
+        Self::Lock(err.into())
+    }
+}
+
+/// A purchase's outcome, and the rate-limit answer to send with it.
+#[derive(Debug)]
+pub struct Checkout {
+    pub result: Result<Purchase, SaleError>,
+    pub rate: Option<RateDecision>,
+}
+
+/// The flash-sale operations of one gateway instance.
+#[derive(Clone)]
+pub struct Sales {
+    redis: Redis,
+    locks: Locks,
+    prefix: Arc<str>,
+    flags: Arc<SoldOutFlags>,
+    settings: SaleSettings,
+}
+
+impl Sales {
+    /// Sets up the sales, listening for resets made on any instance.
+    pub fn new(
+        redis: Redis,
+        locks: Locks,
+        prefix: &str,
+        subscriber: &Subscriber,
+        settings: SaleSettings,
+    ) -> Self {
+        let flags = Arc::new(SoldOutFlags::new(format!("{prefix}sale-resets")));
+        subscriber.listen(flags.clone());
+        // The confirmation is not awaited: until it comes, a reset elsewhere
+        // could go unheard, but no purchase has marked anything sold out yet.
+        drop(subscriber.subscribe(flags.channel()));
+        Self {
+            redis,
+            locks,
+            prefix: prefix.into(),
+            flags,
+            settings,
+        }
+    }
+
+    fn keys(&self, sku: &Sku) -> SaleKeys {
+        SaleKeys::new(&self.prefix, sku.as_str())
+    }
+
+    /// Creates or resets a sale under its own lock, so two resets never
+    /// overlap; the old sale's orders, counts and idempotency records go.
+    pub async fn reset(&self, sku: &Sku, terms: SaleTerms) -> Result<Sale, SaleError> {
+        let key = sku.lock_key();
+        let keys = self.keys(sku);
+        let channel = self.flags.channel();
+        let reset = self
+            .under_lock(key, WaitTime::fixed(RESET_LOCK_WAIT), async {
+                let mut conn = self.redis.connection().await?;
+                let epoch = scripts::reset(
+                    &mut conn,
+                    &keys,
+                    terms.stock(),
+                    terms.per_user_limit(),
+                    channel,
+                    sku.as_str(),
+                )
+                .await?;
+                Ok::<_, SaleError>(epoch)
+            })
+            .await?;
+        // Not left to the message alone: this instance knows at once.
+        self.flags.reset(sku.as_str(), reset);
+        self.sale(sku).await
+    }
+
+    pub async fn sale(&self, sku: &Sku) -> Result<Sale, SaleError> {
+        let mut conn = self.redis.connection().await?;
+        let state = scripts::state(&mut conn, &self.keys(sku))
+            .await?
+            .ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?;
+        Ok(Sale {
+            sku: sku.clone(),
+            stock: state.stock,
+            initial_stock: state.initial_stock,
+            sold: state.sold,
+            per_user_limit: state.per_user_limit,
+            orders: state.orders,
+        })
+    }
+
+    /// The sale's recorded orders, oldest first; one user's when `user` is given.
+    pub async fn orders(
+        &self,
+        sku: &Sku,
+        user: Option<&UserId>,
+    ) -> Result<Vec<OrderEntry>, SaleError> {
+        let mut conn = self.redis.connection().await?;
+        let keys = self.keys(sku);
+        if scripts::state(&mut conn, &keys).await?.is_none() {
+            return Err(Refusal::NotFound { sku: sku.clone() }.into());
+        }
+        let mut orders = scripts::orders(&mut conn, &keys).await?;
+        if let Some(user) = user {
+            orders.retain(|order| order.user_id == user.as_str());
+        }
+        Ok(orders)
+    }
+
+    /// Buys, or replays an earlier purchase with the same Idempotency-Key.
+    pub async fn checkout(&self, order: OrderRequest, client: Option<IpAddr>) -> Checkout {
+        if self.flags.is_sold_out(order.sku.as_str()) {
+            return Checkout {
+                result: self.answer_sold_out(&order).await,
+                rate: None,
+            };
+        }
+        let rate = match self.admit(&order.user, client).await {
+            Ok(rate) => rate,
+            Err(err) => {
+                return Checkout {
+                    result: Err(err),
+                    rate: None,
+                };
+            }
+        };
+        let result = match rate {
+            Some(decision) if !decision.allowed => Err(Refusal::RateLimited(decision).into()),
+            _ => {
+                let wait = WaitTime::fixed(self.settings.lock_wait);
+                self.under_lock(order.lock_key(), wait, self.purchase(&order))
+                    .await
+            }
+        };
+        Checkout { result, rate }
+    }
+
+    /// Counts the request against the per-client and per-user quotas; the
+    /// answer to send is the refusing one, else the per-user one.
+    async fn admit(
+        &self,
+        user: &UserId,
+        client: Option<IpAddr>,
+    ) -> Result<Option<RateDecision>, SaleError> {
+        if let (Some(policy), Some(client)) = (self.settings.per_client, client) {
+            let decision = self.count(policy, &format!("client:{client}")).await?;
+            if !decision.allowed {
+                return Ok(Some(decision));
+            }
+        }
+        match self.settings.per_user {
+            Some(policy) => Ok(Some(self.count(policy, &format!("user:{user}")).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn count(&self, policy: RatePolicy, bucket: &str) -> Result<RateDecision, SaleError> {
+        let mut conn = self.redis.connection().await?;
+        // Hash-tagged by the whole bucket, so buckets spread over a cluster.
+        let key = format!("{}rate:{{{bucket}}}", self.prefix);
+        let reply =
+            scripts::rate_limit(&mut conn, &key, policy.interval_us(), policy.burst()).await?;
+        Ok(RateDecision {
+            policy,
+            allowed: reply.allowed,
+            remaining: reply.remaining,
+            retry_after: Duration::from_millis(reply.retry_after_ms),
+            reset: Duration::from_millis(reply.reset_ms),
+        })
+    }
+
+    /// Runs `work` holding the lock `key`, taken and released through the
+    /// lock module like any client's. If this future is dropped midway (the
+    /// client went away), the lock's handover releases it.
+    async fn under_lock<T>(
+        &self,
+        key: LockKey,
+        wait: WaitTime,
+        work: impl Future<Output = Result<T, SaleError>>,
+    ) -> Result<T, SaleError> {
+        let request = AcquireRequest {
+            key: key.clone(),
+            ttl: Ttl::fixed(SALE_LOCK_TTL),
+            wait,
+            token: None,
+        };
+        let mut lease = self.locks.acquire(request).await?;
+        let handover = lease.handover.take();
+        let result = work.await;
+        if let Err(err) = self.locks.release(&key, &lease.token).await {
+            tracing::warn!(%key, error = %err, "could not release a sale lock; its lease will expire");
+        }
+        if let Some(handover) = handover {
+            handover.complete();
+        }
+        result
+    }
+
+    async fn purchase(&self, order: &OrderRequest) -> Result<Purchase, SaleError> {
+        let mut conn = self.redis.connection().await?;
+        let order_id = uuid::Uuid::new_v4().to_string();
+        let reply = scripts::purchase(
+            &mut conn,
+            &self.keys(&order.sku),
+            order.user.as_str(),
+            order.quantity.get(),
+            order.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+            &order_id,
+        )
+        .await?;
+        let sku = order.sku.as_str();
+        let outcome = match reply {
+            PurchaseReply::Ordered(recorded) => {
+                if recorded.stock_left == 0 {
+                    self.flags.mark_sold_out(sku, recorded.epoch);
+                }
+                Ok(Purchase::Created(order.recorded(recorded)))
+            }
+            PurchaseReply::Replayed(recorded) => Ok(Purchase::Replayed(order.recorded(recorded))),
+            PurchaseReply::SoldOut { stock, epoch } => {
+                if stock == 0 {
+                    self.flags.mark_sold_out(sku, epoch);
+                }
+                Err(Refusal::SoldOut {
+                    sku: order.sku.clone(),
+                })
+            }
+            PurchaseReply::LimitExceeded { .. } => Err(Refusal::LimitExceeded {
+                sku: order.sku.clone(),
+                user: order.user.clone(),
+            }),
+            PurchaseReply::NoSale => Err(Refusal::NotFound {
+                sku: order.sku.clone(),
+            }),
+            PurchaseReply::KeyReused => Err(Refusal::KeyReused),
+        };
+        Ok(outcome?)
+    }
+
+    /// The answer once this instance knows the sale is sold out: without an
+    /// Idempotency-Key, straight from memory; with one, after a single read
+    /// to tell a replay of an earlier purchase (answered with its order) from
+    /// a new attempt.
+    async fn answer_sold_out(&self, order: &OrderRequest) -> Result<Purchase, SaleError> {
+        let sold_out = || {
+            SaleError::from(Refusal::SoldOut {
+                sku: order.sku.clone(),
+            })
+        };
+        let Some(key) = &order.idempotency_key else {
+            return Err(sold_out());
+        };
+        let mut conn = self.redis.connection().await?;
+        match scripts::recorded_order(&mut conn, &self.keys(&order.sku), key.as_str()).await? {
+            None => Err(sold_out()),
+            Some((order_id, user, quantity, stock_left))
+                if user == order.user.as_str() && quantity == order.quantity.get() =>
+            {
+                Ok(Purchase::Replayed(order.recorded(RecordedOrder {
+                    order_id,
+                    quantity,
+                    stock_left,
+                    epoch: 0,
+                })))
+            }
+            Some(_) => Err(Refusal::KeyReused.into()),
+        }
+    }
+}
+
+impl OrderRequest {
+    fn recorded(&self, recorded: RecordedOrder) -> Order {
+        Order {
+            order_id: recorded.order_id,
+            sku: self.sku.clone(),
+            user: self.user.clone(),
+            quantity: recorded.quantity,
+            stock_left: recorded.stock_left,
+        }
+    }
+}

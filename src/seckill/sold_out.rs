@@ -1,0 +1,129 @@
+//! Per-instance sold-out flags, tied to each sale's epoch and cleared on every instance by a reset message.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::redis::pubsub::Listener;
+
+/// What this instance knows of each sale: the newest epoch it has seen, and
+/// whether that epoch sold out. A flag from an older epoch never survives a
+/// newer reset, even if the two arrive out of order.
+pub struct SoldOutFlags {
+    channel: String,
+    sales: Mutex<HashMap<String, Known>>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Known {
+    epoch: u64,
+    sold_out: bool,
+}
+
+impl SoldOutFlags {
+    /// Flags fed by resets published on `channel` (`<sku> <epoch>`).
+    pub fn new(channel: String) -> Self {
+        Self {
+            channel,
+            sales: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    pub fn is_sold_out(&self, sku: &str) -> bool {
+        self.lock().get(sku).is_some_and(|known| known.sold_out)
+    }
+
+    /// The sale's stock ran out in `epoch`.
+    pub fn mark_sold_out(&self, sku: &str, epoch: u64) {
+        let mut sales = self.lock();
+        let known = sales.entry(sku.to_owned()).or_default();
+        if epoch >= known.epoch {
+            *known = Known {
+                epoch,
+                sold_out: true,
+            };
+        }
+    }
+
+    /// The sale was reset to `epoch`: whatever sold out before no longer has.
+    pub fn reset(&self, sku: &str, epoch: u64) {
+        let mut sales = self.lock();
+        let known = sales.entry(sku.to_owned()).or_default();
+        if epoch >= known.epoch {
+            *known = Known {
+                epoch,
+                sold_out: false,
+            };
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
+        // Every change is one assignment, so a poisoned map is still sound.
+        self.sales
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Listener for SoldOutFlags {
+    fn channels(&self) -> Vec<String> {
+        vec![self.channel.clone()]
+    }
+
+    fn message(&self, channel: &str, payload: &[u8]) {
+        if channel != self.channel {
+            return;
+        }
+        let text = String::from_utf8_lossy(payload);
+        if let Some((sku, epoch)) = text.split_once(' ')
+            && let Ok(epoch) = epoch.parse()
+        {
+            self.reset(sku, epoch);
+        }
+    }
+
+    fn reconnected(&self) {
+        // A reset may have been missed while disconnected: forget every flag
+        // (the next purchase of each sale asks Redis again).
+        for known in self.lock().values_mut() {
+            known.sold_out = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reset_clears_the_flag_of_its_epoch_and_older() {
+        let flags = SoldOutFlags::new("resets".into());
+        flags.mark_sold_out("tv", 1);
+        assert!(flags.is_sold_out("tv"));
+        flags.message("resets", b"tv 2");
+        assert!(!flags.is_sold_out("tv"));
+    }
+
+    #[test]
+    fn a_sold_out_answer_from_before_a_reset_does_not_flag_the_new_sale() {
+        let flags = SoldOutFlags::new("resets".into());
+        flags.reset("tv", 3);
+        flags.mark_sold_out("tv", 2);
+        assert!(!flags.is_sold_out("tv"));
+        flags.mark_sold_out("tv", 3);
+        assert!(flags.is_sold_out("tv"));
+    }
+
+    #[test]
+    fn a_reconnect_forgets_every_flag_and_other_channels_are_ignored() {
+        let flags = SoldOutFlags::new("resets".into());
+        flags.mark_sold_out("tv", 1);
+        flags.message("lockgate:released:{tv}", b"tv 9");
+        assert!(flags.is_sold_out("tv"));
+        flags.reconnected();
+        assert!(!flags.is_sold_out("tv"));
+    }
+}

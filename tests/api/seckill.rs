@@ -1,0 +1,724 @@
+//! The flash sale across several gateway instances: no oversell, caps, idempotency, rate limits, resets, and the lock it runs under.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::helpers::{RedisServer, TestApp, assert_problem, eventually};
+
+const ADMIN: &str = "admin-s3cret";
+
+impl TestApp {
+    /// A gateway with the admin token and the given extra flags.
+    async fn spawn_sale(redis: &RedisServer, flags: &[&str]) -> Self {
+        let mut all = vec!["--admin-token", ADMIN];
+        all.extend_from_slice(flags);
+        Self::spawn_with(redis, &all).await
+    }
+
+    async fn reset_sale(&self, sku: &str, stock: u64, per_user_limit: u64) -> Value {
+        let response = self
+            .http
+            .put(self.url(&format!("/seckill/{sku}")))
+            .bearer_auth(ADMIN)
+            .json(&json!({"stock": stock, "per_user_limit": per_user_limit}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
+    async fn buy(&self, sku: &str, user: &str, quantity: u64, key: Option<&str>) -> Response {
+        let mut request = self
+            .http
+            .post(self.url(&format!("/seckill/{sku}/orders")))
+            .json(&json!({"user_id": user, "quantity": quantity}));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.unwrap()
+    }
+
+    async fn sale(&self, sku: &str) -> Value {
+        self.get(&format!("/seckill/{sku}"))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn orders(&self, sku: &str) -> Vec<Value> {
+        let list: Value = self
+            .get(&format!("/seckill/{sku}/orders"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        list["orders"].as_array().unwrap().clone()
+    }
+}
+
+/// Three instances on one Redis, with rate limits out of the way.
+async fn three_instances(redis: &RedisServer) -> Vec<Arc<TestApp>> {
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        apps.push(Arc::new(
+            TestApp::spawn_sale(
+                redis,
+                &["--seckill-rate", "10000", "--seckill-burst", "10000"],
+            )
+            .await,
+        ));
+    }
+    apps
+}
+
+/// Redis's count of every command it has run.
+async fn redis_commands(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// What a client saw, for checking against the sale afterwards.
+#[derive(Default)]
+struct Seen {
+    /// order_id -> (user, quantity), from every 201.
+    created: HashMap<String, (String, u64)>,
+    /// Idempotency-Key -> (order_id, user, quantity) of each 201, for replays.
+    by_key: HashMap<String, (String, String, u64)>,
+    replays: usize,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_attempts_on_three_instances_sell_exactly_the_stock() {
+    const USERS: u64 = 500;
+    const ATTEMPTS: u64 = 3_000;
+    const CLIENTS: u64 = 64;
+    let redis = RedisServer::start().await;
+    let apps = three_instances(&redis).await;
+    apps[0].reset_sale("phone", 100, 2).await;
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let running = Arc::new(AtomicBool::new(true));
+    // Samples the sale throughout: the invariant must hold at every moment.
+    let sampler = {
+        let (app, running) = (apps[1].clone(), running.clone());
+        tokio::spawn(async move {
+            let mut samples = 0;
+            while running.load(Ordering::Relaxed) {
+                let sale = app.sale("phone").await;
+                let (stock, sold) = (
+                    sale["stock"].as_i64().unwrap(),
+                    sale["sold"].as_i64().unwrap(),
+                );
+                assert!(stock >= 0, "{sale}");
+                assert_eq!(stock + sold, 100, "{sale}");
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            samples
+        })
+    };
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let (apps, seen) = (apps.clone(), seen.clone());
+            tokio::spawn(async move {
+                let mut mine: Vec<(String, String, String, u64)> = Vec::new();
+                for attempt in (client..ATTEMPTS).step_by(CLIENTS as usize) {
+                    let app = &apps[(attempt % 3) as usize];
+                    // Every fifth attempt replays one of this client's orders.
+                    if attempt % 5 == 4 && !mine.is_empty() {
+                        let (key, order_id, user, quantity) =
+                            &mine[(attempt as usize) % mine.len()];
+                        let response = app.buy("phone", user, *quantity, Some(key)).await;
+                        assert_eq!(response.status(), StatusCode::OK, "a replay bought again");
+                        let body: Value = response.json().await.unwrap();
+                        assert_eq!(
+                            &body["order_id"],
+                            order_id.as_str(),
+                            "a replay got another order"
+                        );
+                        seen.lock().await.replays += 1;
+                        continue;
+                    }
+                    let user = format!("user-{}", (attempt * 7919) % USERS);
+                    let quantity = 1 + attempt % 2;
+                    let key = format!("attempt-{attempt}");
+                    let response = app.buy("phone", &user, quantity, Some(&key)).await;
+                    match response.status() {
+                        StatusCode::CREATED => {
+                            let body: Value = response.json().await.unwrap();
+                            let order_id = body["order_id"].as_str().unwrap().to_owned();
+                            let mut seen = seen.lock().await;
+                            seen.created
+                                .insert(order_id.clone(), (user.clone(), quantity));
+                            seen.by_key
+                                .insert(key.clone(), (order_id.clone(), user.clone(), quantity));
+                            mine.push((key, order_id, user, quantity));
+                        }
+                        StatusCode::CONFLICT => {
+                            let body: Value = response.json().await.unwrap();
+                            let slug = body["type"].as_str().unwrap();
+                            assert!(
+                                ["/problems/sold-out", "/problems/limit-exceeded"].contains(&slug),
+                                "{body}"
+                            );
+                        }
+                        other => panic!("unexpected {other}: {}", response.text().await.unwrap()),
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    running.store(false, Ordering::Relaxed);
+    assert!(sampler.await.unwrap() > 0);
+
+    let seen = seen.lock().await;
+    let sale = apps[2].sale("phone").await;
+    assert_eq!(
+        (sale["sold"].as_u64(), sale["stock"].as_u64()),
+        (Some(100), Some(0)),
+        "{sale}"
+    );
+    let orders = apps[0].orders("phone").await;
+    let recorded: HashMap<String, (String, u64)> = orders
+        .iter()
+        .map(|order| {
+            (
+                order["order_id"].as_str().unwrap().to_owned(),
+                (
+                    order["user_id"].as_str().unwrap().to_owned(),
+                    order["quantity"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(
+        recorded.len(),
+        orders.len(),
+        "an order id was recorded twice"
+    );
+    assert_eq!(recorded, seen.created, "the stream and the 201s disagree");
+    assert_eq!(
+        recorded.values().map(|(_, quantity)| quantity).sum::<u64>(),
+        100
+    );
+    let mut per_user: HashMap<&str, u64> = HashMap::new();
+    for (user, quantity) in recorded.values() {
+        *per_user.entry(user).or_default() += quantity;
+    }
+    assert!(per_user.values().all(|bought| *bought <= 2), "{per_user:?}");
+    assert!(seen.replays > 100, "only {} replays", seen.replays);
+}
+
+#[tokio::test]
+async fn twenty_simultaneous_purchases_by_one_user_buy_exactly_the_cap() {
+    let redis = RedisServer::start().await;
+    let apps = three_instances(&redis).await;
+    apps[0].reset_sale("lamp", 100, 2).await;
+
+    let attempts: Vec<_> = (0..20)
+        .map(|attempt| {
+            let app = apps[attempt % 3].clone();
+            tokio::spawn(async move { app.buy("lamp", "eager", 1, None).await.status() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for attempt in attempts {
+        statuses.push(attempt.await.unwrap());
+    }
+
+    let bought = statuses
+        .iter()
+        .filter(|status| **status == StatusCode::CREATED)
+        .count();
+    assert_eq!(bought, 2, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| [StatusCode::CREATED, StatusCode::CONFLICT].contains(s))
+    );
+    assert_eq!(apps[0].sale("lamp").await["sold"], 2);
+}
+
+#[tokio::test]
+async fn the_rate_limit_holds_across_instances_and_only_for_that_user() {
+    let redis = RedisServer::start().await;
+    let flags = ["--seckill-rate", "2", "--seckill-burst", "5"];
+    let apps = [
+        TestApp::spawn_sale(&redis, &flags).await,
+        TestApp::spawn_sale(&redis, &flags).await,
+        TestApp::spawn_sale(&redis, &flags).await,
+    ];
+    apps[0].reset_sale("book", 1_000, 1_000).await;
+
+    let mut statuses = Vec::new();
+    let mut refused = None;
+    for attempt in 0..9 {
+        let response = apps[attempt % 3].buy("book", "hasty", 1, None).await;
+        statuses.push(response.status());
+        assert_eq!(
+            response.headers()["ratelimit-policy"],
+            "\"seckill\";q=5;w=3"
+        );
+        if response.status() == StatusCode::TOO_MANY_REQUESTS && refused.is_none() {
+            refused = Some(response);
+        }
+    }
+    assert_eq!(&statuses[..5], &[StatusCode::CREATED; 5], "{statuses:?}");
+    assert!(
+        statuses[5..]
+            .iter()
+            .all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+
+    let refused = refused.unwrap();
+    let retry_after: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3).contains(&retry_after), "Retry-After {retry_after}");
+    let limit = refused.headers()["ratelimit"].to_str().unwrap().to_owned();
+    let (remaining, reset) = parse_rate_limit(&limit);
+    assert_eq!(remaining, 0, "{limit}");
+    assert!((1..=3).contains(&reset), "{limit}");
+    let body = assert_problem(refused, 429, "rate-limited").await;
+    assert!(body["retry_after_ms"].as_u64().unwrap() <= 1_000, "{body}");
+
+    let other = apps[1].buy("book", "patient", 1, None).await;
+    assert_eq!(other.status(), StatusCode::CREATED);
+    let (remaining, _) = parse_rate_limit(other.headers()["ratelimit"].to_str().unwrap());
+    assert_eq!(remaining, 4);
+
+    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+    assert_eq!(
+        apps[2].buy("book", "hasty", 1, None).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(apps[0].sale("book").await["sold"], 7);
+}
+
+/// `"seckill";r=<remaining>;t=<seconds>` -> (remaining, seconds).
+fn parse_rate_limit(header: &str) -> (u64, u64) {
+    let field = |name: &str| -> u64 {
+        header
+            .split(';')
+            .find_map(|part| part.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {header}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(header.starts_with("\"seckill\";"), "{header}");
+    (field("r"), field("t"))
+}
+
+#[tokio::test]
+async fn a_sold_out_sale_answers_from_memory_until_a_reset_on_any_instance() {
+    let redis = RedisServer::start().await;
+    let apps = three_instances(&redis).await;
+    apps[0].reset_sale("ticket", 1, 1).await;
+    assert_eq!(
+        apps[0].buy("ticket", "first", 1, None).await.status(),
+        StatusCode::CREATED
+    );
+    for app in &apps[1..] {
+        assert_problem(app.buy("ticket", "late", 1, None).await, 409, "sold-out").await;
+    }
+
+    // Every instance now knows: a purchase without an Idempotency-Key runs
+    // no Redis command at all.
+    let before = redis_commands(&redis).await;
+    for app in &apps {
+        assert_problem(app.buy("ticket", "later", 1, None).await, 409, "sold-out").await;
+    }
+    assert_eq!(
+        redis_commands(&redis).await,
+        before,
+        "a sold-out purchase touched Redis"
+    );
+
+    let sale = apps[2].reset_sale("ticket", 3, 1).await;
+    assert_eq!(sale["stock"], 3);
+    for (app, user) in apps.iter().zip(["a", "b", "c"]) {
+        let bought = eventually(Duration::from_secs(2), || async {
+            app.buy("ticket", user, 1, None).await.status() == StatusCode::CREATED
+        })
+        .await;
+        assert!(bought, "an instance still answers sold out after the reset");
+    }
+    let sale = apps[0].sale("ticket").await;
+    assert_eq!(
+        (sale["sold"].as_u64(), sale["initial_stock"].as_u64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(
+        apps[1].orders("ticket").await.len(),
+        3,
+        "old orders survived the reset"
+    );
+}
+
+#[tokio::test]
+async fn a_replay_after_the_sale_sold_out_still_returns_the_original_order() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("watch", 1, 1).await;
+    let first: Value = app
+        .buy("watch", "w", 1, Some("key-1"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_problem(
+        app.buy("watch", "x", 1, Some("key-2")).await,
+        409,
+        "sold-out",
+    )
+    .await;
+
+    let replay = app.buy("watch", "w", 1, Some("key-1")).await;
+    assert_eq!(replay.status(), StatusCode::OK);
+    let replayed: Value = replay.json().await.unwrap();
+    assert_eq!(replayed, first);
+    assert_problem(
+        app.buy("watch", "w", 2, Some("key-1")).await,
+        422,
+        "idempotency-key-reused",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_reset_clears_the_old_sales_orders_counts_and_keys() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("bike", 10, 1).await;
+    let old: Value = app
+        .buy("bike", "rider", 1, Some("ride-1"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_problem(
+        app.buy("bike", "rider", 1, None).await,
+        409,
+        "limit-exceeded",
+    )
+    .await;
+
+    app.reset_sale("bike", 5, 1).await;
+
+    // The key is free again: the same request is a new purchase.
+    let again = app.buy("bike", "rider", 1, Some("ride-1")).await;
+    assert_eq!(again.status(), StatusCode::CREATED);
+    let new: Value = again.json().await.unwrap();
+    assert_ne!(new["order_id"], old["order_id"]);
+    assert_eq!(new["stock_left"], 4);
+    let orders = app.orders("bike").await;
+    assert_eq!(orders.len(), 1);
+    let mine: Value = app
+        .get("/seckill/bike/orders?user_id=rider")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["orders"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_purchase_waits_for_its_users_lock_and_proceeds_when_it_is_released() {
+    let redis = RedisServer::start().await;
+    let app = Arc::new(TestApp::spawn_sale(&redis, &[]).await);
+    app.reset_sale("desk", 10, 5).await;
+    let held = app.take("seckill:desk:ada", 30_000).await;
+
+    let buyer = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let response = app.buy("desk", "ada", 1, None).await;
+            (response.status(), Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !buyer.is_finished(),
+        "the purchase did not wait for the user's lock"
+    );
+    assert_eq!(app.sale("desk").await["sold"], 0);
+    // Another user is not held up.
+    assert_eq!(
+        app.buy("desk", "bob", 1, None).await.status(),
+        StatusCode::CREATED
+    );
+
+    let released_at = Instant::now();
+    app.release("seckill:desk:ada", &held.token).await;
+    let (status, answered) = buyer.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(answered - released_at < Duration::from_millis(200));
+    assert_eq!(app.sale("desk").await["sold"], 2);
+}
+
+#[tokio::test]
+async fn a_purchase_whose_lock_stays_held_answers_lock_held() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &["--seckill-lock-wait-ms", "300"]).await;
+    app.reset_sale("desk", 10, 5).await;
+    app.take("seckill:desk:ada", 30_000).await;
+
+    let started = Instant::now();
+    let response = app.buy("desk", "ada", 1, None).await;
+
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_problem(response, 409, "lock-held").await;
+    assert_eq!(app.sale("desk").await["sold"], 0);
+}
+
+#[tokio::test]
+async fn every_bad_sale_request_gets_its_documented_4xx() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("kit", 10, 2).await;
+    let put = |body: Value, token: Option<&str>| {
+        let mut request = app.http.put(app.url("/seckill/kit")).json(&body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let buy = |body: &str| {
+        app.http
+            .post(app.url("/seckill/kit/orders"))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+    };
+
+    let admin = Some(ADMIN);
+    let terms = json!({"stock": 5, "per_user_limit": 1});
+    let unauthorized =
+        assert_problem(put(terms.clone(), None).await.unwrap(), 401, "unauthorized").await;
+    assert!(unauthorized["detail"].is_string());
+    assert_problem(
+        put(terms.clone(), Some("guess")).await.unwrap(),
+        403,
+        "forbidden",
+    )
+    .await;
+    let cases: Vec<(Response, u16, &str, Option<&str>)> = vec![
+        (
+            put(json!({"stock": -1, "per_user_limit": 1}), admin)
+                .await
+                .unwrap(),
+            422,
+            "invalid-field",
+            Some("stock"),
+        ),
+        (
+            put(json!({"stock": 5, "per_user_limit": 0}), admin)
+                .await
+                .unwrap(),
+            422,
+            "invalid-field",
+            Some("per_user_limit"),
+        ),
+        (
+            put(json!({"stock": 5}), admin).await.unwrap(),
+            400,
+            "malformed-body",
+            None,
+        ),
+        (
+            put(json!({"stock": "5", "per_user_limit": 1}), admin)
+                .await
+                .unwrap(),
+            400,
+            "malformed-body",
+            None,
+        ),
+        (
+            put(json!({"stock": 2e9, "per_user_limit": 1}), admin)
+                .await
+                .unwrap(),
+            422,
+            "invalid-field",
+            Some("stock"),
+        ),
+        (
+            buy(r#"{"user_id": "u", "quantity": 0}"#).await.unwrap(),
+            422,
+            "invalid-field",
+            Some("quantity"),
+        ),
+        (
+            buy(r#"{"user_id": "u", "quantity": -3}"#).await.unwrap(),
+            422,
+            "invalid-field",
+            Some("quantity"),
+        ),
+        (
+            buy(r#"{"user_id": "u", "quantity": 1.5}"#).await.unwrap(),
+            422,
+            "invalid-field",
+            Some("quantity"),
+        ),
+        (
+            buy(r#"{"user_id": "u", "quantity": 1000000000000}"#)
+                .await
+                .unwrap(),
+            422,
+            "invalid-field",
+            Some("quantity"),
+        ),
+        (
+            buy(r#"{"user_id": "u", "quantity": "1"}"#).await.unwrap(),
+            400,
+            "malformed-body",
+            None,
+        ),
+        (
+            buy(r#"{"quantity": 1}"#).await.unwrap(),
+            400,
+            "malformed-body",
+            None,
+        ),
+        (
+            buy(r#"{"user_id": "a:b"}"#).await.unwrap(),
+            422,
+            "invalid-field",
+            Some("user_id"),
+        ),
+        (
+            buy(r#"{"user_id": ""}"#).await.unwrap(),
+            422,
+            "invalid-field",
+            Some("user_id"),
+        ),
+        (
+            buy(r#"{"user_id": "u", "extra": 1}"#).await.unwrap(),
+            400,
+            "malformed-body",
+            None,
+        ),
+        (buy("not json").await.unwrap(), 400, "malformed-body", None),
+        (
+            app.http
+                .post(app.url("/seckill/kit/orders"))
+                .body(r#"{"user_id": "u"}"#)
+                .send()
+                .await
+                .unwrap(),
+            415,
+            "unsupported-media-type",
+            None,
+        ),
+        (
+            app.http
+                .post(app.url("/seckill/kit/orders"))
+                .header("Idempotency-Key", "has space")
+                .json(&json!({"user_id": "u"}))
+                .send()
+                .await
+                .unwrap(),
+            422,
+            "invalid-field",
+            Some("Idempotency-Key"),
+        ),
+        (
+            app.buy("nothing", "u", 1, None).await,
+            404,
+            "sale-not-found",
+            None,
+        ),
+        (
+            app.get("/seckill/nothing").await,
+            404,
+            "sale-not-found",
+            None,
+        ),
+        (
+            app.get("/seckill/nothing/orders").await,
+            404,
+            "sale-not-found",
+            None,
+        ),
+        (
+            app.get("/seckill/a%20b").await,
+            422,
+            "invalid-field",
+            Some("sku"),
+        ),
+        (
+            app.get("/seckill/kit/orders?user_id=a:b").await,
+            422,
+            "invalid-field",
+            Some("user_id"),
+        ),
+        (
+            app.buy("kit", "u", 3, None).await,
+            409,
+            "limit-exceeded",
+            None,
+        ),
+        (app.buy("kit", "u", 11, None).await, 409, "sold-out", None),
+    ];
+    for (response, status, slug, field) in cases {
+        let body = assert_problem(response, status, slug).await;
+        assert_eq!(body["field"].as_str(), field, "{body}");
+    }
+    // None of it bought anything or changed the sale.
+    let sale = app.sale("kit").await;
+    assert_eq!(
+        (sale["sold"].as_u64(), sale["stock"].as_u64()),
+        (Some(0), Some(10)),
+        "{sale}"
+    );
+    let users: HashSet<String> = app
+        .orders("kit")
+        .await
+        .iter()
+        .map(|order| order["user_id"].to_string())
+        .collect();
+    assert!(users.is_empty());
+}
+
+#[tokio::test]
+async fn without_an_admin_token_the_sale_routes_are_open() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    let response = app
+        .http
+        .put(app.url("/seckill/open"))
+        .json(&json!({"stock": 1, "per_user_limit": 1}))
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(response.status(), StatusCode::OK);
+}
