@@ -1,12 +1,20 @@
 # lockgate: the two commands of the README, and the tools behind them.
-#   make run    install what is missing, start a local Redis if none answers,
-#               serve on 127.0.0.1:8080
-#   make test   install what the tests need; fmt check, clippy, every test
+#   make run          install what is missing, start a local Redis if none
+#                     answers, serve on 127.0.0.1:8080
+#   make test         install what the tests need; fmt check, clippy, every
+#                     test, then the short k6 load tests against a real
+#                     cluster (Redis, three instances, nginx)
+#   make cluster      Redis + three instances + nginx on loopback, in the
+#                     foreground (Ctrl-C stops all); make cluster-down cleans
+#                     up after a crash
+#   make loadtest     the full k6 load tests (loadtest/run.sh)
+#   make bench        the benchmarks behind the README's Performance figures
+#   make openapi      regenerate openapi/openapi.json from the code
 
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit openapi bench
+.PHONY: run test lint unit e2e cluster cluster-down loadtest bench openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis
@@ -14,9 +22,10 @@ run:
 	$(CARGO) run --release --locked -- serve
 
 test:
-	./scripts/ensure-tools.sh rust redis
+	./scripts/ensure-tools.sh rust redis nginx k6
 	$(MAKE) lint
 	$(MAKE) unit
+	$(MAKE) e2e
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -31,10 +40,22 @@ unit:
 	  $(CARGO) test --locked --no-fail-fast; \
 	fi
 
-# Regenerates the checked-in OpenAPI document from the code.
-openapi:
-	$(CARGO) run --locked --quiet -- openapi > openapi/openapi.json
+# Runs after the other tests, not beside them: it loads both cores.
+e2e:
+	./loadtest/run.sh --short
 
-# The lock benchmark (loadtest/bench-locks.sh): prints the README's figures.
+cluster:
+	./scripts/cluster.sh up
+
+cluster-down:
+	./scripts/cluster.sh stop
+
+loadtest:
+	./loadtest/run.sh
+
 bench:
 	./loadtest/bench-locks.sh
+	./loadtest/bench-seckill.sh
+
+openapi:
+	$(CARGO) run --locked --quiet -- openapi > openapi/openapi.json

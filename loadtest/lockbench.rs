@@ -37,6 +37,9 @@ enum Mode {
     Poll(Contention),
     /// Uncontended lock + unlock cycles through etcd's HTTP lock API.
     Etcd(Load),
+    /// Flash-sale purchase attempts (a new user and Idempotency-Key each) on
+    /// a sale with ample stock.
+    Purchases(Purchases),
     /// Park this many waiting requests on one held key and report the
     /// gateway's resident memory (VmRSS of --pid) while they wait.
     Waiters(Waiters),
@@ -74,6 +77,18 @@ struct Contention {
 }
 
 #[derive(clap::Args)]
+struct Purchases {
+    #[arg(long, default_value = "http://127.0.0.1:8090")]
+    url: String,
+    #[arg(long, default_value = "bench-sale")]
+    sku: String,
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+}
+
+#[derive(clap::Args)]
 struct Waiters {
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
@@ -96,6 +111,7 @@ fn main() -> io::Result<()> {
             Mode::Contended(contention) => contended(contention).await,
             Mode::Poll(contention) => poll(contention).await,
             Mode::Etcd(load) => etcd(load).await,
+            Mode::Purchases(purchases) => buy(purchases).await,
             Mode::Waiters(waiters) => park_waiters(waiters).await,
         }
     })
@@ -106,6 +122,8 @@ struct Http {
     stream: TcpStream,
     host: String,
     buffer: Vec<u8>,
+    /// The server said `Connection: close`: reconnect before the next request.
+    closed: bool,
 }
 
 impl Http {
@@ -120,6 +138,7 @@ impl Http {
             stream,
             host,
             buffer: Vec::with_capacity(4096),
+            closed: false,
         })
     }
 
@@ -136,6 +155,11 @@ impl Http {
             self.host,
             body.len()
         );
+        if self.closed {
+            self.stream = TcpStream::connect(&self.host).await?;
+            self.stream.set_nodelay(true)?;
+            self.closed = false;
+        }
         self.stream.write_all(request.as_bytes()).await?;
         self.buffer.clear();
         let header_end = loop {
@@ -294,8 +318,49 @@ async fn etcd(load: Load) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits (from asking to holding) of every acquisition, in microseconds.
+/// Latencies (of waits or of requests), in microseconds.
 type Waits = Rc<RefCell<Vec<u64>>>;
+
+async fn buy(purchases: Purchases) -> io::Result<()> {
+    let cpu = CpuClock::start();
+    let started = Instant::now();
+    let latencies: Waits = Rc::default();
+    let (url, path) = (
+        Rc::new(purchases.url),
+        Rc::new(format!("/seckill/{}/orders", purchases.sku)),
+    );
+    let done = run_clients(purchases.clients, purchases.seconds, |client, deadline| {
+        let (url, path, latencies) = (url.clone(), path.clone(), latencies.clone());
+        async move {
+            let mut http = Http::connect(&url).await?;
+            let mut done = 0;
+            while Instant::now() < deadline {
+                let user = format!("c{client}-{done}");
+                let headers = format!("{JSON}Idempotency-Key: {user}\r\n");
+                let body = format!(r#"{{"user_id":"{user}","quantity":1}}"#);
+                let asked = Instant::now();
+                let (status, answer) = http.send("POST", &path, &headers, &body).await?;
+                expect(status, 201, &answer)?;
+                latencies
+                    .borrow_mut()
+                    .push(asked.elapsed().as_micros() as u64);
+                done += 1;
+            }
+            Ok(done)
+        }
+    })
+    .await?;
+    report_percentiles(
+        "purchases",
+        "latency",
+        done,
+        started.elapsed(),
+        done,
+        cpu,
+        &latencies.borrow(),
+    );
+    Ok(())
+}
 
 async fn contended(contention: Contention) -> io::Result<()> {
     let cpu = CpuClock::start();
@@ -330,8 +395,9 @@ async fn contended(contention: Contention) -> io::Result<()> {
     })
     .await?;
     let requests = done * 2;
-    report_waits(
+    report_percentiles(
         "contended",
+        "wait",
         done,
         started.elapsed(),
         requests,
@@ -395,8 +461,9 @@ async fn poll(contention: Contention) -> io::Result<()> {
     })
     .await?;
     let requests = *attempts.borrow() + done;
-    report_waits(
+    report_percentiles(
         "poll",
+        "wait",
         done,
         started.elapsed(),
         requests,
@@ -538,15 +605,18 @@ fn report(
     println!("{line}");
 }
 
-fn report_waits(
+/// Reports with the p50 and p99 of `latencies` (µs), as `<name>_p50_ms`
+/// and `<name>_p99_ms`.
+fn report_percentiles(
     mode: &str,
+    name: &str,
     done: u64,
     elapsed: Duration,
     requests: u64,
     cpu: CpuClock,
-    waits: &[u64],
+    latencies: &[u64],
 ) {
-    let mut sorted = waits.to_vec();
+    let mut sorted = latencies.to_vec();
     sorted.sort_unstable();
     let percentile = |p: f64| -> String {
         let index = ((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1);
@@ -555,9 +625,10 @@ fn report_waits(
             sorted.get(index).copied().unwrap_or(0) as f64 / 1000.0
         )
     };
+    let (p50, p99) = (format!("{name}_p50_ms"), format!("{name}_p99_ms"));
     let extra = [
-        ("wait_p50_ms", percentile(0.50)),
-        ("wait_p99_ms", percentile(0.99)),
+        (p50.as_str(), percentile(0.50)),
+        (p99.as_str(), percentile(0.99)),
     ];
     report(mode, done, elapsed, requests, cpu, &extra);
 }

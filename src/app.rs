@@ -95,13 +95,9 @@ impl Gateway {
         let redis = Redis::new(&config.redis_settings()).map_err(StartError::RedisUrl)?;
         match redis.load_scripts().await {
             Ok(()) => {}
-            Err(BackendError::Command(err))
-                if matches!(err.kind(), redis::ErrorKind::Server(_)) =>
-            {
-                return Err(StartError::Script(BackendError::Command(err)));
-            }
+            Err(err) if err.is_script_rejection() => return Err(StartError::Script(err)),
             Err(err) => {
-                tracing::warn!(error = %err, "Redis does not answer yet; serving 503 until it does")
+                tracing::warn!(error = %err, "Redis is not ready yet; serving 503 until it is")
             }
         }
 

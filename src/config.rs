@@ -79,6 +79,13 @@ pub struct Config {
     #[arg(long, env = "LOCKGATE_SECKILL_CLIENT_BURST")]
     pub seckill_client_burst: Option<u32>,
 
+    /// Run each purchase under its per-(sku, user) lock. The purchase script
+    /// alone prevents overselling; the lock serialises one user's requests.
+    /// `false` only to measure what the lock costs.
+    #[arg(long, env = "LOCKGATE_SECKILL_USER_LOCK", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub seckill_user_lock: bool,
+
     /// How long a purchase waits for its user's lock, in milliseconds.
     #[arg(long, env = "LOCKGATE_SECKILL_LOCK_WAIT_MS", default_value_t = 2_000)]
     pub seckill_lock_wait_ms: u64,
@@ -137,6 +144,7 @@ impl Config {
                 .seckill_client_rate
                 .zip(client_burst)
                 .and_then(|(rate, burst)| RatePolicy::new(rate, burst)),
+            user_lock: self.seckill_user_lock,
             lock_wait: Duration::from_millis(self.seckill_lock_wait_ms),
         }
     }

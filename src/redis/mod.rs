@@ -39,6 +39,22 @@ pub enum BackendError {
     },
 }
 
+impl BackendError {
+    /// Whether Redis refused a script for good: it does not compile (`ERR`)
+    /// or the user may not run scripts (`NOPERM`). Anything else at start-up
+    /// (refused connections, `LOADING` while Redis reads its AOF) passes.
+    pub fn is_script_rejection(&self) -> bool {
+        use redis::{ErrorKind, ServerErrorKind};
+        matches!(
+            self,
+            Self::Command(err) if matches!(
+                err.kind(),
+                ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoPerm)
+            )
+        )
+    }
+}
+
 /// The gateway's handle on Redis: a pool of multiplexed connections, and
 /// what it takes to open the one pub/sub connection.
 #[derive(Clone)]
@@ -112,4 +128,26 @@ impl Redis {
 /// The error for a Redis operation that ran out of time.
 fn timed_out(_: tokio::time::error::Elapsed) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::{ErrorKind, ServerErrorKind};
+
+    fn server_error(kind: ServerErrorKind) -> BackendError {
+        BackendError::Command(redis::RedisError::from((
+            ErrorKind::Server(kind),
+            "from Redis",
+        )))
+    }
+
+    #[test]
+    fn only_a_refused_script_stops_the_start_up() {
+        assert!(server_error(ServerErrorKind::ResponseError).is_script_rejection());
+        assert!(server_error(ServerErrorKind::NoPerm).is_script_rejection());
+        assert!(!server_error(ServerErrorKind::BusyLoading).is_script_rejection());
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(!BackendError::Command(refused.into()).is_script_rejection());
+    }
 }

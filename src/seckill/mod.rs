@@ -40,6 +40,8 @@ const RESET_LOCK_WAIT: Duration = Duration::from_secs(5);
 pub struct SaleSettings {
     pub per_user: Option<RatePolicy>,
     pub per_client: Option<RatePolicy>,
+    /// Whether purchases run under the per-(sku, user) lock.
+    pub user_lock: bool,
     /// How long a purchase waits for its user's lock.
     pub lock_wait: Duration,
 }
@@ -226,11 +228,12 @@ impl Sales {
         };
         let result = match rate {
             Some(decision) if !decision.allowed => Err(Refusal::RateLimited(decision).into()),
-            _ => {
+            _ if self.settings.user_lock => {
                 let wait = WaitTime::fixed(self.settings.lock_wait);
                 self.under_lock(order.lock_key(), wait, self.purchase(&order))
                     .await
             }
+            _ => self.purchase(&order).await,
         };
         Checkout { result, rate }
     }

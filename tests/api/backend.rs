@@ -72,3 +72,17 @@ async fn the_gateway_starts_while_redis_is_down_and_serves_once_it_is_up() {
         "the gateway did not start serving once Redis was up"
     );
 }
+
+#[tokio::test]
+async fn a_script_redis_will_not_compile_counts_as_rejected_so_the_start_up_stops() {
+    let redis = RedisServer::start().await;
+    let mut conn = redis.connection().await;
+
+    let refused = redis::Script::new("this is not Lua")
+        .prepare_invoke()
+        .load_async(&mut conn)
+        .await
+        .unwrap_err();
+
+    assert!(lockgate::redis::BackendError::Command(refused).is_script_rejection());
+}

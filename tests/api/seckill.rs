@@ -722,3 +722,17 @@ async fn without_an_admin_token_the_sale_routes_are_open() {
 
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn with_the_user_lock_switched_off_a_held_user_lock_delays_nothing() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &["--seckill-user-lock", "false"]).await;
+    app.reset_sale("desk", 10, 5).await;
+    app.take("seckill:desk:ada", 30_000).await;
+
+    let started = Instant::now();
+    let response = app.buy("desk", "ada", 1, None).await;
+
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert!(started.elapsed() < Duration::from_millis(500));
+}

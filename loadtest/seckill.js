@@ -1,0 +1,227 @@
+// k6 load test of the flash sale through nginx: an open model of buyers,
+// with replays, over-cap attempts and one hot user, that fails the run when
+// any invariant of the sale breaks.
+//
+//   k6 run loadtest/seckill.js        (loadtest/run.sh sets the environment)
+//
+// Environment: BASE_URL, ADMIN_TOKEN, SKU, STOCK, CAP, USERS, RATE (attempts
+// per second), DURATION, INSTANCES (the X-Instance-Id values that must all
+// serve), RECORD_REDIS (where the test records what it saw; keys k6:*),
+// MAX_FAILED (unexpected answers tolerated: the chaos run's in-flight
+// requests), SUMMARY_FILE.
+
+import http from 'k6/http';
+import { check } from 'k6';
+import { Counter, Trend } from 'k6/metrics';
+import redis from 'k6/experimental/redis';
+
+const BASE = __ENV.BASE_URL || 'http://127.0.0.1:8090';
+const ADMIN = __ENV.ADMIN_TOKEN || 'cluster-admin';
+const SKU = __ENV.SKU || 'k6-phone';
+const STOCK = Number(__ENV.STOCK || 1500);
+const CAP = Number(__ENV.CAP || 2);
+const USERS = Number(__ENV.USERS || 3000);
+const RATE = Number(__ENV.RATE || 300);
+const DURATION = __ENV.DURATION || '10s';
+const INSTANCES = (__ENV.INSTANCES || 'gw-1,gw-2,gw-3').split(',');
+const MAX_FAILED = Number(__ENV.MAX_FAILED || 0);
+const CREATED = `k6:seckill:${SKU}:created`;
+
+const record = new redis.Client(__ENV.RECORD_REDIS || 'redis://127.0.0.1:6380');
+
+const outcomes = new Counter('seckill_outcomes');
+const servedBy = new Counter('seckill_served_by');
+const violations = new Counter('invariant_violations');
+const unexpected = new Counter('unexpected_responses');
+const purchaseTime = new Trend('purchase_duration', true);
+
+// 409 and 429 are answers the sale is meant to give, not failures.
+http.setResponseCallback(http.expectedStatuses(200, 201, 409, 429));
+
+export const options = {
+  scenarios: {
+    buyers: {
+      executor: 'constant-arrival-rate',
+      rate: RATE,
+      timeUnit: '1s',
+      duration: DURATION,
+      preAllocatedVUs: 64,
+      maxVUs: 400,
+    },
+  },
+  thresholds: {
+    invariant_violations: ['count==0'],
+    unexpected_responses: [`count<=${MAX_FAILED}`],
+    // Every instance served traffic.
+    ...Object.fromEntries(INSTANCES.map((id) => [`seckill_served_by{instance:${id}}`, ['count>0']])),
+    // The run did what it is meant to: bought, replayed, hit the rate limit.
+    'seckill_outcomes{outcome:buy-201}': ['count>0'],
+    'seckill_outcomes{outcome:replay-200}': ['count>0'],
+    'seckill_outcomes{outcome:hot-429}': ['count>0'],
+    // Listed so the summary counts them.
+    ...Object.fromEntries(
+      ['buy-409-sold-out', 'buy-409-limit-exceeded', 'over-cap-409-limit-exceeded', 'over-cap-409-sold-out',
+        'hot-201', 'hot-409-limit-exceeded', 'hot-409-sold-out', 'replay-429'].map((outcome) => [
+        `seckill_outcomes{outcome:${outcome}}`,
+        ['count>=0'],
+      ]),
+    ),
+  },
+  summaryTrendStats: ['avg', 'p(50)', 'p(90)', 'p(99)', 'max'],
+};
+
+const JSON_HEADERS = { 'Content-Type': 'application/json' };
+
+export async function setup() {
+  await record.del(CREATED);
+  const reset = http.put(`${BASE}/seckill/${SKU}`, JSON.stringify({ stock: STOCK, per_user_limit: CAP }), {
+    headers: { ...JSON_HEADERS, Authorization: `Bearer ${ADMIN}` },
+  });
+  const sale = reset.status === 200 ? reset.json() : null;
+  if (!sale || sale.stock !== STOCK || sale.sold !== 0 || sale.orders !== 0) {
+    throw new Error(`the sale was not reset: ${reset.status} ${reset.body}`);
+  }
+}
+
+// What this VU has seen: its orders (for replays) and what its users bought.
+const mine = [];
+const bought = {};
+
+function violation(what) {
+  violations.add(1);
+  console.error(`invariant violated: ${what}`);
+}
+
+function buy(user, quantity, key) {
+  const started = Date.now();
+  const response = http.post(`${BASE}/seckill/${SKU}/orders`, JSON.stringify({ user_id: user, quantity }), {
+    headers: { ...JSON_HEADERS, 'Idempotency-Key': key },
+    tags: { name: 'purchase' },
+  });
+  purchaseTime.add(Date.now() - started);
+  const instance = response.headers['X-Instance-Id'];
+  if (instance) {
+    servedBy.add(1, { instance });
+  }
+  return response;
+}
+
+function slug(response) {
+  try {
+    return response.json('type');
+  } catch (_) {
+    return '';
+  }
+}
+
+export default async function () {
+  const roll = Math.random();
+  if (roll < 0.1 && mine.length > 0) {
+    // A replay of one of this VU's orders: the original order, nothing bought.
+    const order = mine[Math.floor(Math.random() * mine.length)];
+    const response = buy(order.user_id, order.quantity, order.key);
+    outcomes.add(1, { outcome: `replay-${response.status}` });
+    if (response.status === 200) {
+      if (response.json('order_id') !== order.order_id) violation(`replay of ${order.key} got another order`);
+    } else if (response.status !== 429) {
+      unexpectedAnswer(response);
+    }
+    return;
+  }
+  const capped = Object.keys(bought).filter((user) => bought[user] >= CAP);
+  const hot = roll < 0.2;
+  const overCap = !hot && roll < 0.25 && capped.length > 0;
+  const user = hot ? 'hot-user' : overCap ? capped[0] : `user-${Math.floor(Math.random() * USERS)}`;
+  const quantity = Math.random() < 0.2 ? 2 : 1;
+  const key = crypto.randomUUID();
+  const response = buy(user, quantity, key);
+  const kind = hot ? 'hot' : overCap ? 'over-cap' : 'buy';
+
+  if (response.status === 201) {
+    outcomes.add(1, { outcome: `${kind}-201` });
+    const order = response.json();
+    check(response, {
+      'a 201 carries RateLimit': (r) => r.headers['Ratelimit'] !== undefined,
+      'a 201 carries RateLimit-Policy': (r) => r.headers['Ratelimit-Policy'] !== undefined,
+    });
+    if (overCap) violation(`${user} bought past the cap of ${CAP}`);
+    if (order.quantity !== quantity || order.user_id !== user || order.stock_left < 0) {
+      violation(`201 with a wrong order: ${response.body}`);
+    }
+    bought[user] = (bought[user] || 0) + quantity;
+    mine.push({ key, order_id: order.order_id, user_id: user, quantity });
+    await record.sadd(CREATED, order.order_id);
+  } else if (response.status === 409) {
+    const problem = slug(response);
+    outcomes.add(1, { outcome: `${kind}-409-${problem.replace('/problems/', '')}` });
+    const allowed = ['/problems/sold-out', '/problems/limit-exceeded', '/problems/lock-held'];
+    if (!allowed.includes(problem)) unexpectedAnswer(response);
+  } else if (response.status === 429) {
+    outcomes.add(1, { outcome: `${kind}-429` });
+    check(response, {
+      'a 429 says when to retry': (r) => Number(r.headers['Retry-After']) >= 1,
+      'a 429 carries RateLimit': (r) => /^"seckill";r=0;t=\d+$/.test(r.headers['Ratelimit'] || ''),
+    }) || violation(`a 429 without its headers: ${JSON.stringify(response.headers)}`);
+  } else {
+    outcomes.add(1, { outcome: `${kind}-${response.status}` });
+    unexpectedAnswer(response);
+  }
+}
+
+function unexpectedAnswer(response) {
+  unexpected.add(1);
+  console.warn(`unexpected ${response.status}: ${response.body}`);
+}
+
+export async function teardown() {
+  const sale = http.get(`${BASE}/seckill/${SKU}`).json();
+  const orders = http.get(`${BASE}/seckill/${SKU}/orders`).json('orders');
+  if (sale.sold + sale.stock !== sale.initial_stock) violation(`sold + stock != initial: ${JSON.stringify(sale)}`);
+  if (sale.stock < 0) violation(`stock below zero: ${sale.stock}`);
+  const sum = orders.reduce((total, order) => total + order.quantity, 0);
+  if (sum !== sale.sold) violation(`orders sum to ${sum}, sold is ${sale.sold}`);
+  if (orders.length !== sale.orders) violation(`${orders.length} orders recorded, the sale counts ${sale.orders}`);
+  const perUser = {};
+  for (const order of orders) perUser[order.user_id] = (perUser[order.user_id] || 0) + order.quantity;
+  for (const [user, total] of Object.entries(perUser)) {
+    if (total > CAP) violation(`${user} holds ${total}, the cap is ${CAP}`);
+  }
+  const recorded = new Set(orders.map((order) => order.order_id));
+  const created = await record.smembers(CREATED);
+  for (const id of created) {
+    if (!recorded.has(id)) violation(`order ${id} was answered 201 but is not recorded`);
+  }
+  console.log(
+    `sale ${SKU}: sold ${sale.sold} of ${sale.initial_stock} in ${orders.length} orders; ` +
+      `${created.length} 201s seen; ${Object.keys(perUser).length} buyers`,
+  );
+}
+
+export function handleSummary(data) {
+  const out = {};
+  if (__ENV.SUMMARY_FILE) out[__ENV.SUMMARY_FILE] = JSON.stringify(data, null, 2);
+  out.stdout = summaryText('seckill', data);
+  return out;
+}
+
+// A short text summary (k6's own needs a remote import).
+export function summaryText(name, data) {
+  const lines = [`\n${name}:`];
+  const metric = (key) => data.metrics[key];
+  const requests = metric('http_reqs');
+  if (requests) lines.push(`  requests: ${requests.values.count} (${requests.values.rate.toFixed(0)}/s)`);
+  const duration = metric('http_req_duration');
+  if (duration) {
+    const v = duration.values;
+    lines.push(`  latency: p50 ${v['p(50)'].toFixed(1)} ms, p99 ${v['p(99)'].toFixed(1)} ms, max ${v.max.toFixed(1)} ms`);
+  }
+  for (const [key, value] of Object.entries(data.metrics).sort()) {
+    if (key.includes('{') && value.values.count !== undefined) lines.push(`  ${key}: ${value.values.count}`);
+  }
+  for (const [key, value] of Object.entries(data.metrics).sort()) {
+    for (const [threshold, result] of Object.entries(value.thresholds || {})) {
+      lines.push(`  threshold ${key} ${threshold}: ${result.ok ? 'ok' : 'FAILED'}`);
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Redis (AOF on), three lockgate instances and nginx in front, on loopback.
+#
+#   scripts/cluster.sh up       in the foreground; Ctrl-C stops everything
+#   scripts/cluster.sh start    in the background; `stop` ends it
+#   scripts/cluster.sh stop     stops what `start` (or a crashed `up`) left
+#
+# Settings (environment):
+#   CLUSTER_DIR    pids, logs, Redis data, nginx config   (.run/cluster)
+#   CLUSTER_PORT   nginx's port; the instances take the next three   (8090)
+#   REDIS_PORT     (6380)
+#   (CLUSTER_PORT=auto picks free ports for both; `start` writes the ports it
+#   used to $CLUSTER_DIR/ports.env either way.)
+#   LOCKGATE_ADMIN_TOKEN   admin token of every instance  (cluster-admin)
+#   NGINX_RATE / NGINX_BURST   nginx's per-client fence   (5000 / 10000)
+#   GATEWAY_FLAGS  extra flags for every `lockgate serve`
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dir="${CLUSTER_DIR:-$root/.run/cluster}"
+port="${CLUSTER_PORT:-8090}"
+redis_port="${REDIS_PORT:-6380}"
+admin_token="${LOCKGATE_ADMIN_TOKEN:-cluster-admin}"
+lockgate="${LOCKGATE_BIN:-$root/target/release/lockgate}"
+nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
+
+say() { printf 'cluster: %s\n' "$*" >&2; }
+
+wait_for() {
+  for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  say "timed out waiting for: $*"
+  return 1
+}
+
+# A port such that it and the next three are free.
+free_port_block() {
+  python3 - <<'PY'
+import socket
+while True:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    base = probe.getsockname()[1]
+    probe.close()
+    try:
+        for port in range(base, base + 4):
+            s = socket.socket()
+            s.bind(("127.0.0.1", port))
+            s.close()
+        print(base)
+        break
+    except OSError:
+        continue
+PY
+}
+
+start() {
+  if [ "$port" = auto ]; then
+    port="$(free_port_block)"
+    redis_port="$(free_port_block)"
+  fi
+  mkdir -p "$dir"/{redis,tmp/client_body,tmp/proxy,tmp/fastcgi,tmp/uwsgi,tmp/scgi}
+  printf 'CLUSTER_PORT=%s\nREDIS_PORT=%s\n' "$port" "$redis_port" >"$dir/ports.env"
+  # nginx workers drop to an unprivileged user when started by root.
+  chmod -R a+rwx "$dir/tmp"
+  [ -x "$lockgate" ] || (cd "$root" && cargo build --release --locked --quiet --bin lockgate)
+
+  redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$dir/redis" \
+    --appendonly yes --appendfsync always --save "" \
+    --logfile "$dir/redis.log" --daemonize no >/dev/null 2>&1 &
+  echo $! >"$dir/redis.pid"
+  wait_for redis-cli -p "$redis_port" ping
+
+  local flags=()
+  read -r -a flags <<<"${GATEWAY_FLAGS:-}"
+  for n in 1 2 3; do
+    RUST_LOG="${RUST_LOG:-warn}" "$lockgate" serve \
+      --listen "127.0.0.1:$((port + n))" --instance-id "gw-$n" \
+      --redis-url "redis://127.0.0.1:$redis_port" \
+      --admin-token "$admin_token" --trusted-proxies 127.0.0.1 \
+      "${flags[@]}" >>"$dir/gw-$n.log" 2>&1 &
+    echo $! >"$dir/gw-$n.pid"
+  done
+  for n in 1 2 3; do wait_for curl -sf "http://127.0.0.1:$((port + n))/readyz"; done
+
+  sed -e "s|@RUN_DIR@|$dir|g" -e "s|@LISTEN@|127.0.0.1:$port|g" \
+    -e "s|@UPSTREAM_1@|127.0.0.1:$((port + 1))|" \
+    -e "s|@UPSTREAM_2@|127.0.0.1:$((port + 2))|" \
+    -e "s|@UPSTREAM_3@|127.0.0.1:$((port + 3))|" \
+    -e "s|@REQ_RATE@|${NGINX_RATE:-5000}|" -e "s|@REQ_BURST@|${NGINX_BURST:-10000}|" \
+    "$root/nginx/lockgate.conf.template" >"$dir/nginx.conf"
+  "$nginx_bin" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' >>"$dir/nginx-error.log" 2>&1 &
+  echo $! >"$dir/nginx-master.pid"
+  wait_for curl -sf "http://127.0.0.1:$port/readyz"
+  say "nginx on http://127.0.0.1:$port in front of gw-1..3 on ports $((port + 1))-$((port + 3)); Redis on $redis_port"
+  say "admin token: $admin_token; logs in $dir"
+}
+
+stop() {
+  local pidfile pid
+  for pidfile in "$dir"/nginx-master.pid "$dir"/gw-*.pid "$dir"/redis.pid; do
+    [ -f "$pidfile" ] || continue
+    pid="$(cat "$pidfile")"
+    kill "$pid" 2>/dev/null || true
+    # They need not be our children (`start` ran in another shell), so
+    # `wait` cannot see them: poll until each is gone, lest a restart find
+    # the old Redis still writing its AOF.
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    rm -f "$pidfile"
+  done
+}
+
+case "${1:-}" in
+  up)
+    "$root/scripts/ensure-tools.sh" rust redis nginx
+    (cd "$root" && cargo build --release --locked --quiet --bin lockgate)
+    stop
+    trap 'stop; say stopped' EXIT
+    trap 'exit 130' INT TERM
+    start
+    say "Ctrl-C stops everything"
+    wait
+    ;;
+  start) start ;;
+  stop) stop ;;
+  *)
+    echo "usage: $0 up|start|stop" >&2
+    exit 2
+    ;;
+esac
