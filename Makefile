@@ -14,7 +14,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit e2e cluster cluster-down loadtest bench openapi
+.PHONY: run test lint unit fuzz e2e cluster cluster-down loadtest bench openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis
@@ -22,9 +22,10 @@ run:
 	$(CARGO) run --release --locked -- serve
 
 test:
-	./scripts/ensure-tools.sh rust redis nginx k6
+	./scripts/ensure-tools.sh rust redis nginx k6 schemathesis
 	$(MAKE) lint
 	$(MAKE) unit
+	$(MAKE) fuzz
 	$(MAKE) e2e
 
 lint:
@@ -39,6 +40,10 @@ unit:
 	else \
 	  $(CARGO) test --locked --no-fail-fast; \
 	fi
+
+# schemathesis against the served OpenAPI document of a running gateway.
+fuzz:
+	./scripts/fuzz-contract.sh
 
 # Runs after the other tests, not beside them: it loads both cores.
 e2e:

@@ -215,6 +215,9 @@ export function summaryText(name, data) {
     const v = duration.values;
     lines.push(`  latency: p50 ${v['p(50)'].toFixed(1)} ms, p99 ${v['p(99)'].toFixed(1)} ms, max ${v.max.toFixed(1)} ms`);
   }
+  for (const key of ['unexpected_responses', 'invariant_violations']) {
+    lines.push(`  ${key}: ${metric(key) ? metric(key).values.count : 0}`);
+  }
   for (const [key, value] of Object.entries(data.metrics).sort()) {
     if (key.includes('{') && value.values.count !== undefined) lines.push(`  ${key}: ${value.values.count}`);
   }

@@ -64,8 +64,7 @@ start() {
   chmod -R a+rwx "$dir/tmp"
   [ -x "$lockgate" ] || (cd "$root" && cargo build --release --locked --quiet --bin lockgate)
 
-  redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$dir/redis" \
-    --appendonly yes --appendfsync always --save "" \
+  redis-server "$root/redis/redis.conf" --port "$redis_port" --dir "$dir/redis" \
     --logfile "$dir/redis.log" --daemonize no >/dev/null 2>&1 &
   echo $! >"$dir/redis.pid"
   wait_for redis-cli -p "$redis_port" ping

@@ -59,6 +59,15 @@ ensure_k6() {
   command -v k6 >/dev/null 2>&1 || { say "k6 was installed but is not on PATH (add ~/.local/bin)"; return 1; }
 }
 
+ensure_schemathesis() {
+  command -v schemathesis >/dev/null 2>&1 && return 0
+  say "installing schemathesis from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check schemathesis 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages schemathesis
+  hash -r
+  command -v schemathesis >/dev/null 2>&1 || { say "schemathesis was installed but is not on PATH (add ~/.local/bin)"; return 1; }
+}
+
 ensure_rust() {
   if command -v cargo >/dev/null 2>&1; then
     cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
@@ -74,6 +83,7 @@ for tool in "$@"; do
     redis) ensure_redis ;;
     nginx) ensure_nginx ;;
     k6) ensure_k6 ;;
+    schemathesis) ensure_schemathesis ;;
     rust) ensure_rust ;;
     *) say "unknown tool $tool"; exit 2 ;;
   esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure a Redis answers on 127.0.0.1:${REDIS_PORT:-6379}; when none does,
-# starts one in the background with AOF on (appendfsync always), its data and
-# log under .run/redis-<port>/.
+# starts one in the background with redis/redis.conf (AOF, appendfsync
+# always), its data and log under .run/redis-<port>/.
 set -euo pipefail
 
 port="${REDIS_PORT:-6379}"
@@ -14,8 +14,7 @@ if redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
 fi
 
 mkdir -p "$dir"
-redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" \
-  --appendonly yes --appendfsync always --save "" \
+redis-server "$root/redis/redis.conf" --port "$port" --dir "$dir" \
   --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
 for _ in $(seq 50); do
   redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && {

@@ -3,16 +3,20 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::FromRef;
 use axum::http::HeaderValue;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 
 use crate::config::Config;
-use crate::http::{self, AdminToken, TrustedProxies};
+use crate::http::{self, AdminToken, ApiKeys, TrustedProxies};
 use crate::locks::{LockLimits, Locks, Waiting};
+use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::{BackendError, Redis};
 use crate::seckill::Sales;
@@ -24,8 +28,16 @@ pub struct AppState {
     pub sales: Sales,
     pub redis: Redis,
     pub limits: LockLimits,
+    pub metrics: Arc<Metrics>,
     pub admin_token: AdminToken,
+    pub api_keys: ApiKeys,
     pub trusted_proxies: TrustedProxies,
+}
+
+impl FromRef<AppState> for Arc<Metrics> {
+    fn from_ref(state: &AppState) -> Self {
+        state.metrics.clone()
+    }
 }
 
 impl FromRef<AppState> for Sales {
@@ -37,6 +49,12 @@ impl FromRef<AppState> for Sales {
 impl FromRef<AppState> for AdminToken {
     fn from_ref(state: &AppState) -> Self {
         state.admin_token.clone()
+    }
+}
+
+impl FromRef<AppState> for ApiKeys {
+    fn from_ref(state: &AppState) -> Self {
+        state.api_keys.clone()
     }
 }
 
@@ -83,6 +101,8 @@ pub struct Gateway {
     router: Router,
     redis: Redis,
     subscriber: Subscriber,
+    waiting: Waiting,
+    drain_timeout: Duration,
     addr: SocketAddr,
     instance_id: String,
 }
@@ -92,7 +112,9 @@ impl Gateway {
     /// routes. Redis being down is not fatal (requests answer 503 until it is
     /// back); a script Redis refuses to compile is.
     pub async fn bind(config: &Config) -> Result<Self, StartError> {
-        let redis = Redis::new(&config.redis_settings()).map_err(StartError::RedisUrl)?;
+        let metrics = Arc::new(Metrics::default());
+        let redis =
+            Redis::new(&config.redis_settings(), metrics.clone()).map_err(StartError::RedisUrl)?;
         match redis.load_scripts().await {
             Ok(()) => {}
             Err(err) if err.is_script_rejection() => return Err(StartError::Script(err)),
@@ -119,13 +141,19 @@ impl Gateway {
 
         let subscriber = Subscriber::start(redis.client(), redis.timeout());
         let waiting = Waiting::new(subscriber.clone(), config.max_waiters);
-        let locks = Locks::new(redis.clone(), &config.key_prefix, waiting);
+        let locks = Locks::new(
+            redis.clone(),
+            &config.key_prefix,
+            waiting.clone(),
+            metrics.clone(),
+        );
         let sales = Sales::new(
             redis.clone(),
             locks.clone(),
             &config.key_prefix,
             &subscriber,
             config.sale_settings(),
+            metrics.clone(),
         );
         if config.admin_token.is_none() {
             tracing::warn!("no admin token is set: anyone can create and reset sales");
@@ -135,15 +163,31 @@ impl Gateway {
             sales,
             redis: redis.clone(),
             limits: config.lock_limits(),
+            metrics,
             admin_token: AdminToken(config.admin_token.as_deref().map(Into::into)),
+            api_keys: ApiKeys(
+                config
+                    .api_keys
+                    .iter()
+                    .filter(|key| !key.is_empty())
+                    .map(|key| key.as_str().into())
+                    .collect(),
+            ),
             trusted_proxies: TrustedProxies(config.trusted_proxies.clone().into()),
         };
-        let router = http::router(state, instance_header, config.body_limit_bytes);
+        let router = http::router(
+            state,
+            instance_header,
+            config.body_limit_bytes,
+            config.request_limits(),
+        );
         Ok(Self {
             listener,
             router,
             redis,
             subscriber,
+            waiting,
+            drain_timeout: Duration::from_millis(config.shutdown_timeout_ms),
             addr,
             instance_id,
         })
@@ -157,8 +201,10 @@ impl Gateway {
         &self.instance_id
     }
 
-    /// Serves until `shutdown` completes, then lets in-flight requests finish
-    /// and closes the Redis pool.
+    /// Serves until `shutdown` completes, then drains: no new connections,
+    /// waiting lock requests answer 503 `shutting-down` at once, other
+    /// in-flight requests may finish within the drain timeout. Then the
+    /// Redis connections close.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -177,9 +223,25 @@ impl Gateway {
         let service = self
             .router
             .into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, service)
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        let (draining, drain_started) = oneshot::channel();
+        let waiting = self.waiting.clone();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: refusing new connections, ending waits");
+            waiting.close();
+            let _ = draining.send(());
+        };
+        let server = axum::serve(listener, service).with_graceful_shutdown(signal);
+        let drain_limit = self.drain_timeout;
+        tokio::select! {
+            served = server.into_future() => served?,
+            () = async {
+                match drain_started.await {
+                    Ok(()) => tokio::time::sleep(drain_limit).await,
+                    Err(_) => std::future::pending().await,
+                }
+            } => tracing::warn!(?drain_limit, "requests still in flight after the drain timeout; stopping anyway"),
+        }
         self.subscriber.stop();
         self.redis.close();
         tracing::info!(instance = %self.instance_id, "lockgate stopped");

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::http::RequestLimits;
 use crate::locks::{LockLimits, MIN_TTL_MS};
 use crate::redis::RedisSettings;
 use crate::seckill::{RatePolicy, SaleSettings};
@@ -63,6 +64,16 @@ pub struct Config {
     #[arg(long, env = "LOCKGATE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// API keys (comma-separated) of which the lock routes need one as
+    /// `Authorization: Bearer <key>`; none leaves them open.
+    #[arg(
+        long,
+        env = "LOCKGATE_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+
     /// Purchase requests per second allowed per user (0 = no limit).
     #[arg(long, env = "LOCKGATE_SECKILL_RATE", default_value_t = 20)]
     pub seckill_rate: u32,
@@ -115,6 +126,21 @@ pub struct Config {
     #[arg(long, env = "LOCKGATE_BODY_LIMIT_BYTES", default_value_t = 16 * 1024)]
     pub body_limit_bytes: usize,
 
+    /// The most bytes of request headers (names and values together); more
+    /// answers 431.
+    #[arg(long, env = "LOCKGATE_HEADER_LIMIT_BYTES", default_value_t = 16 * 1024)]
+    pub header_limit_bytes: usize,
+
+    /// The longest a request may take, lock waits included, in milliseconds
+    /// [default: the longest wait plus 10 s].
+    #[arg(long, env = "LOCKGATE_REQUEST_TIMEOUT_MS")]
+    pub request_timeout_ms: Option<u64>,
+
+    /// On SIGTERM, how long in-flight requests may take to finish before the
+    /// gateway stops anyway, in milliseconds.
+    #[arg(long, env = "LOCKGATE_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
+    pub shutdown_timeout_ms: u64,
+
     /// Log output: human-readable text or one JSON object per line.
     #[arg(long, env = "LOCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -146,6 +172,16 @@ impl Config {
                 .and_then(|(rate, burst)| RatePolicy::new(rate, burst)),
             user_lock: self.seckill_user_lock,
             lock_wait: Duration::from_millis(self.seckill_lock_wait_ms),
+        }
+    }
+
+    pub fn request_limits(&self) -> RequestLimits {
+        let timeout = self
+            .request_timeout_ms
+            .unwrap_or(self.max_wait_ms.saturating_add(10_000));
+        RequestLimits {
+            header_bytes: self.header_limit_bytes,
+            timeout: Duration::from_millis(timeout),
         }
     }
 

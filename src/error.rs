@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::locks::{InvalidKey, InvalidToken, LockError};
+use crate::locks::{InvalidKey, InvalidToken, LockError, WaitRefused};
 use crate::redis::BackendError;
 use crate::seckill::{InvalidInput, Refusal, SaleError};
 
@@ -35,7 +35,10 @@ pub enum ProblemType {
     Forbidden,
     NotFound,
     MethodNotAllowed,
+    HeadersTooLarge,
     TooManyWaiters,
+    ShuttingDown,
+    RequestTimeout,
     BackendUnavailable,
     Internal,
 }
@@ -49,7 +52,7 @@ pub struct ProblemInfo {
 }
 
 impl ProblemType {
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 25] = [
         Self::MalformedBody,
         Self::UnsupportedMediaType,
         Self::BodyTooLarge,
@@ -69,7 +72,10 @@ impl ProblemType {
         Self::Forbidden,
         Self::NotFound,
         Self::MethodNotAllowed,
+        Self::HeadersTooLarge,
         Self::TooManyWaiters,
+        Self::ShuttingDown,
+        Self::RequestTimeout,
         Self::BackendUnavailable,
         Self::Internal,
     ];
@@ -190,6 +196,24 @@ impl ProblemType {
                 StatusCode::METHOD_NOT_ALLOWED,
                 "The path exists but not with this method; the Allow header lists the methods it takes.",
             ),
+            Self::HeadersTooLarge => (
+                "headers-too-large",
+                "Request headers too large",
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "The request's headers together are larger than the gateway accepts.",
+            ),
+            Self::ShuttingDown => (
+                "shutting-down",
+                "Shutting down",
+                StatusCode::SERVICE_UNAVAILABLE,
+                "This instance is stopping; the wait ended and nothing was granted. Retry (another instance will answer).",
+            ),
+            Self::RequestTimeout => (
+                "request-timeout",
+                "Request timed out",
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The gateway could not answer within its request timeout. Anything granted meanwhile was released.",
+            ),
             Self::TooManyWaiters => (
                 "too-many-waiters",
                 "Too many waiters",
@@ -200,7 +224,10 @@ impl ProblemType {
                 "backend-unavailable",
                 "Backend unavailable",
                 StatusCode::SERVICE_UNAVAILABLE,
-                "Redis cannot be reached. Nothing was granted or changed by this request; retry after Retry-After.",
+                "Redis could not be reached, or did not answer within the gateway's Redis timeout; retry after Retry-After. \
+                 When Redis could not be reached, nothing changed. When it was only slow, the request may still take effect once \
+                 it answers: a lock granted so is released by the gateway or lapses with its lease, a purchase is found again \
+                 by retrying with the same Idempotency-Key.",
             ),
             Self::Internal => (
                 "internal",
@@ -275,7 +302,7 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidToken(#[from] InvalidToken),
     /// 409 `lock-held`, 409 `not-owner`, 404 `lock-not-found`, 503
-    /// `too-many-waiters`, 503 `backend-unavailable`.
+    /// `too-many-waiters`, 503 `shutting-down`, 503 `backend-unavailable`.
     #[error(transparent)]
     Lock(#[from] LockError),
     /// 404 `sale-not-found`, 409 `sold-out`, 409 `limit-exceeded`, 422
@@ -288,6 +315,12 @@ pub enum ApiError {
     /// 403 `forbidden`: credentials that do not grant the route.
     #[error("the token given does not grant this route")]
     Forbidden,
+    /// 431 `headers-too-large`.
+    #[error("the request's headers are larger than {0} bytes")]
+    HeadersTooLarge(usize),
+    /// 503 `request-timeout`.
+    #[error("the request took longer than the gateway's request timeout")]
+    RequestTimeout,
     /// 404 `not-found`: no route.
     #[error("no route for {0}")]
     RouteNotFound(String),
@@ -319,7 +352,12 @@ impl ApiError {
             Self::Lock(LockError::Held { .. }) => ProblemType::LockHeld,
             Self::Lock(LockError::NotOwner { .. }) => ProblemType::NotOwner,
             Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
-            Self::Lock(LockError::TooManyWaiters(_)) => ProblemType::TooManyWaiters,
+            Self::Lock(LockError::CannotWait(WaitRefused::TooManyWaiters(_))) => {
+                ProblemType::TooManyWaiters
+            }
+            Self::Lock(LockError::CannotWait(WaitRefused::ShuttingDown)) => {
+                ProblemType::ShuttingDown
+            }
             // A reply no script may give is a bug, not an outage.
             Self::Lock(LockError::Backend(BackendError::UnexpectedReply { .. })) => {
                 ProblemType::Internal
@@ -330,6 +368,8 @@ impl ApiError {
             Self::Sale(Refusal::LimitExceeded { .. }) => ProblemType::LimitExceeded,
             Self::Sale(Refusal::KeyReused) => ProblemType::IdempotencyKeyReused,
             Self::Sale(Refusal::RateLimited(_)) => ProblemType::RateLimited,
+            Self::HeadersTooLarge(_) => ProblemType::HeadersTooLarge,
+            Self::RequestTimeout => ProblemType::RequestTimeout,
             Self::Unauthorized => ProblemType::Unauthorized,
             Self::Forbidden => ProblemType::Forbidden,
             Self::RouteNotFound(_) => ProblemType::NotFound,

@@ -11,14 +11,15 @@
 //!   `lua/`; every read-check-write on Redis is one script.
 //!
 //! Around them: [`config`] (flags and `LOCKGATE_*` variables), [`app`]
-//! (start-up, serving, shutdown), [`error`] (the problem catalogue) and
-//! [`telemetry`] (logging).
+//! (start-up, serving, shutdown), [`error`] (the problem catalogue),
+//! [`metrics`] (Prometheus counters) and [`telemetry`] (logging).
 
 pub mod app;
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod locks;
+pub mod metrics;
 pub mod redis;
 pub mod seckill;
 pub mod telemetry;

@@ -1,7 +1,5 @@
-//! Logging: the tracing subscriber, and request spans that never record secrets.
+//! Logging: the tracing subscriber, text or JSON (request spans are made in `http::observe`).
 
-use axum::http::Request;
-use tracing::Span;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -15,14 +13,4 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
-}
-
-/// The span of one request: method and path only. The query is left out
-/// because `DELETE /locks/{key}?token=` carries an owner's secret.
-pub fn request_span<B>(request: &Request<B>) -> Span {
-    tracing::info_span!(
-        "request",
-        method = %request.method(),
-        path = %request.uri().path(),
-    )
 }

@@ -96,10 +96,18 @@ pub fn token_header(headers: &HeaderMap) -> Result<Option<Token>, ApiError> {
 }
 
 /// A count field: any JSON number parses (so a negative or fractional one
-/// is a 422 naming the field, not a 400), but only a whole one is used.
+/// is a 422 naming the field, not a 400), but only a whole one is used. As
+/// in JSON Schema, `2130.0` is the integer 2130.
 pub fn whole_number(name: &'static str, number: &Number) -> Result<u64, ApiError> {
+    let integral_float = || {
+        number
+            .as_f64()
+            .filter(|value| value.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(value))
+            .map(|value| value as u64)
+    };
     number
         .as_u64()
+        .or_else(integral_float)
         .ok_or_else(|| ApiError::invalid_field(name, "must be a whole, non-negative number"))
 }
 

@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Number;
 use utoipa::ToSchema;
 
+use super::auth::ApiKeyAccess;
 use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number};
+use super::schema::{LockKeyText, TokenText};
 use crate::error::{ApiError, Problem};
 use crate::locks::{
     AcquireRequest, Handover, Lease, LockKey, LockLimits, LockState, Locks, Released, Token, Ttl,
@@ -31,14 +33,14 @@ pub struct AcquireBody {
     key: String,
     /// Lease length in milliseconds, from 10 to the configured maximum
     /// (default 3 600 000).
-    #[schema(value_type = Option<u64>, minimum = 10, default = 30000, example = 30000)]
+    #[schema(value_type = Option<u64>, minimum = 10, maximum = 3600000, default = 30000, example = 30000)]
     ttl_ms: Option<Number>,
     /// How long to wait while another owner holds the lock, in milliseconds,
     /// up to the configured maximum (default 60 000); 0 tries once.
-    #[schema(value_type = Option<u64>, minimum = 0, default = 0, example = 0)]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, default = 0, example = 0)]
     wait_ms: Option<Number>,
     /// The holder's token, to re-enter a lock it holds.
-    #[schema(value_type = Option<String>, format = Uuid)]
+    #[schema(value_type = Option<TokenText>)]
     token: Option<String>,
 }
 
@@ -84,11 +86,13 @@ impl From<&Lease> for LockGrant {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendBody {
-    /// The holder's token (or send it in the `Lock-Token` header).
-    #[schema(value_type = Option<String>, format = Uuid)]
+    /// The holder's token. (The gateway also takes it from the `Lock-Token`
+    /// header when the body has none.)
+    #[schema(value_type = TokenText, required = true)]
     token: Option<String>,
-    /// The lease becomes this long from now, in milliseconds.
-    #[schema(value_type = Option<u64>, minimum = 10, default = 30000, example = 30000)]
+    /// The lease becomes this long from now, in milliseconds, up to the
+    /// configured maximum (default 3 600 000).
+    #[schema(value_type = Option<u64>, minimum = 10, maximum = 3600000, default = 30000, example = 30000)]
     ttl_ms: Option<Number>,
 }
 
@@ -150,12 +154,15 @@ pub struct HoldReleased {
     post,
     path = "/locks",
     tag = "locks",
+    security((), ("api_key" = [])),
     request_body = AcquireBody,
     responses(
         (status = 201, description = "Acquired by a new owner", body = LockGrant,
             headers(("Location" = String, description = "/locks/{key}"))),
         (status = 200, description = "Re-entered with the holder's token", body = LockGrant),
         (status = 400, description = "`malformed-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none was sent", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: not one of the API keys", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`lock-held` (with `retry_after_ms` and `Retry-After`): the wait, if any, \
             ran out; or `not-owner`: the token given does not hold the lock", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
@@ -166,6 +173,7 @@ pub struct HoldReleased {
     )
 )]
 pub async fn acquire(
+    _access: ApiKeyAccess,
     State(locks): State<Locks>,
     State(limits): State<LockLimits>,
     JsonBody(body): JsonBody<AcquireBody>,
@@ -242,15 +250,18 @@ impl http_body::Body for GrantBody {
     delete,
     path = "/locks/{key}",
     tag = "locks",
+    security((), ("api_key" = [])),
     params(
-        ("key" = String, Path, description = "The lock"),
-        ("Lock-Token" = Option<String>, Header, description = "The holder's token"),
-        ("token" = Option<String>, Query, description = "The holder's token, for clients that cannot set headers"),
+        ("key" = LockKeyText, Path, description = "The lock"),
+        ("Lock-Token" = TokenText, Header, description = "The holder's token (or `?token=` instead)"),
+        ("token" = Option<TokenText>, Query, description = "The holder's token, for clients that cannot set headers"),
     ),
     responses(
         (status = 204, description = "Released; waiters are woken"),
         (status = 200, description = "One re-entrant hold released; still held", body = HoldReleased),
         (status = 400, description = "`missing-token`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none was sent", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: not one of the API keys", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "`lock-not-found`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`not-owner`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-key` or `invalid-token`", body = Problem, content_type = "application/problem+json"),
@@ -258,6 +269,7 @@ impl http_body::Body for GrantBody {
     )
 )]
 pub async fn release(
+    _access: ApiKeyAccess,
     State(locks): State<Locks>,
     KeyPath(key): KeyPath,
     OwnerToken(token): OwnerToken,
@@ -277,14 +289,17 @@ pub async fn release(
     put,
     path = "/locks/{key}/ttl",
     tag = "locks",
+    security((), ("api_key" = [])),
     params(
-        ("key" = String, Path, description = "The lock"),
-        ("Lock-Token" = Option<String>, Header, description = "The holder's token, when the body has none"),
+        ("key" = LockKeyText, Path, description = "The lock"),
+        ("Lock-Token" = Option<TokenText>, Header, description = "The holder's token, when the body has none"),
     ),
     request_body = ExtendBody,
     responses(
         (status = 200, description = "Renewed", body = LeaseRenewal),
         (status = 400, description = "`missing-token` or `malformed-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: API keys are configured and none was sent", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: not one of the API keys", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "`lock-not-found`: the lease is lost", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`not-owner`", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
@@ -294,6 +309,7 @@ pub async fn release(
     )
 )]
 pub async fn extend(
+    _access: ApiKeyAccess,
     State(locks): State<Locks>,
     State(limits): State<LockLimits>,
     KeyPath(key): KeyPath,
@@ -320,15 +336,19 @@ pub async fn extend(
     get,
     path = "/locks/{key}",
     tag = "locks",
-    params(("key" = String, Path, description = "The lock")),
+    security((), ("api_key" = [])),
+    params(("key" = LockKeyText, Path, description = "The lock")),
     responses(
         (status = 200, description = "Held", body = LockStatus),
+        (status = 401, description = "`unauthorized`: API keys are configured and none was sent", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: not one of the API keys", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "`lock-not-found`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-key`", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn inspect(
+    _access: ApiKeyAccess,
     State(locks): State<Locks>,
     KeyPath(key): KeyPath,
 ) -> Result<Json<LockStatus>, ApiError> {

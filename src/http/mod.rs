@@ -2,19 +2,21 @@
 
 mod auth;
 mod extract;
+mod limits;
 mod locks;
+mod observe;
 mod ops;
+mod schema;
 mod seckill;
 
 use std::sync::LazyLock;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::{Router, middleware};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -22,10 +24,12 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use crate::app::AppState;
 use crate::error::{ApiError, Problem};
-use crate::telemetry;
+use schema::{IdempotencyKeyText, LockKeyText, NameText, TokenText};
 
-pub use auth::AdminToken;
+pub use auth::{AdminToken, ApiKeys};
 pub use extract::{LOCK_TOKEN, TrustedProxies};
+pub use limits::RequestLimits;
+pub use observe::X_REQUEST_ID;
 
 /// The header naming the instance that answered.
 pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
@@ -40,8 +44,8 @@ pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
             every response carries X-Instance-Id. Swagger UI is served at /docs.",
         license(name = "MIT OR Apache-2.0"),
     ),
-    components(schemas(Problem)),
-    modifiers(&AdminSecurity),
+    components(schemas(Problem, LockKeyText, TokenText, NameText, IdempotencyKeyText)),
+    modifiers(&SecuritySchemes),
     tags(
         (name = "locks", description = "Named locks with leases, owner tokens and fencing tokens"),
         (name = "seckill", description = "A flash sale that cannot oversell: Lua-atomic purchases under the \
@@ -51,17 +55,20 @@ pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
 )]
 struct ApiDoc;
 
-/// Declares the bearer scheme the admin routes use.
-struct AdminSecurity;
+/// Declares the bearer schemes: `api_key` for the lock routes (when keys
+/// are configured) and `admin` for sale administration.
+struct SecuritySchemes;
 
-impl utoipa::Modify for AdminSecurity {
+impl utoipa::Modify for SecuritySchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "admin",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
-        );
+        for name in ["api_key", "admin"] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        }
     }
 }
 
@@ -75,6 +82,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(seckill::purchase, seckill::orders))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
         .routes(routes!(ops::openapi_document))
         .routes(routes!(ops::problem_page))
 }
@@ -95,7 +103,12 @@ pub fn openapi_json() -> &'static str {
 
 /// The whole application: routes, fallbacks for unknown paths and methods,
 /// Swagger UI, and the middleware every response passes through.
-pub fn router(state: AppState, instance_id: HeaderValue, body_limit: usize) -> Router {
+pub fn router(
+    state: AppState,
+    instance_id: HeaderValue,
+    body_limit: usize,
+    limits: RequestLimits,
+) -> Router {
     let (routes, _) = api_routes().split_for_parts();
     let docs = SwaggerUi::new("/docs").config(
         utoipa_swagger_ui::Config::from("/openapi.json")
@@ -106,12 +119,17 @@ pub fn router(state: AppState, instance_id: HeaderValue, body_limit: usize) -> R
         .merge(docs)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(TraceLayer::new_for_http().make_span_with(telemetry::request_span))
+        .layer(middleware::from_fn_with_state(limits, limits::enforce))
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal.into_response()
         }))
+        // Outside the panic catcher, so a panic's 500 is counted too.
+        .layer(middleware::from_fn_with_state(
+            state.metrics.clone(),
+            observe::observe,
+        ))
+        .with_state(state)
         .layer(SetResponseHeaderLayer::overriding(
             X_INSTANCE_ID.clone(),
             instance_id,

@@ -7,7 +7,11 @@ use axum::response::IntoResponse;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use std::sync::Arc;
+
 use crate::error::{ApiError, Problem, ProblemType};
+use crate::locks::Locks;
+use crate::metrics::Metrics;
 use crate::redis::Redis;
 
 /// A health answer.
@@ -33,6 +37,23 @@ pub async fn healthz() -> Json<Health> {
 pub async fn readyz(State(redis): State<Redis>) -> Result<Json<Health>, ApiError> {
     redis.ping().await?;
     Ok(Json(Health { status: "ready" }))
+}
+
+/// Prometheus metrics: requests by route and status, lock and sale outcomes,
+/// wait times, current waiters, rate-limit refusals, Redis commands and errors.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain")))]
+pub async fn metrics(
+    State(metrics): State<Arc<Metrics>>,
+    State(locks): State<Locks>,
+) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        metrics.render(locks.waiters()),
+    )
 }
 
 /// The OpenAPI document of this API (as `openapi/openapi.json` holds it).

@@ -10,6 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminAccess;
 use super::extract::{ClientIp, JsonBody, SkuPath, whole_number};
+use super::schema::{IdempotencyKeyText, NameText};
 use crate::error::{ApiError, Problem};
 use crate::redis::seckill::OrderEntry;
 use crate::seckill::{
@@ -26,10 +27,10 @@ static RATE_LIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy
 #[serde(deny_unknown_fields)]
 pub struct SaleBody {
     /// Units on sale, 0 to 1 000 000 000.
-    #[schema(value_type = u64, minimum = 0, example = 100)]
+    #[schema(value_type = u64, minimum = 0, maximum = 1000000000, example = 100)]
     stock: Number,
-    /// Most units one user may buy, at least 1.
-    #[schema(value_type = u64, minimum = 1, example = 2)]
+    /// Most units one user may buy, 1 to 1 000 000 000.
+    #[schema(value_type = u64, minimum = 1, maximum = 1000000000, example = 2)]
     per_user_limit: Number,
 }
 
@@ -115,6 +116,7 @@ pub struct OrderList {
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct OrdersQuery {
     /// Only this user's orders.
+    #[param(value_type = Option<NameText>)]
     user_id: Option<String>,
 }
 
@@ -127,7 +129,7 @@ pub struct OrdersQuery {
     put,
     path = "/seckill/{sku}",
     tag = "seckill",
-    params(("sku" = String, Path, description = "The product, 1 to 64 of A-Z a-z 0-9 . _ -")),
+    params(("sku" = NameText, Path, description = "The product, 1 to 64 of A-Z a-z 0-9 . _ -")),
     request_body = SaleBody,
     security(("admin" = [])),
     responses(
@@ -160,7 +162,7 @@ pub async fn reset_sale(
     get,
     path = "/seckill/{sku}",
     tag = "seckill",
-    params(("sku" = String, Path, description = "The product")),
+    params(("sku" = NameText, Path, description = "The product")),
     responses(
         (status = 200, description = "The sale", body = SaleView),
         (status = 404, description = "`sale-not-found`", body = Problem, content_type = "application/problem+json"),
@@ -187,8 +189,8 @@ pub async fn sale(
     path = "/seckill/{sku}/orders",
     tag = "seckill",
     params(
-        ("sku" = String, Path, description = "The product"),
-        ("Idempotency-Key" = Option<String>, Header, description = "A fresh client-chosen key (a UUID) per purchase attempt"),
+        ("sku" = NameText, Path, description = "The product"),
+        ("Idempotency-Key" = Option<IdempotencyKeyText>, Header, description = "A fresh client-chosen key (a UUID) per purchase attempt"),
     ),
     request_body = OrderBody,
     responses(
@@ -245,7 +247,7 @@ pub async fn purchase(
     get,
     path = "/seckill/{sku}/orders",
     tag = "seckill",
-    params(("sku" = String, Path, description = "The product"), OrdersQuery),
+    params(("sku" = NameText, Path, description = "The product"), OrdersQuery),
     responses(
         (status = 200, description = "The orders", body = OrderList),
         (status = 404, description = "`sale-not-found`", body = Problem, content_type = "application/problem+json"),

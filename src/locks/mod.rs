@@ -16,8 +16,9 @@ pub use inputs::{
     InvalidKey, InvalidToken, LockKey, LockLimits, MAX_KEY_LEN, MIN_TTL_MS, OutOfRange, Token, Ttl,
     WaitTime,
 };
-pub use waiting::{TooManyWaiters, Waiting};
+pub use waiting::{WaitRefused, Waiting};
 
+use crate::metrics::{LockOutcome, Metrics};
 use crate::redis::locks::{
     self as scripts, AcquireReply, ExtendReply, Grant, InspectReply, LockKeys, ReenterReply,
     ReleaseReply,
@@ -115,35 +116,40 @@ pub enum LockError {
     #[error("there is no lock {key}: never taken, released, or expired")]
     NotFound { key: LockKey },
     #[error(transparent)]
-    TooManyWaiters(#[from] TooManyWaiters),
+    CannotWait(#[from] WaitRefused),
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
 
-/// The lock operations, shared by every request of one gateway instance.
+/// The lock operations, shared by every request of one gateway instance
+/// (and cloned for each, so they are one shared allocation).
 #[derive(Clone)]
-pub struct Locks {
+pub struct Locks(Arc<Shared>);
+
+struct Shared {
     redis: Redis,
-    prefix: Arc<str>,
+    prefix: Box<str>,
     waiting: Waiting,
+    metrics: Arc<Metrics>,
 }
 
 impl Locks {
-    pub fn new(redis: Redis, prefix: &str, waiting: Waiting) -> Self {
-        Self {
+    pub fn new(redis: Redis, prefix: &str, waiting: Waiting, metrics: Arc<Metrics>) -> Self {
+        Self(Arc::new(Shared {
             redis,
             prefix: prefix.into(),
             waiting,
-        }
+            metrics,
+        }))
     }
 
     fn keys(&self, key: &LockKey) -> LockKeys {
-        LockKeys::new(&self.prefix, key)
+        LockKeys::new(&self.0.prefix, key)
     }
 
     /// Requests waiting for a lock on this instance now.
     pub fn waiters(&self) -> usize {
-        self.waiting.count()
+        self.0.waiting.count()
     }
 
     /// Takes the lock for a new owner, waiting up to `request.wait` while
@@ -158,9 +164,10 @@ impl Locks {
         let keys = self.keys(&request.key);
         let ttl_ms = request.ttl.as_millis();
         if let Some(token) = request.token {
-            let mut conn = self.redis.connection().await?;
+            let mut conn = self.0.redis.connection().await?;
             return match scripts::reenter(&mut conn, &keys, &token, ttl_ms).await? {
                 ReenterReply::Reentered(grant) => {
+                    self.0.metrics.lock(LockOutcome::Reentered);
                     Ok(Lease::new(request.key, token, grant, Duration::ZERO, None))
                 }
                 ReenterReply::NotOwner => Err(LockError::NotOwner { key: request.key }),
@@ -171,24 +178,37 @@ impl Locks {
         let handover = Handover::new(self.clone(), request.key.clone(), token);
         let deadline = started + request.wait.as_duration();
         match self.acquire_by(&keys, &token, ttl_ms, deadline).await {
-            Ok((grant, waited)) => Ok(Lease::new(
-                request.key,
-                token,
-                grant,
-                waited,
-                Some(handover),
-            )),
-            Err(err) => {
+            Ok((grant, waited)) => {
+                self.0.metrics.lock(LockOutcome::Acquired);
+                if !waited.is_zero() {
+                    self.0.metrics.lock(LockOutcome::Waited);
+                    self.0.metrics.lock_wait(waited);
+                }
+                Ok(Lease::new(
+                    request.key,
+                    token,
+                    grant,
+                    waited,
+                    Some(handover),
+                ))
+            }
+            Err(Refusal::Held { remaining_ms }) => {
                 handover.cancel();
-                Err(match err {
-                    Refusal::Held { remaining_ms } => LockError::Held {
-                        key: request.key,
-                        retry_after_ms: remaining_ms,
-                    },
-                    Refusal::TooManyWaiters(err) => err.into(),
-                    Refusal::Backend(err) => err.into(),
+                self.0.metrics.lock(LockOutcome::Conflict);
+                if !request.wait.is_zero() {
+                    self.0.metrics.lock_wait(started.elapsed());
+                }
+                Err(LockError::Held {
+                    key: request.key,
+                    retry_after_ms: remaining_ms,
                 })
             }
+            Err(Refusal::CannotWait(err)) => {
+                handover.cancel();
+                Err(err.into())
+            }
+            // Not cancelled: the script may have run before the failure.
+            Err(Refusal::Backend(err)) => Err(err.into()),
         }
     }
 
@@ -208,7 +228,7 @@ impl Locks {
         let mut refused_at = None;
         loop {
             let remaining_ms = {
-                let mut conn = self.redis.connection().await?;
+                let mut conn = self.0.redis.connection().await?;
                 match scripts::acquire(&mut conn, keys, token, ttl_ms).await? {
                     AcquireReply::Granted(grant) => {
                         let waited = refused_at.map_or(Duration::ZERO, |at: Instant| at.elapsed());
@@ -226,7 +246,7 @@ impl Locks {
                 // First refusal: join the queue, and try once more as soon as
                 // the subscription stands, so a release between the refusal
                 // and the subscription is not missed.
-                let mut joined = self.waiting.enter(&keys.channel)?;
+                let mut joined = self.0.waiting.enter(&keys.channel)?;
                 let _ = tokio::time::timeout_at(deadline.into(), joined.subscribed()).await;
                 ticket = Some(joined);
                 continue;
@@ -236,19 +256,22 @@ impl Locks {
             tokio::select! {
                 () = ticket.woken() => {}
                 () = tokio::time::sleep_until(lease_ends.min(deadline).into()) => {}
+                () = ticket.closing() => return Err(WaitRefused::ShuttingDown.into()),
             }
         }
     }
 
     /// Gives up one hold; the last one frees the lock and wakes its waiters.
     pub async fn release(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
-        let mut conn = self.redis.connection().await?;
-        match scripts::release(&mut conn, &self.keys(key), token).await? {
-            ReleaseReply::Released => Ok(Released::Free),
-            ReleaseReply::HoldsLeft(holds) => Ok(Released::HoldsLeft(holds)),
-            ReleaseReply::NotFound => Err(LockError::NotFound { key: key.clone() }),
-            ReleaseReply::NotOwner => Err(LockError::NotOwner { key: key.clone() }),
-        }
+        let mut conn = self.0.redis.connection().await?;
+        let released = match scripts::release(&mut conn, &self.keys(key), token).await? {
+            ReleaseReply::Released => Released::Free,
+            ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),
+            ReleaseReply::NotFound => return Err(LockError::NotFound { key: key.clone() }),
+            ReleaseReply::NotOwner => return Err(LockError::NotOwner { key: key.clone() }),
+        };
+        self.0.metrics.lock(LockOutcome::Released);
+        Ok(released)
     }
 
     /// Renews the lease so it ends `ttl` from now.
@@ -258,17 +281,20 @@ impl Locks {
         token: &Token,
         ttl: Ttl,
     ) -> Result<LockState, LockError> {
-        let mut conn = self.redis.connection().await?;
+        let mut conn = self.0.redis.connection().await?;
         match scripts::extend(&mut conn, &self.keys(key), token, ttl.as_millis()).await? {
             ExtendReply::Extended(grant) => Ok(grant.into()),
-            ExtendReply::NotFound => Err(LockError::NotFound { key: key.clone() }),
+            ExtendReply::NotFound => {
+                self.0.metrics.lock(LockOutcome::ExpiredOnExtend);
+                Err(LockError::NotFound { key: key.clone() })
+            }
             ExtendReply::NotOwner => Err(LockError::NotOwner { key: key.clone() }),
         }
     }
 
     /// Reads the lock's state; never its token.
     pub async fn inspect(&self, key: &LockKey) -> Result<LockState, LockError> {
-        let mut conn = self.redis.connection().await?;
+        let mut conn = self.0.redis.connection().await?;
         match scripts::inspect(&mut conn, &self.keys(key)).await? {
             InspectReply::Held(grant) => Ok(grant.into()),
             InspectReply::NotFound => Err(LockError::NotFound { key: key.clone() }),
@@ -279,13 +305,13 @@ impl Locks {
 /// Why [`Locks::acquire_by`] ended without a grant.
 enum Refusal {
     Held { remaining_ms: u64 },
-    TooManyWaiters(TooManyWaiters),
+    CannotWait(WaitRefused),
     Backend(BackendError),
 }
 
-impl From<TooManyWaiters> for Refusal {
-    fn from(err: TooManyWaiters) -> Self {
-        Self::TooManyWaiters(err)
+impl From<WaitRefused> for Refusal {
+    fn from(err: WaitRefused) -> Self {
+        Self::CannotWait(err)
     }
 }
 

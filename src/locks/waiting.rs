@@ -12,19 +12,26 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use crate::redis::pubsub::{Listener, Subscriber};
 
-/// The per-instance cap on concurrent waiters was reached.
+/// Why a request may not wait here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("this instance already has its maximum of {0} waiting requests")]
-pub struct TooManyWaiters(pub usize);
+pub enum WaitRefused {
+    #[error("this instance already has its maximum of {0} waiting requests")]
+    TooManyWaiters(usize),
+    #[error("this instance is shutting down")]
+    ShuttingDown,
+}
 
 /// The registry of this instance's waiting requests.
 #[derive(Clone)]
 pub struct Waiting {
     registry: Arc<Registry>,
     subscriber: Subscriber,
+    /// Cancelled at shutdown: every waiter stops, and no one may start.
+    closing: CancellationToken,
 }
 
 struct Registry {
@@ -59,16 +66,26 @@ impl Waiting {
         Self {
             registry,
             subscriber,
+            closing: CancellationToken::new(),
         }
+    }
+
+    /// Stops every waiting request (each answers that the instance is
+    /// shutting down) and refuses new ones.
+    pub fn close(&self) {
+        self.closing.cancel();
     }
 
     /// Joins the queue of `channel`, subscribing it if this is its first
     /// local waiter.
-    pub fn enter(&self, channel: &str) -> Result<Ticket, TooManyWaiters> {
+    pub fn enter(&self, channel: &str) -> Result<Ticket, WaitRefused> {
+        if self.closing.is_cancelled() {
+            return Err(WaitRefused::ShuttingDown);
+        }
         let registry = &self.registry;
         if registry.waiting.fetch_add(1, Ordering::AcqRel) >= registry.max_waiters {
             registry.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err(TooManyWaiters(registry.max_waiters));
+            return Err(WaitRefused::TooManyWaiters(registry.max_waiters));
         }
         let waiter = Arc::new(Waiter {
             woken: AtomicBool::new(false),
@@ -166,6 +183,11 @@ impl Ticket {
         if let Some(confirmation) = self.subscribed.take() {
             let _ = confirmation.await;
         }
+    }
+
+    /// Completes when the instance starts shutting down.
+    pub async fn closing(&self) {
+        self.waiting.closing.cancelled().await;
     }
 
     /// Completes when a release (or a reconnect) picks this waiter.

@@ -6,10 +6,12 @@ pub mod pubsub;
 mod scripts;
 pub mod seckill;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool::Runtime;
 
+use crate::metrics::Metrics;
 use pool::{LeanManager, Pool, PoolError};
 
 pub use pool::Connection;
@@ -57,17 +59,22 @@ impl BackendError {
 
 /// The gateway's handle on Redis: a pool of multiplexed connections, and
 /// what it takes to open the one pub/sub connection.
+///
+/// Cloned for every request that uses it, so it is one shared allocation.
 #[derive(Clone)]
-pub struct Redis {
+pub struct Redis(Arc<Shared>);
+
+struct Shared {
     pool: Pool,
     client: redis::Client,
     timeout: Duration,
+    metrics: Arc<Metrics>,
 }
 
 impl Redis {
     /// Builds the pool. Nothing connects until the first command, so the
     /// gateway can start (and answer 503) while Redis is down.
-    pub fn new(settings: &RedisSettings) -> Result<Self, redis::RedisError> {
+    pub fn new(settings: &RedisSettings, metrics: Arc<Metrics>) -> Result<Self, redis::RedisError> {
         let client = redis::Client::open(settings.url.as_str())?;
         let pool = Pool::builder(LeanManager::new(client.clone(), settings.timeout))
             .max_size(settings.pool_size)
@@ -83,24 +90,31 @@ impl Redis {
                     err.to_string(),
                 ))
             })?;
-        Ok(Self {
+        Ok(Self(Arc::new(Shared {
             pool,
             client,
             timeout: settings.timeout,
-        })
+            metrics,
+        })))
     }
 
     /// A client for connections outside the pool (the pub/sub one).
     pub fn client(&self) -> redis::Client {
-        self.client.clone()
+        self.0.client.clone()
     }
 
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.0.timeout
     }
 
     pub async fn connection(&self) -> Result<Connection, BackendError> {
-        Ok(self.pool.get().await?.into())
+        match self.0.pool.get().await {
+            Ok(object) => Ok(Connection::new(object, self.0.metrics.clone())),
+            Err(err) => {
+                self.0.metrics.redis_error("pool");
+                Err(err.into())
+            }
+        }
     }
 
     /// Answers whether Redis responds, for `/readyz`.
@@ -121,7 +135,7 @@ impl Redis {
 
     /// Closes the pool: idle connections are dropped, new requests fail.
     pub fn close(&self) {
-        self.pool.close();
+        self.0.pool.close();
     }
 }
 

@@ -8,17 +8,19 @@
 //! whose command failed at the connection level (an I/O error, a timeout) is
 //! thrown away instead of being returned.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use deadpool::managed::{self, Metrics, Object, RecycleError, RecycleResult};
+use deadpool::managed::{self, Object, RecycleError, RecycleResult};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
 };
 
-use super::timed_out;
+use super::{scripts, timed_out};
+use crate::metrics::Metrics;
 
 /// Opens connections to one Redis and tells live ones from dead ones.
 pub struct LeanManager {
@@ -96,7 +98,11 @@ impl managed::Manager for LeanManager {
             .map_err(timed_out)?
     }
 
-    async fn recycle(&self, conn: &mut LiveConnection, _: &Metrics) -> RecycleResult<RedisError> {
+    async fn recycle(
+        &self,
+        conn: &mut LiveConnection,
+        _: &managed::Metrics,
+    ) -> RecycleResult<RedisError> {
         if conn.alive.load(Ordering::Acquire) {
             Ok(())
         } else {
@@ -110,17 +116,19 @@ pub type PoolError = managed::PoolError<RedisError>;
 
 /// A connection out of the pool. If a command on it fails at the connection
 /// level, it is detached when dropped, and the pool opens a fresh one when
-/// needed.
+/// needed. Every command's latency and failure go to the metrics.
 pub struct Connection {
     object: Option<Object<LeanManager>>,
     broken: bool,
+    metrics: Arc<Metrics>,
 }
 
-impl From<Object<LeanManager>> for Connection {
-    fn from(object: Object<LeanManager>) -> Self {
+impl Connection {
+    pub fn new(object: Object<LeanManager>, metrics: Arc<Metrics>) -> Self {
         Self {
             object: Some(object),
             broken: false,
+            metrics,
         }
     }
 }
@@ -131,20 +139,47 @@ impl Connection {
         &mut self.object.as_mut().expect("a live pooled connection").conn
     }
 
-    fn note<T>(&mut self, result: &Result<T, RedisError>) {
-        if let Err(err) = result
-            && (err.is_unrecoverable_error() || err.is_timeout())
-        {
+    fn note<T>(&mut self, operation: &str, started: Instant, result: &Result<T, RedisError>) {
+        self.metrics.redis_command(operation, started.elapsed());
+        let Err(err) = result else {
+            return;
+        };
+        let kind = if err.is_timeout() {
+            "timeout"
+        } else if err.is_unrecoverable_error() {
+            "connection"
+        } else {
+            "server"
+        };
+        self.metrics.redis_error(kind);
+        if kind != "server" {
             self.broken = true;
         }
     }
 }
 
+/// A command's name for metrics: a script's file name for `EVALSHA`, else
+/// the command in lower case.
+fn operation(cmd: &Cmd) -> Cow<'static, str> {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let command = args.next().unwrap_or_default();
+    if command.eq_ignore_ascii_case(b"evalsha")
+        && let Some(name) = args.next().and_then(scripts::name_of)
+    {
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(String::from_utf8_lossy(command).to_ascii_lowercase())
+}
+
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            let started = Instant::now();
             let result = self.inner().req_packed_command(cmd).await;
-            self.note(&result);
+            self.note(&operation(cmd), started, &result);
             result
         })
     }
@@ -156,8 +191,9 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            let started = Instant::now();
             let result = self.inner().req_packed_commands(cmd, offset, count).await;
-            self.note(&result);
+            self.note("pipeline", started, &result);
             result
         })
     }

@@ -78,6 +78,13 @@ pub static PURCHASE: LuaScript = lua_script!("purchase.lua");
 pub static RESET_SALE: LuaScript = lua_script!("reset_sale.lua");
 pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
 
+/// The script a SHA names, for labelling metrics.
+pub fn name_of(sha: &[u8]) -> Option<&'static str> {
+    ALL.iter()
+        .find(|script| script.script().get_hash().as_bytes() == sha)
+        .map(|script| script.name)
+}
+
 /// Every script, for loading at start-up.
 pub static ALL: [&LuaScript; 7] = [
     &ACQUIRE,

@@ -24,6 +24,7 @@ pub use rate::{RateDecision, RatePolicy};
 use sold_out::SoldOutFlags;
 
 use crate::locks::{AcquireRequest, LockError, LockKey, Locks, Ttl, WaitTime};
+use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::seckill::{self as scripts, OrderEntry, PurchaseReply, RecordedOrder, SaleKeys};
 use crate::redis::{BackendError, Redis};
@@ -121,6 +122,7 @@ pub struct Sales {
     prefix: Arc<str>,
     flags: Arc<SoldOutFlags>,
     settings: SaleSettings,
+    metrics: Arc<Metrics>,
 }
 
 impl Sales {
@@ -131,6 +133,7 @@ impl Sales {
         prefix: &str,
         subscriber: &Subscriber,
         settings: SaleSettings,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let flags = Arc::new(SoldOutFlags::new(format!("{prefix}sale-resets")));
         subscriber.listen(flags.clone());
@@ -143,6 +146,7 @@ impl Sales {
             prefix: prefix.into(),
             flags,
             settings,
+            metrics,
         }
     }
 
@@ -211,6 +215,12 @@ impl Sales {
 
     /// Buys, or replays an earlier purchase with the same Idempotency-Key.
     pub async fn checkout(&self, order: OrderRequest, client: Option<IpAddr>) -> Checkout {
+        let checkout = self.checkout_counted(order, client).await;
+        self.metrics.sale(outcome(&checkout.result));
+        checkout
+    }
+
+    async fn checkout_counted(&self, order: OrderRequest, client: Option<IpAddr>) -> Checkout {
         if self.flags.is_sold_out(order.sku.as_str()) {
             return Checkout {
                 result: self.answer_sold_out(&order).await,
@@ -248,13 +258,18 @@ impl Sales {
         if let (Some(policy), Some(client)) = (self.settings.per_client, client) {
             let decision = self.count(policy, &format!("client:{client}")).await?;
             if !decision.allowed {
+                self.metrics.rate_limited("client");
                 return Ok(Some(decision));
             }
         }
-        match self.settings.per_user {
-            Some(policy) => Ok(Some(self.count(policy, &format!("user:{user}")).await?)),
-            None => Ok(None),
+        let Some(policy) = self.settings.per_user else {
+            return Ok(None);
+        };
+        let decision = self.count(policy, &format!("user:{user}")).await?;
+        if !decision.allowed {
+            self.metrics.rate_limited("user");
         }
+        Ok(Some(decision))
     }
 
     async fn count(&self, policy: RatePolicy, bucket: &str) -> Result<RateDecision, SaleError> {
@@ -368,6 +383,21 @@ impl Sales {
             }
             Some(_) => Err(Refusal::KeyReused.into()),
         }
+    }
+}
+
+/// A purchase's outcome as `lockgate_seckill_outcomes_total` labels it.
+fn outcome(result: &Result<Purchase, SaleError>) -> &'static str {
+    match result {
+        Ok(Purchase::Created(_)) => "created",
+        Ok(Purchase::Replayed(_)) => "replayed",
+        Err(SaleError::Refused(Refusal::SoldOut { .. })) => "sold_out",
+        Err(SaleError::Refused(Refusal::LimitExceeded { .. })) => "limit_exceeded",
+        Err(SaleError::Refused(Refusal::KeyReused)) => "idempotency_key_reused",
+        Err(SaleError::Refused(Refusal::RateLimited(_))) => "rate_limited",
+        Err(SaleError::Refused(Refusal::NotFound { .. })) => "sale_not_found",
+        Err(SaleError::Lock(LockError::Held { .. })) => "lock_held",
+        Err(SaleError::Lock(_)) => "error",
     }
 }
 

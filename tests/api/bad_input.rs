@@ -443,3 +443,17 @@ async fn every_problem_type_has_a_page() {
     let page = response.text().await.unwrap();
     assert!(page.starts_with("lock-held: Lock is held"), "{page}");
 }
+
+#[tokio::test]
+async fn an_integral_number_written_as_a_float_is_an_integer_as_in_json_schema() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    let response = app
+        .acquire(json!({"key": "float", "ttl_ms": 2000.0, "wait_ms": 0.0}))
+        .await;
+
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["ttl_ms"], 2000);
+}

@@ -28,8 +28,9 @@ impl RedisServer {
         Self::launch(false).await
     }
 
-    /// A Redis that writes every command to its AOF before answering, so a
-    /// restart (even after SIGKILL) comes back with everything acknowledged.
+    /// A Redis with the shipped `redis/redis.conf`: every write is in the
+    /// fsynced AOF before it is answered, so a restart (even after SIGKILL)
+    /// comes back with everything acknowledged.
     pub async fn start_with_aof() -> Self {
         Self::launch(true).await
     }
@@ -58,6 +59,11 @@ impl RedisServer {
 
     async fn spawn(&mut self) -> bool {
         let mut command = Command::new(redis_server_binary());
+        if self.aof {
+            // The configuration file must come first on the command line.
+            let config = concat!(env!("CARGO_MANIFEST_DIR"), "/redis/redis.conf");
+            command.arg(config);
+        }
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--daemonize", "no"])
@@ -67,9 +73,7 @@ impl RedisServer {
             .arg(self.dir.path().join("redis.log"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if self.aof {
-            command.args(["--appendonly", "yes", "--appendfsync", "always"]);
-        } else {
+        if !self.aof {
             command.args(["--appendonly", "no"]);
         }
         self.child = Some(command.spawn().expect("spawn redis-server"));
@@ -122,6 +126,21 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("a running redis-server").id();
+        send_signal(pid, signal);
+    }
+
     /// Starts the server again on the same port and directory (and AOF).
     pub async fn restart(&mut self) {
         self.kill();
@@ -142,6 +161,15 @@ fn redis_server_binary() -> PathBuf {
             .find(|path| path.is_file())
     });
     found.expect("redis-server is not installed: `make test` installs it")
+}
+
+/// Sends `signal` (such as `-TERM`) to a process.
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {pid} failed");
 }
 
 /// A port nobody listens on right now.
@@ -336,5 +364,76 @@ where
 fn init_test_logs() {
     if std::env::var_os("TEST_LOG").is_some() {
         lockgate::telemetry::init(lockgate::config::LogFormat::Text);
+    }
+}
+
+/// The real `lockgate` binary, serving on a free port, with its output
+/// (logs) written to a file.
+pub struct GatewayProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    log: tempfile::NamedTempFile,
+}
+
+impl GatewayProcess {
+    pub async fn spawn(redis: &RedisServer, flags: &[&str], env: &[(&str, &str)]) -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lockgate"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                &addr.to_string(),
+                "--redis-url",
+                &redis.url(),
+            ])
+            .args(flags)
+            .env_remove("RUST_LOG")
+            .stdout(log.reopen().expect("log file"))
+            .stderr(log.reopen().expect("log file"));
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let child = command.spawn().expect("spawn lockgate");
+        let process = Self { child, addr, log };
+        let http = reqwest::Client::new();
+        let ready = eventually(Duration::from_secs(10), || async {
+            http.get(process.url("/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+        assert!(ready, "lockgate did not start:\n{}", process.logs());
+        process
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Everything the process wrote so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// Waits for the process to exit, at most `within`.
+    pub async fn exit_status(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("poll lockgate") {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -50,6 +50,37 @@ fn the_document_is_openapi_3_1_and_documents_every_lock_route() {
     }
 }
 
+#[test]
+fn every_reference_in_the_document_resolves() {
+    let document: Value = serde_json::from_str(lockgate::http::openapi_json()).unwrap();
+    let mut references = Vec::new();
+    collect_references(&document, &mut references);
+    assert!(!references.is_empty());
+    for reference in references {
+        let pointer = reference.trim_start_matches('#');
+        assert!(
+            document.pointer(pointer).is_some(),
+            "{reference} points nowhere"
+        );
+    }
+}
+
+fn collect_references(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(reference)) = map.get("$ref") {
+                found.push(reference.clone());
+            }
+            map.values()
+                .for_each(|inner| collect_references(inner, found));
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|inner| collect_references(inner, found)),
+        _ => {}
+    }
+}
+
 #[tokio::test]
 async fn the_server_serves_the_same_document_and_swagger_ui_without_a_cdn() {
     let redis = RedisServer::start().await;

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Contract fuzzing: schemathesis (PyPI) generates requests from the OpenAPI
+# document a running gateway serves, against a real Redis, and fails on any
+# server error or any response that breaks the document (status, content
+# type, headers, body schema).
+#
+#   scripts/fuzz-contract.sh         (part of make test)
+#
+# FUZZ_EXAMPLES sets the examples per operation (default 30). The gateway
+# runs with an API key and admin token (schemathesis sends both) and a short
+# maximum wait, so a generated wait against a held lock stays short.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/ensure-tools.sh" rust redis schemathesis
+(cd "$root" && cargo build --release --locked --quiet --bin lockgate)
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_for() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+
+redis_port="$(free_port)"
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+  --dir "$work" --logfile "$work/redis.log" >/dev/null 2>&1 &
+pids+=($!)
+wait_for redis-cli -p "$redis_port" ping
+
+port="$(free_port)"
+secret="fuzz-$RANDOM$RANDOM"
+RUST_LOG=warn "$root/target/release/lockgate" serve --listen "127.0.0.1:$port" \
+  --redis-url "redis://127.0.0.1:$redis_port" --api-keys "$secret" --admin-token "$secret" \
+  --max-wait-ms 200 >"$work/gateway.log" 2>&1 &
+pids+=($!)
+wait_for curl -sf "http://127.0.0.1:$port/readyz"
+
+echo "fuzzing the contract of a gateway on :$port..." >&2
+# schemathesis keeps its state in the working directory: use the temp one.
+cd "$work"
+if ! schemathesis run "http://127.0.0.1:$port/openapi.json" \
+  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+  --max-examples "${FUZZ_EXAMPLES:-30}" --request-timeout 10 \
+  --header "Authorization: Bearer $secret" --no-color; then
+  echo "contract fuzzing FAILED; the gateway's log:" >&2
+  tail -n 50 "$work/gateway.log" >&2
+  exit 1
+fi

@@ -1,0 +1,277 @@
+//! What the gateway shows of itself: Prometheus metrics that move by the right amounts, request ids, and logs without secrets.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{GatewayProcess, RedisServer, TestApp, eventually};
+
+/// Every sample of a Prometheus text page, by series (name and labels).
+async fn scrape(app: &TestApp) -> HashMap<String, f64> {
+    let response = app.get("/metrics").await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    let text = response.text().await.unwrap();
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            (series.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+fn moved(before: &HashMap<String, f64>, after: &HashMap<String, f64>, series: &str) -> f64 {
+    after.get(series).copied().unwrap_or(0.0) - before.get(series).copied().unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_count_what_a_workload_did() {
+    let mut redis = RedisServer::start().await;
+    let app = TestApp::spawn_with(&redis, &["--admin-token", "adm"]).await;
+    let before = scrape(&app).await;
+
+    // Locks: 2 new grants, a re-entry, a conflict, a wait that ends in a
+    // grant, 2 releases, an extension of a lapsed lease.
+    let held = app.take("m:a", 30_000).await;
+    app.acquire(json!({"key": "m:a", "token": held.token}))
+        .await;
+    app.acquire(json!({"key": "m:a"})).await;
+    app.release("m:a", &held.token).await;
+    let short = app.take("m:b", 150).await;
+    let waited = app.acquire(json!({"key": "m:b", "wait_ms": 5_000})).await;
+    assert_eq!(waited.status(), StatusCode::CREATED);
+    let waited: Value = waited.json().await.unwrap();
+    assert!(waited["waited_ms"].as_u64().unwrap() >= 100);
+    app.release("m:b", waited["token"].as_str().unwrap()).await;
+    assert_eq!(
+        app.extend("m:b", &short.token, 100).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    // A sale: one order, one sold out.
+    app.http
+        .put(app.url("/seckill/m-sale"))
+        .bearer_auth("adm")
+        .json(&json!({"stock": 1, "per_user_limit": 1}))
+        .send()
+        .await
+        .unwrap();
+    for user in ["u1", "u2"] {
+        app.post_json("/seckill/m-sale/orders", &json!({"user_id": user}))
+            .await;
+    }
+    app.get("/no/such/route").await;
+    // A waiter shows in the gauge while it waits.
+    app.take("m:c", 30_000).await;
+    let waiter = {
+        let request = app
+            .http
+            .post(app.url("/locks"))
+            .json(&json!({"key": "m:c", "wait_ms": 800}));
+        tokio::spawn(async move { request.send().await.unwrap().status() })
+    };
+    let gauge = eventually(Duration::from_secs(2), || async {
+        scrape(&app).await["lockgate_lock_waiters"] == 1.0
+    })
+    .await;
+    assert!(gauge, "the waiter never showed in lockgate_lock_waiters");
+    assert_eq!(waiter.await.unwrap(), StatusCode::CONFLICT);
+
+    let after = scrape(&app).await;
+    let outcome = |name: &str| {
+        moved(
+            &before,
+            &after,
+            &format!("lockgate_lock_outcomes_total{{outcome=\"{name}\"}}"),
+        )
+    };
+    // m:a, m:b, m:b again after waiting, m:c, the reset's sale lock and u1's
+    // purchase lock (u2's purchase was answered sold out from memory).
+    assert_eq!(outcome("acquired"), 6.0);
+    assert_eq!(outcome("reentered"), 1.0);
+    assert_eq!(outcome("conflict"), 2.0);
+    assert_eq!(outcome("waited"), 1.0);
+    // m:a, m:b after waiting, the sale lock, u1's lock.
+    assert_eq!(outcome("released"), 4.0);
+    assert_eq!(outcome("expired_on_extend"), 1.0);
+    assert_eq!(
+        moved(&before, &after, "lockgate_lock_wait_seconds_count"),
+        2.0
+    );
+    assert_eq!(after["lockgate_lock_waiters"], 0.0);
+    let sale = |name: &str| {
+        moved(
+            &before,
+            &after,
+            &format!("lockgate_seckill_outcomes_total{{outcome=\"{name}\"}}"),
+        )
+    };
+    assert_eq!((sale("created"), sale("sold_out")), (1.0, 1.0));
+    let requests = |route: &str, method: &str, status: u16| {
+        let series = format!(
+            "lockgate_http_request_duration_seconds_count{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}}"
+        );
+        moved(&before, &after, &series)
+    };
+    assert_eq!(requests("/locks", "POST", 201), 4.0);
+    assert_eq!(requests("/locks/{key}/ttl", "PUT", 404), 1.0);
+    assert_eq!(requests("/seckill/{sku}/orders", "POST", 201), 1.0);
+    assert_eq!(requests("unmatched", "GET", 404), 1.0);
+    let acquires = moved(
+        &before,
+        &after,
+        "lockgate_redis_command_duration_seconds_count{operation=\"acquire.lua\"}",
+    );
+    assert!(acquires >= 8.0, "{acquires} acquire scripts counted");
+
+    // Redis errors are counted, not just answered.
+    redis.kill();
+    app.acquire(json!({"key": "m:down"})).await;
+    let errors = scrape(&app).await;
+    let failed: f64 = errors
+        .iter()
+        .filter(|(series, _)| series.starts_with("lockgate_redis_errors_total"))
+        .map(|(_, value)| value)
+        .sum();
+    assert!(failed >= 1.0, "no Redis error counted");
+}
+
+#[tokio::test]
+async fn a_request_id_is_echoed_when_usable_and_made_up_otherwise() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let id_of = |response: &reqwest::Response| {
+        response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    let given = app
+        .http
+        .get(app.url("/healthz"))
+        .header("X-Request-Id", "trace-4711")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(id_of(&given), "trace-4711");
+
+    let made = id_of(&app.get("/healthz").await);
+    assert!(uuid::Uuid::parse_str(&made).is_ok(), "{made}");
+    let again = id_of(&app.get("/no/such/route").await);
+    assert_ne!(made, again);
+
+    for unusable in ["x".repeat(129), "has space".to_owned()] {
+        let response = app
+            .http
+            .get(app.url("/healthz"))
+            .header("X-Request-Id", &unusable)
+            .send()
+            .await
+            .unwrap();
+        let id = id_of(&response);
+        assert!(
+            uuid::Uuid::parse_str(&id).is_ok(),
+            "{unusable:?} was kept as {id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_token_key_or_secret_reaches_the_logs() {
+    let redis = RedisServer::start().await;
+    let api_key = "api-key-that-must-not-leak";
+    let admin = "admin-token-that-must-not-leak";
+    let gateway = GatewayProcess::spawn(
+        &redis,
+        &[
+            "--api-keys",
+            api_key,
+            "--admin-token",
+            admin,
+            "--log-format",
+            "json",
+        ],
+        &[("RUST_LOG", "trace")],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let bearer = |key: &str| format!("Bearer {key}");
+
+    let grant: Value = http
+        .post(gateway.url("/locks"))
+        .header("Authorization", bearer(api_key))
+        .json(&json!({"key": "secret:a"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = grant["token"].as_str().unwrap().to_owned();
+    http.post(gateway.url("/locks"))
+        .header("Authorization", bearer(api_key))
+        .json(&json!({"key": "secret:a", "token": token}))
+        .send()
+        .await
+        .unwrap();
+    http.put(gateway.url("/locks/secret:a/ttl"))
+        .header("Authorization", bearer(api_key))
+        .json(&json!({"token": token, "ttl_ms": 5_000}))
+        .send()
+        .await
+        .unwrap();
+    http.delete(gateway.url("/locks/secret:a"))
+        .header("Authorization", bearer(api_key))
+        .header("Lock-Token", &token)
+        .send()
+        .await
+        .unwrap();
+    http.delete(gateway.url(&format!("/locks/secret:a?token={token}")))
+        .header("Authorization", bearer(api_key))
+        .send()
+        .await
+        .unwrap();
+    http.delete(gateway.url("/locks/secret:a"))
+        .header("Authorization", bearer("a-wrong-key-that-must-not-leak"))
+        .send()
+        .await
+        .unwrap();
+    http.put(gateway.url("/seckill/leak"))
+        .header("Authorization", bearer(admin))
+        .json(&json!({"stock": 1, "per_user_limit": 1}))
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let logs = gateway.logs();
+    assert!(
+        logs.contains("\"request\""),
+        "the run logged no request spans:\n{logs}"
+    );
+    for secret in [
+        token.as_str(),
+        api_key,
+        admin,
+        "a-wrong-key-that-must-not-leak",
+    ] {
+        assert!(!logs.contains(secret), "{secret} is in the logs");
+    }
+    // JSON logs: one object per line.
+    for line in logs.lines().filter(|line| !line.is_empty()) {
+        assert!(
+            serde_json::from_str::<Value>(line).is_ok(),
+            "not JSON: {line}"
+        );
+    }
+}
