@@ -2,8 +2,9 @@
 #   make run          install what is missing, start a local Redis if none
 #                     answers, serve on 127.0.0.1:8080
 #   make test         install what the tests need; fmt check, clippy, every
-#                     test, then the short k6 load tests against a real
-#                     cluster (Redis, three instances, nginx)
+#                     test (the lock and sale suites also against a Redis
+#                     Cluster), contract fuzzing, then the short k6 load tests
+#                     against three instances behind nginx
 #   make cluster      Redis + three instances + nginx on loopback, in the
 #                     foreground (Ctrl-C stops all); make cluster-down cleans
 #                     up after a crash
@@ -14,7 +15,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit fuzz e2e cluster cluster-down loadtest bench openapi
+.PHONY: run test lint unit cluster-suite fuzz e2e cluster cluster-down loadtest bench openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis
@@ -25,6 +26,7 @@ test:
 	./scripts/ensure-tools.sh rust redis nginx k6 schemathesis
 	$(MAKE) lint
 	$(MAKE) unit
+	$(MAKE) cluster-suite
 	$(MAKE) fuzz
 	$(MAKE) e2e
 
@@ -39,6 +41,16 @@ unit:
 	  $(CARGO) nextest run --locked --no-fail-fast; \
 	else \
 	  $(CARGO) test --locked --no-fail-fast; \
+	fi
+
+# The lock and flash-sale suites again, each test against its own
+# three-master Redis Cluster.
+cluster-suite:
+	if $(CARGO) nextest --version >/dev/null 2>&1; then \
+	  LOCKGATE_TEST_REDIS=cluster $(CARGO) nextest run --locked --no-fail-fast \
+	    -E 'binary(api) & (test(locks::) | test(seckill::))'; \
+	else \
+	  LOCKGATE_TEST_REDIS=cluster $(CARGO) test --locked --no-fail-fast --test api -- locks:: seckill::; \
 	fi
 
 # schemathesis against the served OpenAPI document of a running gateway.

@@ -17,6 +17,7 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  [ -d "$work/redis-cluster" ] && "$root/scripts/redis-cluster.sh" stop "$work/redis-cluster"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -69,7 +70,7 @@ redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
   token 30000 0 86400000 >"$work/acquire.csv" &
 bench_acquire=$!
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
-  EVALSHA "$release_sha" 1 'bench:lock:{__rand_int__}' token bench:released >"$work/release.csv"
+  EVALSHA "$release_sha" 1 'bench:lock:{__rand_int__}' token bench:released PUBLISH >"$work/release.csv"
 wait "$bench_acquire"
 rps() { tail -n 1 "$1" | cut -d, -f2 | tr -d '"'; }
 raw_cycles="$(python3 -c "print(round(($(rps "$work/acquire.csv") + $(rps "$work/release.csv")) / 2))")"
@@ -91,6 +92,18 @@ if command -v etcd >/dev/null 2>&1; then
   etcd_line="$(field "$etcd_run" per_second) lock cycles/s (generator $(field "$etcd_run" generator_cpu_ms_per_request) ms CPU/request)"
 fi
 
+echo "uncontended cycles against a three-master Redis Cluster (${seconds}s)..." >&2
+# Without persistence, like the single Redis above.
+cluster_nodes="$(REDIS_EXTRA_ARGS="--appendonly no" "$root/scripts/redis-cluster.sh" start "$work/redis-cluster")"
+cluster_gateway_port="$(free_port)"
+RUST_LOG=warn "$lockgate" serve --listen "127.0.0.1:$cluster_gateway_port" \
+  --redis-cluster-nodes "$cluster_nodes" >"$work/gateway-cluster.log" 2>&1 &
+pids+=($!)
+wait_for curl -sf "http://127.0.0.1:$cluster_gateway_port/readyz"
+on_cluster="$("$lockbench" cycles --url "http://127.0.0.1:$cluster_gateway_port" --clients 50 --seconds "$seconds")"
+kill "${pids[-1]}"
+"$root/scripts/redis-cluster.sh" stop "$work/redis-cluster"
+
 echo "10 000 waiters..." >&2
 waiters="$("$lockbench" waiters --url "$gateway" --clients 10000 --pid "$gateway_pid")"
 rss_waiting="$(python3 -c "print(round($(field "$waiters" rss_waiting_kib) / 1024, 1))")"
@@ -102,6 +115,7 @@ lockgate lock benchmark: $(nproc) cores, $(date -u +%Y-%m-%d), ${seconds}s per r
 | measurement | lockgate | comparison |
 |---|---|---|
 | uncontended lock cycles/s (acquire + release, 50 clients, distinct keys) | $(field "$cycles" per_second) | redis-benchmark, same scripts by EVALSHA: $raw_cycles |
+| the same, one gateway on a three-master Redis Cluster on the same machine | $(field "$on_cluster" per_second) | |
 | contended acquisitions/s (8 clients, one key, hold 1 ms, work 5 ms) | $(field "$contended" per_second) | 20 ms sleep-and-poll SETNX lock: $(field "$poll" per_second) |
 | contended wait p50 / p99 (ms) | $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | $(field "$poll" wait_p50_ms) / $(field "$poll" wait_p99_ms) |
 | etcd HTTP lock API, same uncontended load | | $etcd_line |
@@ -110,6 +124,7 @@ lockgate lock benchmark: $(nproc) cores, $(date -u +%Y-%m-%d), ${seconds}s per r
 
 raw lockbench results:
 $cycles
+$on_cluster
 $contended
 $poll
 $waiters

@@ -129,8 +129,11 @@ export default async function () {
     return;
   }
   const capped = Object.keys(bought).filter((user) => bought[user] >= CAP);
-  const hot = roll < 0.2;
-  const overCap = !hot && roll < 0.25 && capped.length > 0;
+  // One user sends a fifth of the load, past the per-user rate (20/s, burst
+  // 40) within the first second, so the limit shows before any sell-out
+  // (after which purchases are answered from memory, unlimited).
+  const hot = roll < 0.3;
+  const overCap = !hot && roll < 0.35 && capped.length > 0;
   const user = hot ? 'hot-user' : overCap ? capped[0] : `user-${Math.floor(Math.random() * USERS)}`;
   const quantity = Math.random() < 0.2 ? 2 : 1;
   const key = crypto.randomUUID();

@@ -3,6 +3,8 @@
 -- KEYS[1]  lock hash  <prefix>lock:{<key>}  fields owner, holds, fence
 -- ARGV[1]  the holder's token
 -- ARGV[2]  the lock's release channel, published on when the lock is freed
+-- ARGV[3]  PUBLISH, or SPUBLISH in a Redis Cluster (the channel shares the
+--          lock's hash tag, so its shard is the lock's slot)
 --
 -- Returns {code, holds}:
 --   code  1  released: the lock is free and waiters were told (holds = 0)
@@ -10,7 +12,7 @@
 --   code  0  no such lock (never taken, released, or expired)
 --   code -1  held under another token
 
-local lock, token, channel = KEYS[1], ARGV[1], ARGV[2]
+local lock, token, channel, publish = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 
 local owner = redis.call('HGET', lock, 'owner')
 if not owner then
@@ -25,5 +27,5 @@ if holds > 0 then
   return {2, holds}
 end
 redis.call('DEL', lock)
-redis.call('PUBLISH', channel, 'released')
+redis.call(publish, channel, 'released')
 return {1, 0}

@@ -8,7 +8,9 @@
 # Settings (environment):
 #   CLUSTER_DIR    pids, logs, Redis data, nginx config   (.run/cluster)
 #   CLUSTER_PORT   nginx's port; the instances take the next three   (8090)
-#   REDIS_PORT     (6380)
+#   REDIS_PORT     (6380; with REDIS_MODE=cluster, the first of three)
+#   REDIS_MODE     single (default) or cluster: a local three-master Redis
+#                  Cluster (scripts/redis-cluster.sh) instead of one Redis
 #   (CLUSTER_PORT=auto picks free ports for both; `start` writes the ports it
 #   used to $CLUSTER_DIR/ports.env either way.)
 #   LOCKGATE_ADMIN_TOKEN   admin token of every instance  (cluster-admin)
@@ -56,7 +58,8 @@ PY
 start() {
   if [ "$port" = auto ]; then
     port="$(free_port_block)"
-    redis_port="$(free_port_block)"
+    # A cluster picks its own ports (with room for their bus ports).
+    if [ "${REDIS_MODE:-single}" = cluster ]; then redis_port=""; else redis_port="$(free_port_block)"; fi
   fi
   mkdir -p "$dir"/{redis,tmp/client_body,tmp/proxy,tmp/fastcgi,tmp/uwsgi,tmp/scgi}
   printf 'CLUSTER_PORT=%s\nREDIS_PORT=%s\n' "$port" "$redis_port" >"$dir/ports.env"
@@ -64,17 +67,23 @@ start() {
   chmod -R a+rwx "$dir/tmp"
   [ -x "$lockgate" ] || (cd "$root" && cargo build --release --locked --quiet --bin lockgate)
 
-  redis-server "$root/redis/redis.conf" --port "$redis_port" --dir "$dir/redis" \
-    --logfile "$dir/redis.log" --daemonize no >/dev/null 2>&1 &
-  echo $! >"$dir/redis.pid"
-  wait_for redis-cli -p "$redis_port" ping
+  local redis_flags
+  if [ "${REDIS_MODE:-single}" = cluster ]; then
+    redis_flags=(--redis-cluster-nodes "$("$root/scripts/redis-cluster.sh" start "$dir/redis-cluster" "$redis_port")")
+  else
+    redis-server "$root/redis/redis.conf" --port "$redis_port" --dir "$dir/redis" \
+      --logfile "$dir/redis.log" --daemonize no >/dev/null 2>&1 &
+    echo $! >"$dir/redis.pid"
+    wait_for redis-cli -p "$redis_port" ping
+    redis_flags=(--redis-url "redis://127.0.0.1:$redis_port")
+  fi
 
   local flags=()
   read -r -a flags <<<"${GATEWAY_FLAGS:-}"
   for n in 1 2 3; do
     RUST_LOG="${RUST_LOG:-warn}" "$lockgate" serve \
       --listen "127.0.0.1:$((port + n))" --instance-id "gw-$n" \
-      --redis-url "redis://127.0.0.1:$redis_port" \
+      "${redis_flags[@]}" \
       --admin-token "$admin_token" --trusted-proxies 127.0.0.1 \
       "${flags[@]}" >>"$dir/gw-$n.log" 2>&1 &
     echo $! >"$dir/gw-$n.pid"
@@ -90,7 +99,7 @@ start() {
   "$nginx_bin" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' >>"$dir/nginx-error.log" 2>&1 &
   echo $! >"$dir/nginx-master.pid"
   wait_for curl -sf "http://127.0.0.1:$port/readyz"
-  say "nginx on http://127.0.0.1:$port in front of gw-1..3 on ports $((port + 1))-$((port + 3)); Redis on $redis_port"
+  say "nginx on http://127.0.0.1:$port in front of gw-1..3 on ports $((port + 1))-$((port + 3)); ${redis_flags[*]}"
   say "admin token: $admin_token; logs in $dir"
 }
 
@@ -106,6 +115,7 @@ stop() {
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     rm -f "$pidfile"
   done
+  if [ -d "$dir/redis-cluster" ]; then "$root/scripts/redis-cluster.sh" stop "$dir/redis-cluster"; fi
 }
 
 case "${1:-}" in

@@ -139,7 +139,7 @@ impl Gateway {
         let instance_header = HeaderValue::try_from(instance_id.as_str())
             .map_err(|_| StartError::InstanceId(instance_id.clone()))?;
 
-        let subscriber = Subscriber::start(redis.client(), redis.timeout());
+        let subscriber = redis.subscriber().map_err(StartError::RedisUrl)?;
         let waiting = Waiting::new(subscriber.clone(), config.max_waiters);
         let locks = Locks::new(
             redis.clone(),

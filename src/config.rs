@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::http::RequestLimits;
 use crate::locks::{LockLimits, MIN_TTL_MS};
-use crate::redis::RedisSettings;
+use crate::redis::{RedisSettings, Replication, Topology};
 use crate::seckill::{RatePolicy, SaleSettings};
 
 /// lockgate: distributed locks on Redis over plain HTTP.
@@ -41,6 +41,21 @@ pub struct Config {
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
+
+    /// Seed nodes of a Redis Cluster (comma-separated redis:// URLs); when
+    /// set, the gateway runs on the cluster and --redis-url is not used.
+    #[arg(long, env = "LOCKGATE_REDIS_CLUSTER_NODES", value_delimiter = ',')]
+    pub redis_cluster_nodes: Vec<String>,
+
+    /// Replicas that must confirm (Redis `WAIT`) each grant, extension and
+    /// purchase; 0 confirms nothing. A grant too few confirm is released and
+    /// answered 503 `not-replicated`.
+    #[arg(long, env = "LOCKGATE_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+
+    /// How long to wait for those replicas, in milliseconds.
+    #[arg(long, env = "LOCKGATE_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100)]
+    pub redis_wait_timeout_ms: u64,
 
     /// Echoed in the X-Instance-Id header of every response [default: <hostname>:<port>].
     #[arg(long, env = "LOCKGATE_INSTANCE_ID")]
@@ -186,11 +201,24 @@ impl Config {
     }
 
     pub fn redis_settings(&self) -> RedisSettings {
+        let topology = if self.redis_cluster_nodes.is_empty() {
+            Topology::Single {
+                url: self.redis_url.clone(),
+            }
+        } else {
+            Topology::Cluster {
+                nodes: self.redis_cluster_nodes.clone(),
+            }
+        };
         RedisSettings {
-            url: self.redis_url.clone(),
+            topology,
             // The value parser keeps this within 1..=1024.
             pool_size: usize::try_from(self.redis_pool_size).unwrap_or(16),
             timeout: Duration::from_millis(self.redis_timeout_ms),
+            replication: (self.redis_wait_replicas > 0).then(|| Replication {
+                replicas: self.redis_wait_replicas,
+                timeout: Duration::from_millis(self.redis_wait_timeout_ms),
+            }),
         }
     }
 }

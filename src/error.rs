@@ -38,6 +38,7 @@ pub enum ProblemType {
     HeadersTooLarge,
     TooManyWaiters,
     ShuttingDown,
+    NotReplicated,
     RequestTimeout,
     BackendUnavailable,
     Internal,
@@ -52,7 +53,7 @@ pub struct ProblemInfo {
 }
 
 impl ProblemType {
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 26] = [
         Self::MalformedBody,
         Self::UnsupportedMediaType,
         Self::BodyTooLarge,
@@ -75,6 +76,7 @@ impl ProblemType {
         Self::HeadersTooLarge,
         Self::TooManyWaiters,
         Self::ShuttingDown,
+        Self::NotReplicated,
         Self::RequestTimeout,
         Self::BackendUnavailable,
         Self::Internal,
@@ -207,6 +209,13 @@ impl ProblemType {
                 "Shutting down",
                 StatusCode::SERVICE_UNAVAILABLE,
                 "This instance is stopping; the wait ended and nothing was granted. Retry (another instance will answer).",
+            ),
+            Self::NotReplicated => (
+                "not-replicated",
+                "Not confirmed by replicas",
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Too few replicas confirmed the write in time (replica-confirmed grants are on). A grant was undone; an \
+                 extension or a purchase stands on the primary (retry a purchase with the same Idempotency-Key).",
             ),
             Self::RequestTimeout => (
                 "request-timeout",
@@ -362,12 +371,14 @@ impl ApiError {
             Self::Lock(LockError::Backend(BackendError::UnexpectedReply { .. })) => {
                 ProblemType::Internal
             }
+            Self::Lock(LockError::NotReplicated { .. }) => ProblemType::NotReplicated,
             Self::Lock(LockError::Backend(_)) => ProblemType::BackendUnavailable,
             Self::Sale(Refusal::NotFound { .. }) => ProblemType::SaleNotFound,
             Self::Sale(Refusal::SoldOut { .. }) => ProblemType::SoldOut,
             Self::Sale(Refusal::LimitExceeded { .. }) => ProblemType::LimitExceeded,
             Self::Sale(Refusal::KeyReused) => ProblemType::IdempotencyKeyReused,
             Self::Sale(Refusal::RateLimited(_)) => ProblemType::RateLimited,
+            Self::Sale(Refusal::NotReplicated { .. }) => ProblemType::NotReplicated,
             Self::HeadersTooLarge(_) => ProblemType::HeadersTooLarge,
             Self::RequestTimeout => ProblemType::RequestTimeout,
             Self::Unauthorized => ProblemType::Unauthorized,
@@ -394,9 +405,11 @@ impl ApiError {
                 key,
                 retry_after_ms,
             }) => (Some(key.to_string()), Some(*retry_after_ms)),
-            Self::Lock(LockError::NotOwner { key } | LockError::NotFound { key }) => {
-                (Some(key.to_string()), None)
-            }
+            Self::Lock(
+                LockError::NotOwner { key }
+                | LockError::NotFound { key }
+                | LockError::NotReplicated { key, .. },
+            ) => (Some(key.to_string()), None),
             Self::Sale(Refusal::RateLimited(decision)) => {
                 let ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX);
                 (None, Some(ms))

@@ -186,6 +186,7 @@ pub async fn acquire(
             .token
             .map(|text| Token::parse(&text).map_err(|err| ApiError::invalid_field("token", err)))
             .transpose()?,
+        confirmed: true,
     };
     let mut lease = locks.acquire(request).await?;
     let json = serde_json::to_vec(&LockGrant::from(&lease)).map_err(|_| ApiError::Internal)?;

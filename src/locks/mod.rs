@@ -33,6 +33,10 @@ pub struct AcquireRequest {
     pub wait: WaitTime,
     /// Present when the client re-enters a lock it holds.
     pub token: Option<Token>,
+    /// Whether the configured replicas must confirm the grant. Clients'
+    /// requests do; the sale's own short locks need not, since the purchase
+    /// they guard is confirmed itself.
+    pub confirmed: bool,
 }
 
 /// A held lease, as acquisition reports it.
@@ -117,6 +121,8 @@ pub enum LockError {
     NotFound { key: LockKey },
     #[error(transparent)]
     CannotWait(#[from] WaitRefused),
+    #[error("{}", not_replicated(key, *undone))]
+    NotReplicated { key: LockKey, undone: bool },
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
@@ -166,6 +172,18 @@ impl Locks {
         if let Some(token) = request.token {
             let mut conn = self.0.redis.connection().await?;
             return match scripts::reenter(&mut conn, &keys, &token, ttl_ms).await? {
+                ReenterReply::Reentered(_)
+                    if request.confirmed
+                        && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
+                {
+                    // Give the hold just taken back.
+                    drop(conn);
+                    self.release(&request.key, &token).await?;
+                    Err(LockError::NotReplicated {
+                        key: request.key,
+                        undone: true,
+                    })
+                }
                 ReenterReply::Reentered(grant) => {
                     self.0.metrics.lock(LockOutcome::Reentered);
                     Ok(Lease::new(request.key, token, grant, Duration::ZERO, None))
@@ -177,7 +195,10 @@ impl Locks {
         let token = Token::generate();
         let handover = Handover::new(self.clone(), request.key.clone(), token);
         let deadline = started + request.wait.as_duration();
-        match self.acquire_by(&keys, &token, ttl_ms, deadline).await {
+        match self
+            .acquire_by(&keys, &token, ttl_ms, deadline, request.confirmed)
+            .await
+        {
             Ok((grant, waited)) => {
                 self.0.metrics.lock(LockOutcome::Acquired);
                 if !waited.is_zero() {
@@ -207,6 +228,17 @@ impl Locks {
                 handover.cancel();
                 Err(err.into())
             }
+            Err(Refusal::NotReplicated) => {
+                // Undo the grant now, so the answer is true when it is read;
+                // if that fails, the handover keeps trying in the background.
+                if self.release(&request.key, &token).await.is_ok() {
+                    handover.cancel();
+                }
+                Err(LockError::NotReplicated {
+                    key: request.key,
+                    undone: true,
+                })
+            }
             // Not cancelled: the script may have run before the failure.
             Err(Refusal::Backend(err)) => Err(err.into()),
         }
@@ -223,6 +255,7 @@ impl Locks {
         token: &Token,
         ttl_ms: u64,
         deadline: Instant,
+        confirmed: bool,
     ) -> Result<(Grant, Duration), Refusal> {
         let mut ticket = None;
         let mut refused_at = None;
@@ -230,6 +263,11 @@ impl Locks {
             let remaining_ms = {
                 let mut conn = self.0.redis.connection().await?;
                 match scripts::acquire(&mut conn, keys, token, ttl_ms).await? {
+                    AcquireReply::Granted(_)
+                        if confirmed && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
+                    {
+                        return Err(Refusal::NotReplicated);
+                    }
                     AcquireReply::Granted(grant) => {
                         let waited = refused_at.map_or(Duration::ZERO, |at: Instant| at.elapsed());
                         return Ok((grant, waited));
@@ -264,7 +302,8 @@ impl Locks {
     /// Gives up one hold; the last one frees the lock and wakes its waiters.
     pub async fn release(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
         let mut conn = self.0.redis.connection().await?;
-        let released = match scripts::release(&mut conn, &self.keys(key), token).await? {
+        let publish = self.0.redis.publish_command();
+        let released = match scripts::release(&mut conn, &self.keys(key), token, publish).await? {
             ReleaseReply::Released => Released::Free,
             ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),
             ReleaseReply::NotFound => return Err(LockError::NotFound { key: key.clone() }),
@@ -282,7 +321,14 @@ impl Locks {
         ttl: Ttl,
     ) -> Result<LockState, LockError> {
         let mut conn = self.0.redis.connection().await?;
-        match scripts::extend(&mut conn, &self.keys(key), token, ttl.as_millis()).await? {
+        let keys = self.keys(key);
+        match scripts::extend(&mut conn, &keys, token, ttl.as_millis()).await? {
+            ExtendReply::Extended(_) if !self.0.redis.replicated(&mut conn, &keys.lock).await? => {
+                Err(LockError::NotReplicated {
+                    key: key.clone(),
+                    undone: false,
+                })
+            }
             ExtendReply::Extended(grant) => Ok(grant.into()),
             ExtendReply::NotFound => {
                 self.0.metrics.lock(LockOutcome::ExpiredOnExtend);
@@ -304,8 +350,12 @@ impl Locks {
 
 /// Why [`Locks::acquire_by`] ended without a grant.
 enum Refusal {
-    Held { remaining_ms: u64 },
+    Held {
+        remaining_ms: u64,
+    },
     CannotWait(WaitRefused),
+    /// Granted, but too few replicas confirmed it.
+    NotReplicated,
     Backend(BackendError),
 }
 
@@ -318,5 +368,14 @@ impl From<WaitRefused> for Refusal {
 impl From<BackendError> for Refusal {
     fn from(err: BackendError) -> Self {
         Self::Backend(err)
+    }
+}
+
+/// The detail of [`LockError::NotReplicated`].
+fn not_replicated(key: &LockKey, undone: bool) -> String {
+    if undone {
+        format!("too few replicas confirmed the grant of {key} in time; it was undone")
+    } else {
+        format!("too few replicas confirmed the new lease of {key} in time; the primary has it")
     }
 }

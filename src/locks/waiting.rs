@@ -157,6 +157,14 @@ impl Listener for Registry {
         }
     }
 
+    fn resubscribed(&self, channel: &str) {
+        if let Some(queue) = self.lock().get(channel) {
+            for waiter in queue {
+                waiter.wake();
+            }
+        }
+    }
+
     fn reconnected(&self) {
         for queue in self.lock().values() {
             for waiter in queue {

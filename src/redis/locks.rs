@@ -130,12 +130,13 @@ async fn run_acquire(
         .await
 }
 
-/// Runs `release.lua`: one hold less, and a message on the channel when the
-/// last hold goes.
+/// Runs `release.lua`: one hold less, and a message on the channel (sent
+/// with `publish`) when the last hold goes.
 pub async fn release(
     conn: &mut Connection,
     keys: &LockKeys,
     token: &Token,
+    publish: &str,
 ) -> Result<ReleaseReply, BackendError> {
     let reply = RELEASE
         .run(
@@ -143,7 +144,8 @@ pub async fn release(
                 .prepare()
                 .key(&keys.lock)
                 .arg(token.expose())
-                .arg(&keys.channel),
+                .arg(&keys.channel)
+                .arg(publish),
             conn,
         )
         .await?;

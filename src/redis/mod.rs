@@ -1,5 +1,6 @@
-//! Redis access: the connection pool, the Lua scripts, and one typed wrapper per script.
+//! Redis access: one Redis through a pool, or a Redis Cluster; the Lua scripts, and one typed wrapper per script.
 
+mod connection;
 pub mod locks;
 mod pool;
 pub mod pubsub;
@@ -10,19 +11,44 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool::Runtime;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::OnceCell;
 
 use crate::metrics::Metrics;
 use pool::{LeanManager, Pool, PoolError};
+use pubsub::Subscriber;
 
-pub use pool::Connection;
+pub use connection::Connection;
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
-    pub url: String,
+    pub topology: Topology,
     pub pool_size: usize,
     /// Bounds connecting, waiting for a pooled connection, and each command,
     /// so a stalled Redis yields a prompt 503 instead of a hung request.
+    pub timeout: Duration,
+    /// When set, writes that grant, extend or buy wait for replicas.
+    pub replication: Option<Replication>,
+}
+
+/// One Redis, or a Redis Cluster.
+#[derive(Debug, Clone)]
+pub enum Topology {
+    Single {
+        url: String,
+    },
+    /// Seed nodes; the rest of the cluster is discovered from them.
+    Cluster {
+        nodes: Vec<String>,
+    },
+}
+
+/// How many replicas must confirm a write (`WAIT`), and how long to wait.
+#[derive(Debug, Clone, Copy)]
+pub struct Replication {
+    pub replicas: u32,
     pub timeout: Duration,
 }
 
@@ -57,74 +83,129 @@ impl BackendError {
     }
 }
 
-/// The gateway's handle on Redis: a pool of multiplexed connections, and
-/// what it takes to open the one pub/sub connection.
+/// The gateway's handle on Redis: a pool of multiplexed connections to one
+/// Redis, or one shared cluster connection (itself multiplexed per node).
 ///
 /// Cloned for every request that uses it, so it is one shared allocation.
 #[derive(Clone)]
 pub struct Redis(Arc<Shared>);
 
 struct Shared {
-    pool: Pool,
-    client: redis::Client,
+    backend: Backend,
     timeout: Duration,
+    replication: Option<Replication>,
     metrics: Arc<Metrics>,
 }
 
+enum Backend {
+    Single {
+        pool: Pool,
+        client: redis::Client,
+    },
+    /// A pool would add nothing: the cluster connection multiplexes every
+    /// request over one connection per node and reconnects by itself. It is
+    /// opened on first use, so the gateway starts while the cluster is down.
+    Cluster {
+        nodes: Vec<String>,
+        client: Box<ClusterClient>,
+        connection: OnceCell<ClusterConnection>,
+    },
+}
+
 impl Redis {
-    /// Builds the pool. Nothing connects until the first command, so the
-    /// gateway can start (and answer 503) while Redis is down.
+    /// Builds the pool (or the cluster client). Nothing connects until the
+    /// first command, so the gateway can start, and answer 503, while Redis
+    /// is down.
     pub fn new(settings: &RedisSettings, metrics: Arc<Metrics>) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(settings.url.as_str())?;
-        let pool = Pool::builder(LeanManager::new(client.clone(), settings.timeout))
-            .max_size(settings.pool_size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(settings.timeout))
-            .create_timeout(Some(settings.timeout))
-            .recycle_timeout(Some(settings.timeout))
-            .build()
-            .map_err(|err| {
-                redis::RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
-                    "cannot build the connection pool",
-                    err.to_string(),
-                ))
-            })?;
+        let backend = match &settings.topology {
+            Topology::Single { url } => {
+                let client = redis::Client::open(url.as_str())?;
+                Backend::Single {
+                    pool: single_pool(&client, settings)?,
+                    client,
+                }
+            }
+            Topology::Cluster { nodes } => Backend::Cluster {
+                client: Box::new(cluster_client(nodes, settings.timeout).build()?),
+                nodes: nodes.clone(),
+                connection: OnceCell::new(),
+            },
+        };
         Ok(Self(Arc::new(Shared {
-            pool,
-            client,
+            backend,
             timeout: settings.timeout,
+            replication: settings.replication,
             metrics,
         })))
     }
 
-    /// A client for connections outside the pool (the pub/sub one).
-    pub fn client(&self) -> redis::Client {
-        self.0.client.clone()
-    }
-
-    pub fn timeout(&self) -> Duration {
-        self.0.timeout
-    }
-
-    pub async fn connection(&self) -> Result<Connection, BackendError> {
-        match self.0.pool.get().await {
-            Ok(object) => Ok(Connection::new(object, self.0.metrics.clone())),
-            Err(err) => {
-                self.0.metrics.redis_error("pool");
-                Err(err.into())
-            }
+    /// Starts the instance's subscription task, for waiters and sale resets:
+    /// one pub/sub connection to one Redis, or sharded subscriptions on the
+    /// cluster nodes that own each channel's slot.
+    pub fn subscriber(&self) -> Result<Subscriber, redis::RedisError> {
+        let timeout = self.0.timeout;
+        match &self.0.backend {
+            Backend::Single { client, .. } => Ok(Subscriber::start(client.clone(), timeout)),
+            Backend::Cluster { nodes, .. } => Ok(Subscriber::start_cluster(
+                cluster_client(nodes, timeout),
+                timeout,
+            )),
         }
     }
 
-    /// Answers whether Redis responds, for `/readyz`.
+    /// The command `release.lua` publishes with: a cluster's sharded pub/sub
+    /// delivers within the slot's shard, not to every node.
+    pub fn publish_command(&self) -> &'static str {
+        match self.0.backend {
+            Backend::Single { .. } => "PUBLISH",
+            Backend::Cluster { .. } => "SPUBLISH",
+        }
+    }
+
+    pub async fn connection(&self) -> Result<Connection, BackendError> {
+        let metrics = self.0.metrics.clone();
+        let opened = match &self.0.backend {
+            Backend::Single { pool, .. } => pool
+                .get()
+                .await
+                .map(|object| Connection::pooled(object, metrics))
+                .map_err(BackendError::from),
+            Backend::Cluster {
+                client, connection, ..
+            } => connection
+                .get_or_try_init(|| client.get_async_connection())
+                .await
+                .map(|shared| Connection::cluster(shared.clone(), metrics))
+                .map_err(BackendError::from),
+        };
+        if opened.is_err() {
+            self.0.metrics.redis_error("pool");
+        }
+        opened
+    }
+
+    /// After a write to `key` on `conn`: whether enough replicas confirmed it
+    /// (`WAIT`), when replica confirmation is configured; `true` otherwise.
+    pub async fn replicated(&self, conn: &mut Connection, key: &str) -> Result<bool, BackendError> {
+        let Some(replication) = self.0.replication else {
+            return Ok(true);
+        };
+        let timeout_ms = u64::try_from(replication.timeout.as_millis()).unwrap_or(u64::MAX);
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replication.replicas).arg(timeout_ms);
+        let confirmed: u64 = conn.query_at_key(&wait, key).await?;
+        Ok(confirmed >= u64::from(replication.replicas))
+    }
+
+    /// Answers whether Redis responds, for `/readyz` (in a cluster, every node).
     pub async fn ping(&self) -> Result<(), BackendError> {
         let mut conn = self.connection().await?;
         redis::cmd("PING").query_async::<()>(&mut conn).await?;
         Ok(())
     }
 
-    /// Loads every script, so one that does not compile stops the start-up.
+    /// Loads every script (in a cluster, on every node), so one that does not
+    /// compile stops the start-up.
     pub async fn load_scripts(&self) -> Result<(), BackendError> {
         let mut conn = self.connection().await?;
         for script in scripts::ALL {
@@ -135,8 +216,37 @@ impl Redis {
 
     /// Closes the pool: idle connections are dropped, new requests fail.
     pub fn close(&self) {
-        self.0.pool.close();
+        if let Backend::Single { pool, .. } = &self.0.backend {
+            pool.close();
+        }
     }
+}
+
+fn single_pool(
+    client: &redis::Client,
+    settings: &RedisSettings,
+) -> Result<Pool, redis::RedisError> {
+    Pool::builder(LeanManager::new(client.clone(), settings.timeout))
+        .max_size(settings.pool_size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(settings.timeout))
+        .create_timeout(Some(settings.timeout))
+        .recycle_timeout(Some(settings.timeout))
+        .build()
+        .map_err(|err| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "cannot build the connection pool",
+                err.to_string(),
+            ))
+        })
+}
+
+/// A cluster client with the gateway's timeouts.
+fn cluster_client(nodes: &[String], timeout: Duration) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
 }
 
 /// The error for a Redis operation that ran out of time.

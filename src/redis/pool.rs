@@ -6,21 +6,17 @@
 //! ends the moment the socket closes (Redis restarted, the connection was
 //! killed): a connection is handed out only while its driver lives. One
 //! whose command failed at the connection level (an I/O error, a timeout) is
-//! thrown away instead of being returned.
+//! thrown away instead of being returned (see `Connection`).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use deadpool::managed::{self, Object, RecycleError, RecycleResult};
+use deadpool::managed::{self, RecycleError, RecycleResult};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
-};
+use redis::{AsyncConnectionConfig, ConnectionAddr, ErrorKind, RedisError};
 
-use super::{scripts, timed_out};
-use crate::metrics::Metrics;
+use super::timed_out;
 
 /// Opens connections to one Redis and tells live ones from dead ones.
 pub struct LeanManager {
@@ -114,103 +110,12 @@ impl managed::Manager for LeanManager {
 pub type Pool = managed::Pool<LeanManager>;
 pub type PoolError = managed::PoolError<RedisError>;
 
-/// A connection out of the pool. If a command on it fails at the connection
-/// level, it is detached when dropped, and the pool opens a fresh one when
-/// needed. Every command's latency and failure go to the metrics.
-pub struct Connection {
-    object: Option<Object<LeanManager>>,
-    broken: bool,
-    metrics: Arc<Metrics>,
-}
-
-impl Connection {
-    pub fn new(object: Object<LeanManager>, metrics: Arc<Metrics>) -> Self {
-        Self {
-            object: Some(object),
-            broken: false,
-            metrics,
-        }
-    }
-}
-
-impl Connection {
-    fn inner(&mut self) -> &mut MultiplexedConnection {
-        // `object` is only emptied by `drop`.
-        &mut self.object.as_mut().expect("a live pooled connection").conn
+impl LiveConnection {
+    pub(super) fn connection(&mut self) -> &mut MultiplexedConnection {
+        &mut self.conn
     }
 
-    fn note<T>(&mut self, operation: &str, started: Instant, result: &Result<T, RedisError>) {
-        self.metrics.redis_command(operation, started.elapsed());
-        let Err(err) = result else {
-            return;
-        };
-        let kind = if err.is_timeout() {
-            "timeout"
-        } else if err.is_unrecoverable_error() {
-            "connection"
-        } else {
-            "server"
-        };
-        self.metrics.redis_error(kind);
-        if kind != "server" {
-            self.broken = true;
-        }
-    }
-}
-
-/// A command's name for metrics: a script's file name for `EVALSHA`, else
-/// the command in lower case.
-fn operation(cmd: &Cmd) -> Cow<'static, str> {
-    let mut args = cmd.args_iter().filter_map(|arg| match arg {
-        redis::Arg::Simple(bytes) => Some(bytes),
-        _ => None,
-    });
-    let command = args.next().unwrap_or_default();
-    if command.eq_ignore_ascii_case(b"evalsha")
-        && let Some(name) = args.next().and_then(scripts::name_of)
-    {
-        return Cow::Borrowed(name);
-    }
-    Cow::Owned(String::from_utf8_lossy(command).to_ascii_lowercase())
-}
-
-impl ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let result = self.inner().req_packed_command(cmd).await;
-            self.note(&operation(cmd), started, &result);
-            result
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let result = self.inner().req_packed_commands(cmd, offset, count).await;
-            self.note("pipeline", started, &result);
-            result
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.object
-            .as_ref()
-            .map_or(0, |object| object.conn.get_db())
-    }
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        if self.broken
-            && let Some(object) = self.object.take()
-        {
-            drop(Object::take(object));
-        }
+    pub(super) fn get_db(&self) -> i64 {
+        self.conn.get_db()
     }
 }

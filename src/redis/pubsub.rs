@@ -1,4 +1,9 @@
-//! The instance's one pub/sub connection: subscribes to the channels asked for and reports each message.
+//! The instance's pub/sub: subscribes to the channels asked for and reports each message.
+//!
+//! With one Redis, a single pub/sub connection. In a Redis Cluster, a
+//! channel named with a hash tag (a lock's release channel) is a sharded
+//! channel, subscribed (`SSUBSCRIBE`) on the node that owns its slot; one
+//! without (the sale resets) is a plain channel, which every node relays.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
@@ -6,6 +11,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
+use redis::cluster::ClusterClientBuilder;
+use redis::{ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{mpsc, oneshot};
 
 use super::timed_out;
@@ -20,6 +27,12 @@ pub trait Listener: Send + Sync + 'static {
     /// The connection was lost and is back, with every listener's
     /// `channels()` resubscribed; anything published meanwhile was missed.
     fn reconnected(&self);
+    /// `channel` alone was (re)subscribed, as the cluster client does after
+    /// a node's connection dropped or the slot moved: anything published on
+    /// it meanwhile was missed.
+    fn resubscribed(&self, channel: &str) {
+        let _ = channel;
+    }
 }
 
 /// Every listener of one instance.
@@ -74,6 +87,17 @@ impl Subscriber {
         let (requests, inbox) = mpsc::unbounded_channel();
         let listeners = Arc::new(Listeners::default());
         tokio::spawn(run(client, timeout, listeners.clone(), inbox));
+        Self {
+            requests,
+            listeners,
+        }
+    }
+
+    /// Starts the task for a Redis Cluster (see the module doc).
+    pub fn start_cluster(client: ClusterClientBuilder, timeout: Duration) -> Self {
+        let (requests, inbox) = mpsc::unbounded_channel();
+        let listeners = Arc::new(Listeners::default());
+        tokio::spawn(run_cluster(client, timeout, listeners.clone(), inbox));
         Self {
             requests,
             listeners,
@@ -243,5 +267,111 @@ async fn serve(
                 }
             }
         }
+    }
+}
+
+/// The cluster task: one cluster connection speaking RESP3, whose pushes
+/// (messages, and the confirmations of subscriptions the client renews by
+/// itself after a node's connection drops) arrive on `pushes`.
+async fn run_cluster(
+    client: ClusterClientBuilder,
+    timeout: Duration,
+    listeners: Arc<Listeners>,
+    mut inbox: mpsc::UnboundedReceiver<Request>,
+) {
+    let (push_sender, mut pushes) = mpsc::unbounded_channel();
+    let client = match client
+        .use_protocol(ProtocolVersion::RESP3)
+        .push_sender(push_sender)
+        .build()
+    {
+        Ok(client) => client,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot build the cluster pub/sub client");
+            return;
+        }
+    };
+    let mut backoff = RECONNECT_BACKOFF_MIN;
+    let mut connection = loop {
+        match tokio::time::timeout(timeout, client.get_async_connection()).await {
+            Ok(Ok(connection)) => break connection,
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "cannot open the cluster pub/sub connection; retrying")
+            }
+            Err(_) => tracing::warn!("opening the cluster pub/sub connection timed out; retrying"),
+        }
+        if pause_while_disconnected(backoff, &mut inbox).await == Ended::Stopped {
+            return;
+        }
+        backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+    };
+    let mut subscribed = HashSet::new();
+    loop {
+        tokio::select! {
+            push = pushes.recv() => match push {
+                Some(push) => deliver(&listeners, push),
+                None => return,
+            },
+            request = inbox.recv() => match request {
+                Some(Request::Subscribe { channel, confirmed }) => {
+                    if !subscribed.contains(&channel) {
+                        let done = if is_sharded(&channel) {
+                            tokio::time::timeout(timeout, connection.ssubscribe(&channel)).await
+                        } else {
+                            tokio::time::timeout(timeout, connection.subscribe(&channel)).await
+                        };
+                        if !matches!(done, Ok(Ok(()))) {
+                            // `confirmed` is dropped: the waiter does not
+                            // wait for it, and retries on its lease timer.
+                            tracing::warn!(%channel, "cannot subscribe in the cluster");
+                            continue;
+                        }
+                        subscribed.insert(channel);
+                    }
+                    let _ = confirmed.send(());
+                }
+                Some(Request::Unsubscribe { channel }) => {
+                    if subscribed.remove(&channel) {
+                        let _ = if is_sharded(&channel) {
+                            tokio::time::timeout(timeout, connection.sunsubscribe(&channel)).await
+                        } else {
+                            tokio::time::timeout(timeout, connection.unsubscribe(&channel)).await
+                        };
+                    }
+                }
+                Some(Request::Stop) | None => return,
+            },
+        }
+    }
+}
+
+/// A channel named with a hash tag belongs to one key's slot.
+fn is_sharded(channel: &str) -> bool {
+    channel.contains('{')
+}
+
+fn deliver(listeners: &Listeners, push: PushInfo) {
+    let text = |index: usize| match push.data.get(index) {
+        Some(redis::Value::BulkString(bytes)) => Some(bytes.as_slice()),
+        _ => None,
+    };
+    match push.kind {
+        PushKind::Message | PushKind::SMessage => {
+            if let (Some(channel), Some(payload)) = (text(0), text(1)) {
+                let channel = String::from_utf8_lossy(channel);
+                for listener in listeners.all() {
+                    listener.message(&channel, payload);
+                }
+            }
+        }
+        PushKind::Subscribe | PushKind::SSubscribe => {
+            if let Some(channel) = text(0) {
+                let channel = String::from_utf8_lossy(channel);
+                for listener in listeners.all() {
+                    listener.resubscribed(&channel);
+                }
+            }
+        }
+        _ => {}
     }
 }

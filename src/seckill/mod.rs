@@ -89,6 +89,11 @@ pub enum Refusal {
     KeyReused,
     #[error("too many purchase requests; retry later")]
     RateLimited(RateDecision),
+    #[error(
+        "the order was recorded on the primary but too few replicas confirmed it in time; \
+         retry with the same Idempotency-Key"
+    )]
+    NotReplicated { sku: Sku },
 }
 
 /// Why a sale operation did not happen: the sale refused, or the lock (or
@@ -301,6 +306,7 @@ impl Sales {
             ttl: Ttl::fixed(SALE_LOCK_TTL),
             wait,
             token: None,
+            confirmed: false,
         };
         let mut lease = self.locks.acquire(request).await?;
         let handover = lease.handover.take();
@@ -317,9 +323,10 @@ impl Sales {
     async fn purchase(&self, order: &OrderRequest) -> Result<Purchase, SaleError> {
         let mut conn = self.redis.connection().await?;
         let order_id = uuid::Uuid::new_v4().to_string();
+        let keys = self.keys(&order.sku);
         let reply = scripts::purchase(
             &mut conn,
-            &self.keys(&order.sku),
+            &keys,
             order.user.as_str(),
             order.quantity.get(),
             order.idempotency_key.as_ref().map(IdempotencyKey::as_str),
@@ -328,6 +335,11 @@ impl Sales {
         .await?;
         let sku = order.sku.as_str();
         let outcome = match reply {
+            PurchaseReply::Ordered(_) if !self.redis.replicated(&mut conn, &keys.sale).await? => {
+                Err(Refusal::NotReplicated {
+                    sku: order.sku.clone(),
+                })
+            }
             PurchaseReply::Ordered(recorded) => {
                 if recorded.stock_left == 0 {
                     self.flags.mark_sold_out(sku, recorded.epoch);
@@ -396,6 +408,7 @@ fn outcome(result: &Result<Purchase, SaleError>) -> &'static str {
         Err(SaleError::Refused(Refusal::KeyReused)) => "idempotency_key_reused",
         Err(SaleError::Refused(Refusal::RateLimited(_))) => "rate_limited",
         Err(SaleError::Refused(Refusal::NotFound { .. })) => "sale_not_found",
+        Err(SaleError::Refused(Refusal::NotReplicated { .. })) => "not_replicated",
         Err(SaleError::Lock(LockError::Held { .. })) => "lock_held",
         Err(SaleError::Lock(_)) => "error",
     }

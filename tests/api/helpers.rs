@@ -14,68 +14,44 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// A `redis-server` of the test's own, killed when dropped.
+/// The test's own Redis: one `redis-server`, or a three-master Redis Cluster
+/// (`RedisServer::cluster`, or every `start()` when `LOCKGATE_TEST_REDIS` is
+/// `cluster`). Killed when dropped.
 pub struct RedisServer {
+    nodes: Vec<Node>,
+    cluster: bool,
+}
+
+/// One `redis-server` process.
+pub struct Node {
     pub port: u16,
     dir: TempDir,
-    aof: bool,
+    args: Vec<String>,
     child: Option<Child>,
 }
 
-impl RedisServer {
-    /// A throwaway Redis with persistence off.
-    pub async fn start() -> Self {
-        Self::launch(false).await
-    }
-
-    /// A Redis with the shipped `redis/redis.conf`: every write is in the
-    /// fsynced AOF before it is answered, so a restart (even after SIGKILL)
-    /// comes back with everything acknowledged.
-    pub async fn start_with_aof() -> Self {
-        Self::launch(true).await
-    }
-
-    async fn launch(aof: bool) -> Self {
-        let mut server = Self {
-            port: 0,
+impl Node {
+    fn new(port: u16, args: Vec<String>) -> Self {
+        Self {
+            port,
             dir: tempfile::tempdir().expect("temp dir"),
-            aof,
+            args,
             child: None,
-        };
-        for _ in 0..5 {
-            // Another process may take the port between choosing and binding
-            // it; then try another.
-            server.port = free_port();
-            if server.spawn().await {
-                return server;
-            }
-            server.kill();
         }
-        panic!(
-            "redis-server did not start; see its log under {}",
-            server.dir.path().display()
-        );
     }
 
     async fn spawn(&mut self) -> bool {
         let mut command = Command::new(redis_server_binary());
-        if self.aof {
-            // The configuration file must come first on the command line.
-            let config = concat!(env!("CARGO_MANIFEST_DIR"), "/redis/redis.conf");
-            command.arg(config);
-        }
         command
+            .args(&self.args)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--daemonize", "no"])
+            .args(["--daemonize", "no"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(self.dir.path().join("redis.log"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if !self.aof {
-            command.args(["--appendonly", "no"]);
-        }
         self.child = Some(command.spawn().expect("spawn redis-server"));
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -110,7 +86,7 @@ impl RedisServer {
         redis::Client::open(self.url()).expect("redis url")
     }
 
-    /// A connection of the test's own, beside the gateway's.
+    /// A connection to this node alone.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
         self.client()
             .get_multiplexed_async_connection()
@@ -118,7 +94,7 @@ impl RedisServer {
             .expect("connect to the test redis")
     }
 
-    /// Stops the server abruptly (SIGKILL): no final save, like a crash.
+    /// Stops the node abruptly (SIGKILL): no final save, like a crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -126,32 +102,265 @@ impl RedisServer {
         }
     }
 
-    /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
-    pub fn pause(&self) {
-        self.signal("-STOP");
-    }
-
-    /// Thaws a paused server (SIGCONT).
-    pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("a running redis-server").id();
-        send_signal(pid, signal);
-    }
-
-    /// Starts the server again on the same port and directory (and AOF).
+    /// Starts the node again on the same port and directory.
     pub async fn restart(&mut self) {
         self.kill();
         assert!(self.spawn().await, "redis-server did not restart");
     }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a running redis-server").id()
+    }
 }
 
-impl Drop for RedisServer {
+impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+impl RedisServer {
+    /// A throwaway Redis with persistence off (a cluster when
+    /// `LOCKGATE_TEST_REDIS=cluster`).
+    pub async fn start() -> Self {
+        if std::env::var("LOCKGATE_TEST_REDIS").is_ok_and(|mode| mode == "cluster") {
+            return Self::cluster(3).await;
+        }
+        Self::single(vec![
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+        ])
+        .await
+    }
+
+    /// A Redis with the shipped `redis/redis.conf`: every write is in the
+    /// fsynced AOF before it is answered, so a restart (even after SIGKILL)
+    /// comes back with everything acknowledged.
+    pub async fn start_with_aof() -> Self {
+        // The configuration file must come first on the command line.
+        let config = concat!(env!("CARGO_MANIFEST_DIR"), "/redis/redis.conf");
+        Self::single(vec![config.into()]).await
+    }
+
+    /// A replica of `primary`, persistence off.
+    pub async fn replica_of(primary: &RedisServer) -> Self {
+        let port = primary.node(0).port.to_string();
+        let args = [
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+        ];
+        Self::single(args.iter().map(|arg| (*arg).to_owned()).collect()).await
+    }
+
+    async fn single(args: Vec<String>) -> Self {
+        for _ in 0..5 {
+            // Another process may take the port between choosing and binding
+            // it; then try another.
+            let mut node = Node::new(free_port(), args.clone());
+            if node.spawn().await {
+                return Self {
+                    nodes: vec![node],
+                    cluster: false,
+                };
+            }
+        }
+        panic!("redis-server did not start");
+    }
+
+    /// A Redis Cluster of `masters` masters without replicas. A master that
+    /// stops takes only its own slots with it (full coverage is not required).
+    pub async fn cluster(masters: usize) -> Self {
+        let mut nodes = Vec::new();
+        while nodes.len() < masters {
+            let args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-require-full-coverage",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ];
+            let mut node = Node::new(
+                cluster_port(),
+                args.iter().map(|arg| (*arg).to_owned()).collect(),
+            );
+            if node.spawn().await {
+                nodes.push(node);
+            }
+        }
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run redis-cli --cluster create");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        let server = Self {
+            nodes,
+            cluster: true,
+        };
+        let ready = eventually(Duration::from_secs(20), || server.cluster_ready()).await;
+        assert!(ready, "the cluster did not become ready");
+        server
+    }
+
+    /// Every node sees the cluster as whole.
+    async fn cluster_ready(&self) -> bool {
+        for node in &self.nodes {
+            let Ok(mut conn) = node.client().get_multiplexed_async_connection().await else {
+                return false;
+            };
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            if !info.contains("cluster_state:ok") {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub fn node(&self, index: usize) -> &Node {
+        &self.nodes[index]
+    }
+
+    pub fn node_mut(&mut self, index: usize) -> &mut Node {
+        &mut self.nodes[index]
+    }
+
+    /// The flags that point a gateway at this Redis.
+    pub fn gateway_flags(&self) -> Vec<String> {
+        if self.cluster {
+            let nodes: Vec<String> = self.nodes.iter().map(Node::url).collect();
+            vec!["--redis-cluster-nodes".into(), nodes.join(",")]
+        } else {
+            vec!["--redis-url".into(), self.url()]
+        }
+    }
+
+    /// The one Redis's URL (the first node's, for a cluster).
+    pub fn url(&self) -> String {
+        self.node(0).url()
+    }
+
+    /// A connection of the test's own, beside the gateway's: to the one
+    /// Redis, or to the whole cluster (commands routed by key).
+    pub async fn connection(&self) -> TestConnection {
+        if self.cluster {
+            let urls: Vec<String> = self.nodes.iter().map(Node::url).collect();
+            let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
+            TestConnection::Cluster(
+                client
+                    .get_async_connection()
+                    .await
+                    .expect("connect to the cluster"),
+            )
+        } else {
+            TestConnection::Single(self.node(0).connection().await)
+        }
+    }
+
+    /// Stops the (single) server abruptly (SIGKILL): no final save, like a crash.
+    pub fn kill(&mut self) {
+        self.single_node().kill();
+    }
+
+    /// Starts the (single) server again on the same port and directory.
+    pub async fn restart(&mut self) {
+        self.single_node().restart().await;
+    }
+
+    /// Freezes the (single) server (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        assert!(!self.cluster, "this test needs a single Redis");
+        send_signal(self.node(0).pid(), "-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        assert!(!self.cluster, "this test needs a single Redis");
+        send_signal(self.node(0).pid(), "-CONT");
+    }
+
+    fn single_node(&mut self) -> &mut Node {
+        assert!(!self.cluster, "this test needs a single Redis");
+        &mut self.nodes[0]
+    }
+}
+
+/// A test's own connection: to one Redis or to a cluster.
+pub enum TestConnection {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for TestConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Single(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Single(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// A port for a cluster node: it and its bus port (10 000 higher) are free.
+fn cluster_port() -> u16 {
+    loop {
+        let port: u16 = 20_000 + (std::process::id() as u16 % 97) * 100 + rand_small();
+        let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+}
+
+/// A small pseudo-random number, from the clock.
+fn rand_small() -> u16 {
+    (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |time| time.subsec_nanos())
+        % 100) as u16
 }
 
 fn redis_server_binary() -> PathBuf {
@@ -205,11 +414,10 @@ impl TestApp {
             "lockgate".to_owned(),
             "--listen".to_owned(),
             "127.0.0.1:0".to_owned(),
-            "--redis-url".to_owned(),
-            redis.url(),
             "--instance-id".to_owned(),
             instance_id.clone(),
         ];
+        args.extend(redis.gateway_flags());
         args.extend(flags.iter().map(|flag| (*flag).to_owned()));
         let config = Config::try_parse_from(args).expect("valid test flags");
         let gateway = Gateway::bind(&config).await.expect("the gateway starts");

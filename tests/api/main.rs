@@ -3,6 +3,7 @@
 mod access;
 mod backend;
 mod bad_input;
+mod cluster;
 mod faults;
 mod fencing;
 mod helpers;
@@ -10,6 +11,7 @@ mod limits;
 mod locks;
 mod observability;
 mod openapi;
+mod replication;
 mod seckill;
 mod shutdown;
 mod waiting;

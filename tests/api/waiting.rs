@@ -397,6 +397,7 @@ async fn killing_the_subscription_loses_no_wake_up() {
         .arg("lockgate:lock:{ledger}")
         .arg(&holder.token)
         .arg(channel("ledger"))
+        .arg("PUBLISH")
         .query_async(&mut redis.connection().await)
         .await
         .unwrap();

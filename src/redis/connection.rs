@@ -1,0 +1,155 @@
+//! A connection for one request: out of the pool (one Redis) or a handle on the shared cluster connection.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use deadpool::managed::Object;
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+
+use super::pool::LeanManager;
+use super::scripts;
+use crate::metrics::Metrics;
+
+/// A connection for one request. Every command's latency and failure go to
+/// the metrics. A pooled connection whose command failed at the connection
+/// level (an I/O error, a timeout) is detached when dropped, and the pool
+/// opens a fresh one when needed; the cluster connection mends itself.
+pub struct Connection {
+    link: Link,
+    broken: bool,
+    metrics: Arc<Metrics>,
+}
+
+enum Link {
+    /// `None` only once `drop` has taken it.
+    Pooled(Option<Object<LeanManager>>),
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    pub(super) fn pooled(object: Object<LeanManager>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            link: Link::Pooled(Some(object)),
+            broken: false,
+            metrics,
+        }
+    }
+
+    pub(super) fn cluster(connection: ClusterConnection, metrics: Arc<Metrics>) -> Self {
+        Self {
+            link: Link::Cluster(connection),
+            broken: false,
+            metrics,
+        }
+    }
+
+    fn inner(&mut self) -> &mut (dyn ConnectionLike + Send) {
+        match &mut self.link {
+            Link::Pooled(object) => object
+                .as_mut()
+                .expect("a live pooled connection")
+                .connection(),
+            Link::Cluster(connection) => connection,
+        }
+    }
+
+    /// Runs `cmd` on the Redis that holds `key`: in a cluster, that key's
+    /// primary (for `WAIT`, which is about the writes this connection sent
+    /// there); with one Redis, simply on this connection.
+    pub async fn query_at_key<T: redis::FromRedisValue>(
+        &mut self,
+        cmd: &Cmd,
+        key: &str,
+    ) -> Result<T, RedisError> {
+        let Link::Cluster(connection) = &mut self.link else {
+            return cmd.query_async(self).await;
+        };
+        let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+        let started = Instant::now();
+        let result = connection.route_command(cmd.clone(), routing).await;
+        self.note(&operation(cmd), started, &result);
+        Ok(redis::from_redis_value(result?)?)
+    }
+
+    fn note<T>(&mut self, operation: &str, started: Instant, result: &Result<T, RedisError>) {
+        self.metrics.redis_command(operation, started.elapsed());
+        let Err(err) = result else {
+            return;
+        };
+        let kind = if err.is_timeout() {
+            "timeout"
+        } else if err.is_unrecoverable_error() {
+            "connection"
+        } else {
+            "server"
+        };
+        self.metrics.redis_error(kind);
+        if kind != "server" {
+            self.broken = true;
+        }
+    }
+}
+
+/// A command's name for metrics: a script's file name for `EVALSHA`, else
+/// the command in lower case.
+fn operation(cmd: &Cmd) -> Cow<'static, str> {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let command = args.next().unwrap_or_default();
+    if command.eq_ignore_ascii_case(b"evalsha")
+        && let Some(name) = args.next().and_then(scripts::name_of)
+    {
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(String::from_utf8_lossy(command).to_ascii_lowercase())
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.inner().req_packed_command(cmd).await;
+            self.note(&operation(cmd), started, &result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.inner().req_packed_commands(cmd, offset, count).await;
+            self.note("pipeline", started, &result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.link {
+            Link::Pooled(object) => object.as_ref().map_or(0, |object| object.get_db()),
+            Link::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if self.broken
+            && let Link::Pooled(object) = &mut self.link
+            && let Some(object) = object.take()
+        {
+            drop(Object::take(object));
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Replica-confirmed grants: with a replica, grants, renewals and purchases are confirmed; with it frozen, a grant is undone and answered 503.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{RedisServer, TestApp, assert_problem, eventually, send_signal};
+
+/// A primary with one replica that has caught up and acknowledges writes.
+async fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start().await;
+    let mut conn = primary.node(0).connection().await;
+    // Redis 7 would otherwise wait 5 s before the first full sync.
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("repl-diskless-sync-delay")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let replica = RedisServer::replica_of(&primary).await;
+    let synced = eventually(Duration::from_secs(10), || async {
+        let mut conn = primary.node(0).connection().await;
+        let () = redis::cmd("SET")
+            .arg("sync-probe")
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let confirmed: u64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(200)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        confirmed == 1
+    })
+    .await;
+    assert!(synced, "the replica did not sync");
+    (primary, replica)
+}
+
+#[tokio::test]
+async fn with_its_replica_up_every_write_is_confirmed_and_answered() {
+    let (primary, _replica) = primary_and_replica().await;
+    let flags = [
+        "--redis-wait-replicas",
+        "1",
+        "--redis-wait-timeout-ms",
+        "500",
+        "--admin-token",
+        "adm",
+    ];
+    let app = TestApp::spawn_with(&primary, &flags).await;
+
+    let grant = app.take("confirmed", 30_000).await;
+    assert_eq!(
+        app.extend("confirmed", &grant.token, 10_000).await.status(),
+        StatusCode::OK
+    );
+    let reentered = app
+        .acquire(json!({"key": "confirmed", "token": grant.token}))
+        .await;
+    assert_eq!(reentered.status(), StatusCode::OK);
+    app.http
+        .put(app.url("/seckill/rep"))
+        .bearer_auth("adm")
+        .json(&json!({"stock": 5, "per_user_limit": 5}))
+        .send()
+        .await
+        .unwrap();
+    let bought = app
+        .post_json("/seckill/rep/orders", &json!({"user_id": "u"}))
+        .await;
+    assert_eq!(bought.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn with_its_replica_frozen_a_grant_is_undone_and_answered_503() {
+    let (primary, replica) = primary_and_replica().await;
+    let flags = [
+        "--redis-wait-replicas",
+        "1",
+        "--redis-wait-timeout-ms",
+        "200",
+        "--admin-token",
+        "adm",
+    ];
+    let app = TestApp::spawn_with(&primary, &flags).await;
+    let held = app.take("held", 30_000).await;
+    app.http
+        .put(app.url("/seckill/rep"))
+        .bearer_auth("adm")
+        .json(&json!({"stock": 5, "per_user_limit": 5}))
+        .send()
+        .await
+        .unwrap();
+
+    send_signal(replica.node(0).pid(), "-STOP");
+
+    let refused = app.acquire(json!({"key": "unconfirmed"})).await;
+    let body = assert_problem(refused, 503, "not-replicated").await;
+    assert_eq!(body["key"], "unconfirmed");
+    // Undone: nothing is left behind on the primary.
+    assert_problem(app.get("/locks/unconfirmed").await, 404, "lock-not-found").await;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("lockgate:lock:{unconfirmed}")
+        .query_async(&mut primary.node(0).connection().await)
+        .await
+        .unwrap();
+    assert!(!exists);
+    // A re-entry is given back too; an extension and a purchase stand on the
+    // primary, and say so.
+    let reentry = app
+        .acquire(json!({"key": "held", "token": held.token}))
+        .await;
+    assert_problem(reentry, 503, "not-replicated").await;
+    let state: Value = app.get("/locks/held").await.json().await.unwrap();
+    assert_eq!(state["holds"], 1);
+    assert_problem(
+        app.extend("held", &held.token, 20_000).await,
+        503,
+        "not-replicated",
+    )
+    .await;
+    let purchase = app
+        .http
+        .post(app.url("/seckill/rep/orders"))
+        .header("Idempotency-Key", "frozen-1")
+        .json(&json!({"user_id": "u"}))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(purchase, 503, "not-replicated").await;
+
+    send_signal(replica.node(0).pid(), "-CONT");
+    let served = eventually(Duration::from_secs(5), || async {
+        app.acquire(json!({"key": "unconfirmed"})).await.status() == StatusCode::CREATED
+    })
+    .await;
+    assert!(
+        served,
+        "grants were not confirmed again once the replica was back"
+    );
+    // The purchase did happen: the same key replays it.
+    let replay = app
+        .http
+        .post(app.url("/seckill/rep/orders"))
+        .header("Idempotency-Key", "frozen-1")
+        .json(&json!({"user_id": "u"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), StatusCode::OK);
+}
