@@ -35,25 +35,7 @@ wait_for() {
 }
 
 # A port such that it and the next three are free.
-free_port_block() {
-  python3 - <<'PY'
-import socket
-while True:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    base = probe.getsockname()[1]
-    probe.close()
-    try:
-        for port in range(base, base + 4):
-            s = socket.socket()
-            s.bind(("127.0.0.1", port))
-            s.close()
-        print(base)
-        break
-    except OSError:
-        continue
-PY
-}
+free_port_block() { python3 "$root/scripts/free-ports.py" 4; }
 
 start() {
   if [ "$port" = auto ]; then

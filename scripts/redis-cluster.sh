@@ -22,22 +22,7 @@ wait_for() {
 }
 
 # A base port such that three ports and their bus ports are free.
-free_base() {
-  python3 - <<'PY'
-import random, socket
-while True:
-    base = random.randrange(20000, 30000)
-    try:
-        for port in [*range(base, base + 3), *range(base + 10000, base + 10003)]:
-            s = socket.socket()
-            s.bind(("127.0.0.1", port))
-            s.close()
-        print(base)
-        break
-    except OSError:
-        continue
-PY
-}
+free_base() { python3 "$root/scripts/free-ports.py" 3 --bus; }
 
 start() {
   local base="${1:-$(free_base)}" ports=() port

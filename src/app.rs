@@ -197,10 +197,6 @@ impl Gateway {
         self.addr
     }
 
-    pub fn instance_id(&self) -> &str {
-        &self.instance_id
-    }
-
     /// Serves until `shutdown` completes, then drains: no new connections,
     /// waiting lock requests answer 503 `shutting-down` at once, other
     /// in-flight requests may finish within the drain timeout. Then the

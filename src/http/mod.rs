@@ -27,9 +27,8 @@ use crate::error::{ApiError, Problem};
 use schema::{IdempotencyKeyText, LockKeyText, NameText, TokenText};
 
 pub use auth::{AdminToken, ApiKeys};
-pub use extract::{LOCK_TOKEN, TrustedProxies};
+pub use extract::TrustedProxies;
 pub use limits::RequestLimits;
-pub use observe::X_REQUEST_ID;
 
 /// The header naming the instance that answered.
 pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");

@@ -74,11 +74,6 @@ impl Lease {
             handover,
         }
     }
-
-    /// True when an existing hold was re-entered rather than newly granted.
-    pub fn is_reentry(&self) -> bool {
-        self.handover.is_none()
-    }
 }
 
 /// What releasing one hold left behind.

@@ -52,8 +52,9 @@ pub struct Replication {
     pub timeout: Duration,
 }
 
-/// A failure to talk to Redis. Clients see 503 `backend-unavailable`; the
-/// cause goes to the log.
+/// A failure to talk to Redis. Clients see 503 `backend-unavailable` (500
+/// `internal` for a reply a script may never give: a bug); the cause goes to
+/// the log.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("no Redis connection: {0}")]

@@ -1,5 +1,6 @@
 //! Test harness: a real `redis-server` per test on a free port, and the gateway served in-process on port 0.
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -308,6 +309,42 @@ impl RedisServer {
         assert!(!self.cluster, "this test needs a single Redis");
         &mut self.nodes[0]
     }
+}
+
+/// Calls per command, from `INFO commandstats` (summed over every node of a
+/// cluster), keyed by the command's name as Redis writes it (`evalsha`,
+/// `cluster|info`).
+pub async fn command_calls(redis: &RedisServer) -> HashMap<String, u64> {
+    let reply: redis::Value = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    let pages: Vec<String> = match reply {
+        // A cluster answers with one page per node.
+        redis::Value::Map(nodes) => nodes
+            .into_iter()
+            .map(|(_, page)| redis::from_redis_value(page).unwrap())
+            .collect(),
+        page => vec![redis::from_redis_value(page).unwrap()],
+    };
+    let mut calls = HashMap::new();
+    for line in pages.iter().flat_map(|page| page.lines()) {
+        let Some((name, stats)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|line| line.split_once(':'))
+        else {
+            continue;
+        };
+        let count = stats
+            .split("calls=")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|count| count.parse::<u64>().ok())
+            .unwrap_or(0);
+        *calls.entry(name.to_owned()).or_default() += count;
+    }
+    calls
 }
 
 /// A test's own connection: to one Redis or to a cluster.

@@ -41,6 +41,18 @@ async fn primary_and_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+async fn create_sale(app: &TestApp) {
+    let created = app
+        .http
+        .put(app.url("/seckill/rep"))
+        .bearer_auth("adm")
+        .json(&json!({"stock": 5, "per_user_limit": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::OK);
+}
+
 #[tokio::test]
 async fn with_its_replica_up_every_write_is_confirmed_and_answered() {
     let (primary, _replica) = primary_and_replica().await;
@@ -63,13 +75,7 @@ async fn with_its_replica_up_every_write_is_confirmed_and_answered() {
         .acquire(json!({"key": "confirmed", "token": grant.token}))
         .await;
     assert_eq!(reentered.status(), StatusCode::OK);
-    app.http
-        .put(app.url("/seckill/rep"))
-        .bearer_auth("adm")
-        .json(&json!({"stock": 5, "per_user_limit": 5}))
-        .send()
-        .await
-        .unwrap();
+    create_sale(&app).await;
     let bought = app
         .post_json("/seckill/rep/orders", &json!({"user_id": "u"}))
         .await;
@@ -89,13 +95,7 @@ async fn with_its_replica_frozen_a_grant_is_undone_and_answered_503() {
     ];
     let app = TestApp::spawn_with(&primary, &flags).await;
     let held = app.take("held", 30_000).await;
-    app.http
-        .put(app.url("/seckill/rep"))
-        .bearer_auth("adm")
-        .json(&json!({"stock": 5, "per_user_limit": 5}))
-        .send()
-        .await
-        .unwrap();
+    create_sale(&app).await;
 
     send_signal(replica.node(0).pid(), "-STOP");
 

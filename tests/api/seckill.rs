@@ -9,7 +9,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::helpers::{RedisServer, TestApp, assert_problem, eventually};
+use crate::helpers::{RedisServer, TestApp, assert_problem, command_calls, eventually};
 
 const ADMIN: &str = "admin-s3cret";
 
@@ -79,45 +79,17 @@ async fn three_instances(redis: &RedisServer) -> Vec<Arc<TestApp>> {
     apps
 }
 
-/// Redis's count of the data commands it has run (every node's, in a cluster).
+/// Redis's count of the data commands it has run (every node's, in a cluster):
+/// not the connection and cluster housekeeping this test's own connection
+/// (and the cluster client) cause.
 async fn redis_commands(redis: &RedisServer) -> u64 {
-    let reply: redis::Value = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut redis.connection().await)
+    let housekeeping = ["info", "hello", "ping"];
+    command_calls(redis)
         .await
-        .unwrap();
-    let pages: Vec<String> = match reply {
-        // A cluster answers with one page per node.
-        redis::Value::Map(nodes) => nodes
-            .into_iter()
-            .map(|(_, page)| redis::from_redis_value(page).unwrap())
-            .collect(),
-        page => vec![redis::from_redis_value(page).unwrap()],
-    };
-    pages
         .iter()
-        .flat_map(|page| page.lines())
-        // Data commands only: not the connection and cluster housekeeping
-        // this test's own connection (and the cluster client) cause.
-        .filter(|line| {
-            let housekeeping = [
-                "cmdstat_info:",
-                "cmdstat_cluster",
-                "cmdstat_hello:",
-                "cmdstat_ping:",
-                "cmdstat_client",
-            ];
-            line.starts_with("cmdstat_")
-                && !housekeeping.iter().any(|prefix| line.starts_with(prefix))
-        })
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+        .filter(|(name, _)| !housekeeping.contains(&name.as_str()))
+        .filter(|(name, _)| !name.starts_with("cluster") && !name.starts_with("client"))
+        .map(|(_, calls)| calls)
         .sum()
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{RedisServer, TestApp, assert_problem, eventually};
+use crate::helpers::{RedisServer, TestApp, assert_problem, command_calls, eventually};
 
 /// Generous for a loaded CI box, yet far below any lease or poll interval a
 /// sleep-and-retry client would use.
@@ -38,21 +38,10 @@ async fn wait_for_subscribers(redis: &RedisServer, key: &str, count: u64) {
 
 /// Calls of every script so far (`EVALSHA` and `EVAL`) by Redis's own count.
 async fn script_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut redis.connection().await)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+    let calls = command_calls(redis).await;
+    ["evalsha", "eval"]
+        .iter()
+        .filter_map(|name| calls.get(*name))
         .sum()
 }
 
