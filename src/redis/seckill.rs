@@ -37,7 +37,7 @@ pub enum PurchaseReply {
     Ordered(RecordedOrder),
     Replayed(RecordedOrder),
     SoldOut { stock: u64, epoch: u64 },
-    LimitExceeded { epoch: u64 },
+    LimitExceeded,
     NoSale,
     KeyReused,
 }
@@ -59,7 +59,6 @@ pub struct SaleState {
     pub sold: u64,
     pub per_user_limit: u64,
     pub orders: u64,
-    pub epoch: u64,
 }
 
 /// One entry of a sale's order stream.
@@ -119,7 +118,7 @@ pub async fn purchase(
         Some(0) => number(3)
             .zip(number(4))
             .map(|(stock, epoch)| PurchaseReply::SoldOut { stock, epoch }),
-        Some(-1) => number(4).map(|epoch| PurchaseReply::LimitExceeded { epoch }),
+        Some(-1) => Some(PurchaseReply::LimitExceeded),
         Some(-2) => Some(PurchaseReply::NoSale),
         Some(-3) => Some(PurchaseReply::KeyReused),
         _ => None,
@@ -161,14 +160,7 @@ pub async fn state(
 ) -> Result<Option<SaleState>, BackendError> {
     let fields: Vec<Option<u64>> = redis::cmd("HMGET")
         .arg(&keys.sale)
-        .arg(&[
-            "stock",
-            "initial_stock",
-            "sold",
-            "per_user_limit",
-            "orders",
-            "epoch",
-        ])
+        .arg(&["stock", "initial_stock", "sold", "per_user_limit", "orders"])
         .query_async(conn)
         .await?;
     Ok(match fields.as_slice() {
@@ -178,31 +170,39 @@ pub async fn state(
             Some(sold),
             Some(per_user_limit),
             Some(orders),
-            Some(epoch),
         ] => Some(SaleState {
             stock: *stock,
             initial_stock: *initial_stock,
             sold: *sold,
             per_user_limit: *per_user_limit,
             orders: *orders,
-            epoch: *epoch,
         }),
         _ => None,
     })
 }
 
-/// Every order of a sale, oldest first.
+/// An `XRANGE` entry: its id and its field-value pairs.
+type StreamEntry = (String, Vec<(String, String)>);
+
+/// Every order of a sale, oldest first; `None` when there is no such sale.
+/// One round trip: the existence check and the read are pipelined.
 pub async fn orders(
     conn: &mut Connection,
     keys: &SaleKeys,
-) -> Result<Vec<OrderEntry>, BackendError> {
-    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+) -> Result<Option<Vec<OrderEntry>>, BackendError> {
+    let (exists, entries): (bool, Vec<StreamEntry>) = redis::pipe()
+        .cmd("EXISTS")
+        .arg(&keys.sale)
+        .cmd("XRANGE")
         .arg(&keys.orders)
         .arg("-")
         .arg("+")
         .query_async(conn)
         .await?;
-    Ok(entries
+    if !exists {
+        return Ok(None);
+    }
+    let orders = entries
         .into_iter()
         .filter_map(|(_, fields)| {
             let field = |name: &str| {
@@ -217,7 +217,8 @@ pub async fn orders(
                 quantity: field("quantity")?.parse().ok()?,
             })
         })
-        .collect())
+        .collect();
+    Ok(Some(orders))
 }
 
 /// The order recorded under an Idempotency-Key, as `purchase.lua` wrote it:

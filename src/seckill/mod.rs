@@ -165,7 +165,7 @@ impl Sales {
         let key = sku.lock_key();
         let keys = self.keys(sku);
         let channel = self.flags.channel();
-        let reset = self
+        let epoch = self
             .under_lock(key, WaitTime::fixed(RESET_LOCK_WAIT), async {
                 let mut conn = self.redis.connection().await?;
                 let epoch = scripts::reset(
@@ -181,8 +181,17 @@ impl Sales {
             })
             .await?;
         // Not left to the message alone: this instance knows at once.
-        self.flags.reset(sku.as_str(), reset);
-        self.sale(sku).await
+        self.flags.reset(sku.as_str(), epoch);
+        // What the script just wrote; reading it back would cost a round
+        // trip and could show a purchase made since.
+        Ok(Sale {
+            sku: sku.clone(),
+            stock: terms.stock(),
+            initial_stock: terms.stock(),
+            sold: 0,
+            per_user_limit: terms.per_user_limit(),
+            orders: 0,
+        })
     }
 
     pub async fn sale(&self, sku: &Sku) -> Result<Sale, SaleError> {
@@ -207,11 +216,9 @@ impl Sales {
         user: Option<&UserId>,
     ) -> Result<Vec<OrderEntry>, SaleError> {
         let mut conn = self.redis.connection().await?;
-        let keys = self.keys(sku);
-        if scripts::state(&mut conn, &keys).await?.is_none() {
-            return Err(Refusal::NotFound { sku: sku.clone() }.into());
-        }
-        let mut orders = scripts::orders(&mut conn, &keys).await?;
+        let mut orders = scripts::orders(&mut conn, &self.keys(sku))
+            .await?
+            .ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?;
         if let Some(user) = user {
             orders.retain(|order| order.user_id == user.as_str());
         }
@@ -355,7 +362,7 @@ impl Sales {
                     sku: order.sku.clone(),
                 })
             }
-            PurchaseReply::LimitExceeded { .. } => Err(Refusal::LimitExceeded {
+            PurchaseReply::LimitExceeded => Err(Refusal::LimitExceeded {
                 sku: order.sku.clone(),
                 user: order.user.clone(),
             }),
@@ -386,12 +393,13 @@ impl Sales {
             Some((order_id, user, quantity, stock_left))
                 if user == order.user.as_str() && quantity == order.quantity.get() =>
             {
-                Ok(Purchase::Replayed(order.recorded(RecordedOrder {
+                Ok(Purchase::Replayed(Order {
                     order_id,
+                    sku: order.sku.clone(),
+                    user: order.user.clone(),
                     quantity,
                     stock_left,
-                    epoch: 0,
-                })))
+                }))
             }
             Some(_) => Err(Refusal::KeyReused.into()),
         }
