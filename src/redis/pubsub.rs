@@ -40,18 +40,22 @@ pub trait Listener: Send + Sync + 'static {
 struct Listeners(RwLock<Vec<Arc<dyn Listener>>>);
 
 impl Listeners {
-    fn all(&self) -> Vec<Arc<dyn Listener>> {
-        self.0
+    /// Runs `visit` on every listener, under the read lock: messages arrive
+    /// once per release, so no copy of the list is made for each.
+    fn each(&self, mut visit: impl FnMut(&dyn Listener)) {
+        let listeners = self
+            .0
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for listener in listeners.iter() {
+            visit(listener.as_ref());
+        }
     }
 
     fn channels(&self) -> Vec<String> {
-        self.all()
-            .iter()
-            .flat_map(|listener| listener.channels())
-            .collect()
+        let mut channels = Vec::new();
+        self.each(|listener| channels.extend(listener.channels()));
+        channels
     }
 }
 
@@ -151,9 +155,7 @@ async fn run(
             Ok((sink, stream, subscribed)) => {
                 if !first {
                     tracing::info!("pub/sub connection re-established");
-                    for listener in listeners.all() {
-                        listener.reconnected();
-                    }
+                    listeners.each(|listener| listener.reconnected());
                 }
                 first = false;
                 let ended = serve(sink, stream, subscribed, timeout, &listeners, &mut inbox);
@@ -231,9 +233,7 @@ async fn serve(
         tokio::select! {
             message = stream.next() => match message {
                 Some(message) => {
-                    for listener in listeners.all() {
-                        listener.message(message.get_channel_name(), message.get_payload_bytes());
-                    }
+                    listeners.each(|listener| listener.message(message.get_channel_name(), message.get_payload_bytes()));
                 }
                 None => return Ended::ConnectionLost,
             },
@@ -359,17 +359,13 @@ fn deliver(listeners: &Listeners, push: PushInfo) {
         PushKind::Message | PushKind::SMessage => {
             if let (Some(channel), Some(payload)) = (text(0), text(1)) {
                 let channel = String::from_utf8_lossy(channel);
-                for listener in listeners.all() {
-                    listener.message(&channel, payload);
-                }
+                listeners.each(|listener| listener.message(&channel, payload));
             }
         }
         PushKind::Subscribe | PushKind::SSubscribe => {
             if let Some(channel) = text(0) {
                 let channel = String::from_utf8_lossy(channel);
-                for listener in listeners.all() {
-                    listener.resubscribed(&channel);
-                }
+                listeners.each(|listener| listener.resubscribed(&channel));
             }
         }
         _ => {}
