@@ -22,11 +22,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 "$root/scripts/free-ports.py" 1; }
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
 cpu_ms() { awk '{print ($14 + $15) * 10}' "/proc/$1/stat"; }
 rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
-field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
-wait_for() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "timed out: $*" >&2; return 1; }
 
 "$root/scripts/ensure-tools.sh" rust redis
 echo "building (release)..." >&2

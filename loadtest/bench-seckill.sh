@@ -22,7 +22,8 @@ export NGINX_RATE=1000000 NGINX_BURST=1000000
 echo "building (release)..." >&2
 (cd "$root" && cargo build --release --locked --quiet --bin lockgate --example lockbench)
 lockbench="$root/target/release/examples/lockbench"
-field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
 
 CLUSTER_DIR="$(mktemp -d)"
 export CLUSTER_DIR

@@ -28,11 +28,8 @@ nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 
 say() { printf 'cluster: %s\n' "$*" >&2; }
 
-wait_for() {
-  for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  say "timed out waiting for: $*"
-  return 1
-}
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
 
 # A port such that it and the next three are free.
 free_port_block() { python3 "$root/scripts/free-ports.py" 4; }
@@ -86,17 +83,7 @@ start() {
 }
 
 stop() {
-  local pidfile pid
-  for pidfile in "$dir"/nginx-master.pid "$dir"/gw-*.pid "$dir"/redis.pid; do
-    [ -f "$pidfile" ] || continue
-    pid="$(cat "$pidfile")"
-    kill "$pid" 2>/dev/null || true
-    # They need not be our children (`start` ran in another shell), so
-    # `wait` cannot see them: poll until each is gone, lest a restart find
-    # the old Redis still writing its AOF.
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    rm -f "$pidfile"
-  done
+  stop_pidfiles "$dir"/nginx-master.pid "$dir"/gw-*.pid "$dir"/redis.pid
   if [ -d "$dir/redis-cluster" ]; then "$root/scripts/redis-cluster.sh" stop "$dir/redis-cluster"; fi
 }
 

@@ -23,8 +23,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { python3 "$root/scripts/free-ports.py" 1; }
-wait_for() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
 
 redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \

@@ -15,11 +15,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 command="${1:-}"
 dir="${2:?usage: $0 start|stop <dir> [base port]}"
 
-wait_for() {
-  for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "redis-cluster: timed out waiting for: $*" >&2
-  return 1
-}
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
 
 # A base port such that three ports and their bus ports are free.
 free_base() { python3 "$root/scripts/free-ports.py" 3 --bus; }
@@ -49,14 +46,7 @@ start() {
 }
 
 stop() {
-  local pidfile pid
-  for pidfile in "$dir"/node-*.pid; do
-    [ -f "$pidfile" ] || continue
-    pid="$(cat "$pidfile")"
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    rm -f "$pidfile"
-  done
+  stop_pidfiles "$dir"/node-*.pid
 }
 
 case "$command" in
