@@ -34,24 +34,15 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-# cargo-nextest runs each test in its own process, in parallel; plain cargo
-# test is the fallback where it is not installed.
+# cargo-nextest where installed (each test in its own process, in
+# parallel), else cargo test: scripts/run-tests.sh chooses.
 unit:
-	if $(CARGO) nextest --version >/dev/null 2>&1; then \
-	  $(CARGO) nextest run --locked --no-fail-fast; \
-	else \
-	  $(CARGO) test --locked --no-fail-fast; \
-	fi
+	CARGO=$(CARGO) ./scripts/run-tests.sh
 
 # The lock and flash-sale suites again, each test against its own
 # three-master Redis Cluster.
 cluster-suite:
-	if $(CARGO) nextest --version >/dev/null 2>&1; then \
-	  LOCKGATE_TEST_REDIS=cluster $(CARGO) nextest run --locked --no-fail-fast \
-	    -E 'binary(api) & (test(locks::) | test(seckill::))'; \
-	else \
-	  LOCKGATE_TEST_REDIS=cluster $(CARGO) test --locked --no-fail-fast --test api -- locks:: seckill::; \
-	fi
+	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: seckill::
 
 # schemathesis against the served OpenAPI document of a running gateway.
 fuzz:

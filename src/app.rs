@@ -7,80 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::FromRef;
 use axum::http::HeaderValue;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::config::Config;
-use crate::http::{self, AdminToken, ApiKeys, TrustedProxies};
-use crate::locks::{LockLimits, Locks, Waiting};
+use crate::http::{self, AdminToken, ApiKeys, AppState, TrustedProxies};
+use crate::locks::{Locks, Waiting};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::{BackendError, Redis};
 use crate::seckill::Sales;
-
-/// What every handler can reach.
-#[derive(Clone)]
-pub struct AppState {
-    pub locks: Locks,
-    pub sales: Sales,
-    pub redis: Redis,
-    pub limits: LockLimits,
-    pub metrics: Arc<Metrics>,
-    pub admin_token: AdminToken,
-    pub api_keys: ApiKeys,
-    pub trusted_proxies: TrustedProxies,
-}
-
-impl FromRef<AppState> for Arc<Metrics> {
-    fn from_ref(state: &AppState) -> Self {
-        state.metrics.clone()
-    }
-}
-
-impl FromRef<AppState> for Sales {
-    fn from_ref(state: &AppState) -> Self {
-        state.sales.clone()
-    }
-}
-
-impl FromRef<AppState> for AdminToken {
-    fn from_ref(state: &AppState) -> Self {
-        state.admin_token.clone()
-    }
-}
-
-impl FromRef<AppState> for ApiKeys {
-    fn from_ref(state: &AppState) -> Self {
-        state.api_keys.clone()
-    }
-}
-
-impl FromRef<AppState> for TrustedProxies {
-    fn from_ref(state: &AppState) -> Self {
-        state.trusted_proxies.clone()
-    }
-}
-
-impl FromRef<AppState> for Locks {
-    fn from_ref(state: &AppState) -> Self {
-        state.locks.clone()
-    }
-}
-
-impl FromRef<AppState> for Redis {
-    fn from_ref(state: &AppState) -> Self {
-        state.redis.clone()
-    }
-}
-
-impl FromRef<AppState> for LockLimits {
-    fn from_ref(state: &AppState) -> Self {
-        state.limits
-    }
-}
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]

@@ -1,22 +1,26 @@
 //! lockgate: an HTTP gateway for distributed locks on Redis.
 //!
-//! The crate is layered; each layer only calls the one below it:
+//! The crate is layered. A layer calls only layers below it, never one
+//! above, so no two modules import each other (`tests/api/layers.rs` checks
+//! it on every test run):
 //!
-//! * [`http`]: routes, extractors, problem responses and the OpenAPI document.
+//! * [`app`]: start-up, serving and shutdown; it builds every layer from the
+//!   [`config`] (flags and `LOCKGATE_*` variables).
+//! * [`http`]: routes, extractors, the router's state, problem responses and
+//!   the OpenAPI document.
+//! * [`seckill`]: the flash-sale demo, built on the locks and its own Lua.
 //! * [`locks`]: the lock domain, with typed inputs that can only be made by
 //!   parsing ([`locks::LockKey`], [`locks::Token`], [`locks::Ttl`]), and
 //!   event-driven waiting.
-//! * [`seckill`]: the flash-sale demo, built on the locks and its own Lua.
-//! * [`redis`]: the connection pool and one typed wrapper per Lua script in
-//!   `lua/`; every read-check-write on Redis is one script.
+//! * [`redis`]: the connection pool, pub/sub, and one typed wrapper per Lua
+//!   script in `lua/`; every read-check-write on Redis is one script. The
+//!   wrappers take primitives (`&str`, numbers), never the domain's types.
+//! * [`metrics`]: Prometheus counters, which every layer feeds.
 //!
-//! Around them: [`config`] (flags and `LOCKGATE_*` variables), [`app`]
-//! (start-up, serving, shutdown), [`error`] (the problem catalogue),
-//! [`metrics`] (Prometheus counters) and [`telemetry`] (logging).
+//! [`telemetry`] (logging) sits beside [`app`].
 
 pub mod app;
 pub mod config;
-pub mod error;
 pub mod http;
 pub mod locks;
 pub mod metrics;

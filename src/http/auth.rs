@@ -1,12 +1,13 @@
 //! Access control: API keys for the lock routes, the admin token for sale administration.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::header;
 use axum::http::request::Parts;
 
-use crate::error::ApiError;
+use super::error::ApiError;
 
 /// The configured admin token; `None` leaves the admin routes open.
 #[derive(Clone, Default)]
@@ -16,37 +17,42 @@ pub struct AdminToken(pub Option<Arc<str>>);
 #[derive(Clone, Default)]
 pub struct ApiKeys(pub Arc<[Box<str>]>);
 
-/// Proof that the request may use an admin route: `Authorization: Bearer
-/// <admin token>` when a token is configured.
-pub struct AdminAccess;
+/// Secrets of which a route needs one, as `Authorization: Bearer <secret>`.
+pub trait Credentials {
+    /// The secrets accepted; none leaves the route open.
+    fn accepted(&self) -> &[impl AsRef<str>];
+}
 
-impl<S> FromRequestParts<S> for AdminAccess
-where
-    S: Send + Sync,
-    AdminToken: FromRef<S>,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let AdminToken(token) = AdminToken::from_ref(state);
-        authorize(parts, token.as_slice()).map(|()| Self)
+impl Credentials for AdminToken {
+    fn accepted(&self) -> &[impl AsRef<str>] {
+        self.0.as_slice()
     }
 }
 
-/// Proof that the request may use the lock routes: `Authorization: Bearer
-/// <one of the API keys>` when keys are configured.
-pub struct ApiKeyAccess;
+impl Credentials for ApiKeys {
+    fn accepted(&self) -> &[impl AsRef<str>] {
+        &self.0
+    }
+}
 
-impl<S> FromRequestParts<S> for ApiKeyAccess
+/// Proof that the request may use a route guarded by the credentials `C`.
+pub struct Access<C>(PhantomData<C>);
+
+/// An admin route: `Authorization: Bearer <admin token>` when one is configured.
+pub type AdminAccess = Access<AdminToken>;
+
+/// A lock route: `Authorization: Bearer <one of the API keys>` when keys are configured.
+pub type ApiKeyAccess = Access<ApiKeys>;
+
+impl<S, C> FromRequestParts<S> for Access<C>
 where
     S: Send + Sync,
-    ApiKeys: FromRef<S>,
+    C: Credentials + FromRef<S>,
 {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let ApiKeys(keys) = ApiKeys::from_ref(state);
-        authorize(parts, &keys).map(|()| Self)
+        authorize(parts, C::from_ref(state).accepted()).map(|()| Self(PhantomData))
     }
 }
 

@@ -12,12 +12,14 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Number;
 
-use crate::error::ApiError;
+use super::error::ApiError;
 use crate::locks::{InvalidKey, InvalidToken, LockKey, Token};
-use crate::seckill::Sku;
+use crate::seckill::{IdempotencyKey, Sku};
 
 /// The header that carries an owner's token.
 pub const LOCK_TOKEN: &str = "lock-token";
+/// The header that names one purchase attempt.
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// A JSON body; bad JSON, a wrong content type or an oversized body become
 /// 400 / 415 / 413 problems.
@@ -95,6 +97,15 @@ pub fn token_header(headers: &HeaderMap) -> Result<Option<Token>, ApiError> {
     Ok(Some(Token::parse(text)?))
 }
 
+/// An optional count field, or `default` when it is absent.
+pub fn whole_number_or(
+    name: &'static str,
+    field: Option<&Number>,
+    default: u64,
+) -> Result<u64, ApiError> {
+    field.map_or(Ok(default), |number| whole_number(name, number))
+}
+
 /// A count field: any JSON number parses (so a negative or fractional one
 /// is a 422 naming the field, not a 400), but only a whole one is used. As
 /// in JSON Schema, `2130.0` is the integer 2130.
@@ -123,6 +134,22 @@ impl<S: Send + Sync> FromRequestParts<S> for SkuPath {
             .await
             .map_err(|_| ApiError::invalid_field("sku", "must percent-decode to text"))?;
         Ok(Self(Sku::parse(&text)?))
+    }
+}
+
+/// The `Idempotency-Key` header of a purchase, parsed, when the request has one.
+pub struct IdempotencyKeyHeader(pub Option<IdempotencyKey>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get(IDEMPOTENCY_KEY) else {
+            return Ok(Self(None));
+        };
+        // A value that is not visible ASCII fails the key's own check.
+        let text = value.to_str().unwrap_or_default();
+        Ok(Self(Some(IdempotencyKey::parse(text)?)))
     }
 }
 

@@ -6,7 +6,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use super::error::ApiError;
 
 /// The bounds every request is held to.
 #[derive(Debug, Clone, Copy)]

@@ -16,9 +16,10 @@ use serde_json::Number;
 use utoipa::ToSchema;
 
 use super::auth::ApiKeyAccess;
-use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number};
+use super::error::ApiError;
+use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number_or};
+use super::responses::problem_responses;
 use super::schema::{LockKeyText, TokenText};
-use crate::error::{ApiError, Problem};
 use crate::locks::{
     AcquireRequest, Handover, Lease, LockKey, LockLimits, LockState, Locks, Released, Token, Ttl,
     WaitTime,
@@ -73,11 +74,11 @@ impl From<&Lease> for LockGrant {
         Self {
             key: lease.key.to_string(),
             token: lease.token.expose(),
-            fencing_token: lease.fencing_token,
-            ttl_ms: lease.ttl_ms,
-            expires_at_ms: lease.expires_at_ms,
-            holds: lease.holds,
-            waited_ms: lease.waited_ms,
+            fencing_token: lease.state.fencing_token,
+            ttl_ms: lease.state.ttl_ms,
+            expires_at_ms: lease.state.expires_at_ms,
+            holds: lease.state.holds,
+            waited_ms: u64::try_from(lease.waited.as_millis()).unwrap_or(u64::MAX),
         }
     }
 }
@@ -144,6 +145,35 @@ pub struct HoldReleased {
     holds: u64,
 }
 
+problem_responses!(
+    /// What `POST /locks` can refuse with.
+    AcquireProblems:
+        MalformedBody, Unauthorized, Forbidden, LockHeld, NotOwner, BodyTooLarge,
+        UnsupportedMediaType, InvalidKey, InvalidField, BackendUnavailable,
+        TooManyWaiters, ShuttingDown, NotReplicated, RequestTimeout,
+);
+
+problem_responses!(
+    /// What `DELETE /locks/{key}` can refuse with.
+    ReleaseProblems:
+        MissingToken, Unauthorized, Forbidden, LockNotFound, NotOwner, InvalidKey,
+        InvalidToken, BackendUnavailable,
+);
+
+problem_responses!(
+    /// What `PUT /locks/{key}/ttl` can refuse with.
+    ExtendProblems:
+        MissingToken, MalformedBody, Unauthorized, Forbidden, LockNotFound, NotOwner,
+        BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidToken, InvalidField,
+        BackendUnavailable, NotReplicated,
+);
+
+problem_responses!(
+    /// What `GET /locks/{key}` can refuse with.
+    InspectProblems:
+        Unauthorized, Forbidden, LockNotFound, InvalidKey, BackendUnavailable,
+);
+
 /// Take a lock, wait for it, or re-enter it.
 ///
 /// With `wait_ms` > 0 the request waits on the server while another owner
@@ -160,16 +190,7 @@ pub struct HoldReleased {
         (status = 201, description = "Acquired by a new owner", body = LockGrant,
             headers(("Location" = String, description = "/locks/{key}"))),
         (status = 200, description = "Re-entered with the holder's token", body = LockGrant),
-        (status = 400, description = "`malformed-body`", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`: API keys are configured and none was sent", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: not one of the API keys", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`lock-held` (with `retry_after_ms` and `Retry-After`): the wait, if any, \
-            ran out; or `not-owner`: the token given does not hold the lock", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-key` or `invalid-field`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable`, or `too-many-waiters` when this instance has its \
-            maximum of waiting requests (both with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+        AcquireProblems,
     )
 )]
 pub async fn acquire(
@@ -260,13 +281,7 @@ impl http_body::Body for GrantBody {
     responses(
         (status = 204, description = "Released; waiters are woken"),
         (status = 200, description = "One re-entrant hold released; still held", body = HoldReleased),
-        (status = 400, description = "`missing-token`", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`: API keys are configured and none was sent", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: not one of the API keys", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`lock-not-found`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`not-owner`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-key` or `invalid-token`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+        ReleaseProblems,
     )
 )]
 pub async fn release(
@@ -298,15 +313,7 @@ pub async fn release(
     request_body = ExtendBody,
     responses(
         (status = 200, description = "Renewed", body = LeaseRenewal),
-        (status = 400, description = "`missing-token` or `malformed-body`", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`: API keys are configured and none was sent", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: not one of the API keys", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`lock-not-found`: the lease is lost", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`not-owner`", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-key`, `invalid-token` or `invalid-field`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+        ExtendProblems,
     )
 )]
 pub async fn extend(
@@ -341,11 +348,7 @@ pub async fn extend(
     params(("key" = LockKeyText, Path, description = "The lock")),
     responses(
         (status = 200, description = "Held", body = LockStatus),
-        (status = 401, description = "`unauthorized`: API keys are configured and none was sent", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: not one of the API keys", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`lock-not-found`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-key`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+        InspectProblems,
     )
 )]
 pub async fn inspect(
@@ -358,16 +361,11 @@ pub async fn inspect(
 }
 
 fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {
-    let ms = millis("ttl_ms", field, Ttl::DEFAULT_MS)?;
+    let ms = whole_number_or("ttl_ms", field, Ttl::DEFAULT_MS)?;
     Ttl::new(ms, limits).map_err(|err| ApiError::invalid_field("ttl_ms", err))
 }
 
 fn wait(field: Option<&Number>, limits: LockLimits) -> Result<WaitTime, ApiError> {
-    let ms = millis("wait_ms", field, 0)?;
+    let ms = whole_number_or("wait_ms", field, 0)?;
     WaitTime::new(ms, limits).map_err(|err| ApiError::invalid_field("wait_ms", err))
-}
-
-/// A millisecond field, or its default when absent.
-fn millis(name: &'static str, field: Option<&Number>, default: u64) -> Result<u64, ApiError> {
-    field.map_or(Ok(default), |number| whole_number(name, number))
 }

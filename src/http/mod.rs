@@ -1,13 +1,16 @@
 //! The HTTP layer: routes, extractors, middleware, and the OpenAPI document built from the same routes.
 
 mod auth;
+mod error;
 mod extract;
 mod limits;
 mod locks;
 mod observe;
 mod ops;
+mod responses;
 mod schema;
 mod seckill;
+mod state;
 
 use std::sync::LazyLock;
 
@@ -22,13 +25,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::app::AppState;
-use crate::error::{ApiError, Problem};
+use error::{ApiError, Problem};
 use schema::{IdempotencyKeyText, LockKeyText, NameText, TokenText};
 
 pub use auth::{AdminToken, ApiKeys};
 pub use extract::TrustedProxies;
 pub use limits::RequestLimits;
+pub use state::AppState;
 
 /// The header naming the instance that answered.
 pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");

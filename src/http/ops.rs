@@ -9,7 +9,8 @@ use utoipa::ToSchema;
 
 use std::sync::Arc;
 
-use crate::error::{ApiError, Problem, ProblemType};
+use super::error::{ApiError, ProblemType};
+use super::responses::problem_responses;
 use crate::locks::Locks;
 use crate::metrics::Metrics;
 use crate::redis::Redis;
@@ -20,6 +21,18 @@ pub struct Health {
     #[schema(example = "ok")]
     status: &'static str,
 }
+
+problem_responses!(
+    /// Why `/readyz` is not ready.
+    NotReady:
+        BackendUnavailable,
+);
+
+problem_responses!(
+    /// A slug with no page.
+    NoSuchProblem:
+        NotFound,
+);
 
 /// Liveness: 200 while the process runs.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
@@ -32,7 +45,7 @@ pub async fn healthz() -> Json<Health> {
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Redis answers", body = Health),
-        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+        NotReady,
     ))]
 pub async fn readyz(State(redis): State<Redis>) -> Result<Json<Health>, ApiError> {
     redis.ping().await?;
@@ -71,7 +84,7 @@ pub async fn openapi_document() -> impl IntoResponse {
     params(("slug" = String, Path, description = "A problem slug, such as lock-held")),
     responses(
         (status = 200, description = "What the problem means", content_type = "text/plain"),
-        (status = 404, description = "`not-found`: no such problem type", body = Problem, content_type = "application/problem+json"),
+        NoSuchProblem,
     ))]
 pub async fn problem_page(Path(slug): Path<String>) -> Result<impl IntoResponse, ApiError> {
     let kind = ProblemType::from_slug(&slug)

@@ -9,16 +9,17 @@ use serde_json::Number;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminAccess;
-use super::extract::{ClientIp, JsonBody, SkuPath, whole_number};
+use super::error::ApiError;
+use super::extract::{
+    ClientIp, IdempotencyKeyHeader, JsonBody, SkuPath, whole_number, whole_number_or,
+};
+use super::responses::problem_responses;
 use super::schema::{IdempotencyKeyText, NameText};
-use crate::error::{ApiError, Problem};
-use crate::redis::seckill::OrderEntry;
 use crate::seckill::{
-    IdempotencyKey, Order, OrderRequest, Purchase, Quantity, RateDecision, Sale, SaleTerms, Sales,
-    UserId,
+    Order, OrderEntry, OrderRequest, Purchase, Quantity, RateDecision, SaleState, SaleTerms, Sales,
+    Sku, UserId,
 };
 
-const IDEMPOTENCY_KEY: &str = "idempotency-key";
 static RATE_LIMIT: HeaderName = HeaderName::from_static("ratelimit");
 static RATE_LIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 
@@ -47,10 +48,10 @@ pub struct SaleView {
     orders: u64,
 }
 
-impl From<Sale> for SaleView {
-    fn from(sale: Sale) -> Self {
+impl SaleView {
+    fn new(sku: &Sku, sale: SaleState) -> Self {
         Self {
-            sku: sale.sku.to_string(),
+            sku: sku.to_string(),
             stock: sale.stock,
             initial_stock: sale.initial_stock,
             sold: sale.sold,
@@ -120,6 +121,27 @@ pub struct OrdersQuery {
     user_id: Option<String>,
 }
 
+problem_responses!(
+    /// What `PUT /seckill/{sku}` can refuse with.
+    ResetProblems:
+        MalformedBody, Unauthorized, Forbidden, LockHeld, BodyTooLarge,
+        UnsupportedMediaType, InvalidField, BackendUnavailable,
+);
+
+problem_responses!(
+    /// What the sale reads, `GET /seckill/{sku}` and its orders, can refuse with.
+    ReadProblems:
+        SaleNotFound, InvalidField, BackendUnavailable,
+);
+
+problem_responses!(
+    /// What `POST /seckill/{sku}/orders` can refuse with.
+    PurchaseProblems:
+        MalformedBody, SaleNotFound, SoldOut, LimitExceeded, LockHeld, BodyTooLarge,
+        UnsupportedMediaType, InvalidField, IdempotencyKeyReused, RateLimited,
+        BackendUnavailable, TooManyWaiters, NotReplicated,
+);
+
 /// Create or reset a sale (admin).
 ///
 /// Takes the sale's own lock, so resets never overlap; the old sale's orders,
@@ -134,14 +156,7 @@ pub struct OrdersQuery {
     security(("admin" = [])),
     responses(
         (status = 200, description = "The new sale", body = SaleView),
-        (status = 400, description = "`malformed-body`", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`: no bearer token (when one is configured)", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: a wrong bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`lock-held`: another reset of this sale is still running", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-field`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+        ResetProblems,
     )
 )]
 pub async fn reset_sale(
@@ -154,7 +169,8 @@ pub async fn reset_sale(
         whole_number("stock", &body.stock)?,
         whole_number("per_user_limit", &body.per_user_limit)?,
     )?;
-    Ok(Json(sales.reset(&sku, terms).await?.into()))
+    let sale = sales.reset(&sku, terms).await?;
+    Ok(Json(SaleView::new(&sku, sale)))
 }
 
 /// A sale's stock, sales and limit.
@@ -165,16 +181,15 @@ pub async fn reset_sale(
     params(("sku" = NameText, Path, description = "The product")),
     responses(
         (status = 200, description = "The sale", body = SaleView),
-        (status = 404, description = "`sale-not-found`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-field` (the sku)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+        ReadProblems,
     )
 )]
 pub async fn sale(
     State(sales): State<Sales>,
     SkuPath(sku): SkuPath,
 ) -> Result<Json<SaleView>, ApiError> {
-    Ok(Json(sales.sale(&sku).await?.into()))
+    let sale = sales.sale(&sku).await?;
+    Ok(Json(SaleView::new(&sku, sale)))
 }
 
 /// Buy.
@@ -197,31 +212,17 @@ pub async fn sale(
         (status = 201, description = "Ordered", body = OrderView,
             headers(("RateLimit" = String), ("RateLimit-Policy" = String))),
         (status = 200, description = "A replay of an earlier purchase with the same Idempotency-Key and body: the original order", body = OrderView),
-        (status = 400, description = "`malformed-body`", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`sale-not-found`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`sold-out`, `limit-exceeded`, or `lock-held` (the user's lock stayed taken)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`body-too-large`", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-field` or `idempotency-key-reused`", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "`rate-limited`, with `Retry-After`, `RateLimit` and `RateLimit-Policy`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable` or `too-many-waiters`", body = Problem, content_type = "application/problem+json"),
+        PurchaseProblems,
     )
 )]
 pub async fn purchase(
     State(sales): State<Sales>,
     SkuPath(sku): SkuPath,
     ClientIp(client): ClientIp,
-    headers: HeaderMap,
+    IdempotencyKeyHeader(idempotency_key): IdempotencyKeyHeader,
     JsonBody(body): JsonBody<OrderBody>,
 ) -> Result<Response, ApiError> {
-    let idempotency_key = match headers.get(IDEMPOTENCY_KEY) {
-        None => None,
-        Some(value) => Some(IdempotencyKey::parse(value.to_str().unwrap_or_default())?),
-    };
-    let quantity = match &body.quantity {
-        None => 1,
-        Some(number) => whole_number("quantity", number)?,
-    };
+    let quantity = whole_number_or("quantity", body.quantity.as_ref(), 1)?;
     let order = OrderRequest {
         sku,
         user: UserId::parse(&body.user_id)?,
@@ -250,9 +251,7 @@ pub async fn purchase(
     params(("sku" = NameText, Path, description = "The product"), OrdersQuery),
     responses(
         (status = 200, description = "The orders", body = OrderList),
-        (status = 404, description = "`sale-not-found`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-field` (the sku or user_id)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`backend-unavailable`", body = Problem, content_type = "application/problem+json"),
+        ReadProblems,
     )
 )]
 pub async fn orders(

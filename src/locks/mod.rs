@@ -19,9 +19,9 @@ pub use inputs::{
 pub use waiting::{WaitRefused, Waiting};
 
 use crate::metrics::{LockOutcome, Metrics};
+pub use crate::redis::locks::LockState;
 use crate::redis::locks::{
-    self as scripts, AcquireReply, ExtendReply, Grant, InspectReply, LockKeys, ReenterReply,
-    ReleaseReply,
+    self as scripts, AcquireReply, ExtendReply, InspectReply, LockKeys, ReenterReply, ReleaseReply,
 };
 use crate::redis::{BackendError, Redis};
 
@@ -44,36 +44,12 @@ pub struct AcquireRequest {
 pub struct Lease {
     pub key: LockKey,
     pub token: Token,
-    pub fencing_token: u64,
-    pub ttl_ms: u64,
-    pub expires_at_ms: u64,
-    pub holds: u64,
-    pub waited_ms: u64,
+    pub state: LockState,
+    /// How long the request waited for the lock.
+    pub waited: Duration,
     /// Present for a new grant (absent for re-entry): complete it once the
     /// client has the lease, or the grant is released when it is dropped.
     pub handover: Option<Handover>,
-}
-
-impl Lease {
-    fn new(
-        key: LockKey,
-        token: Token,
-        grant: Grant,
-        waited: Duration,
-        handover: Option<Handover>,
-    ) -> Self {
-        let state = LockState::from(grant);
-        Self {
-            key,
-            token,
-            fencing_token: state.fencing_token,
-            ttl_ms: state.ttl_ms,
-            expires_at_ms: state.expires_at_ms,
-            holds: state.holds,
-            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-            handover,
-        }
-    }
 }
 
 /// What releasing one hold left behind.
@@ -83,26 +59,6 @@ pub enum Released {
     Free,
     /// Re-entrant holds remain.
     HoldsLeft(u64),
-}
-
-/// A lock's state as seen from outside (or after a renewal), without its token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockState {
-    pub fencing_token: u64,
-    pub holds: u64,
-    pub ttl_ms: u64,
-    pub expires_at_ms: u64,
-}
-
-impl From<Grant> for LockState {
-    fn from(grant: Grant) -> Self {
-        Self {
-            fencing_token: grant.fencing_token,
-            holds: grant.holds,
-            ttl_ms: grant.ttl_ms,
-            expires_at_ms: grant.expires_at_ms,
-        }
-    }
 }
 
 /// Why a lock operation did not happen.
@@ -145,7 +101,7 @@ impl Locks {
     }
 
     fn keys(&self, key: &LockKey) -> LockKeys {
-        LockKeys::new(&self.0.prefix, key)
+        LockKeys::new(&self.0.prefix, key.as_str())
     }
 
     /// Requests waiting for a lock on this instance now.
@@ -166,7 +122,7 @@ impl Locks {
         let ttl_ms = request.ttl.as_millis();
         if let Some(token) = request.token {
             let mut conn = self.0.redis.connection().await?;
-            return match scripts::reenter(&mut conn, &keys, &token, ttl_ms).await? {
+            return match scripts::reenter(&mut conn, &keys, &token.expose(), ttl_ms).await? {
                 ReenterReply::Reentered(_)
                     if request.confirmed
                         && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
@@ -179,9 +135,15 @@ impl Locks {
                         undone: true,
                     })
                 }
-                ReenterReply::Reentered(grant) => {
+                ReenterReply::Reentered(state) => {
                     self.0.metrics.lock(LockOutcome::Reentered);
-                    Ok(Lease::new(request.key, token, grant, Duration::ZERO, None))
+                    Ok(Lease {
+                        key: request.key,
+                        token,
+                        state,
+                        waited: Duration::ZERO,
+                        handover: None,
+                    })
                 }
                 ReenterReply::NotOwner => Err(LockError::NotOwner { key: request.key }),
             };
@@ -194,21 +156,21 @@ impl Locks {
             .acquire_by(&keys, &token, ttl_ms, deadline, request.confirmed)
             .await
         {
-            Ok((grant, waited)) => {
+            Ok((state, waited)) => {
                 self.0.metrics.lock(LockOutcome::Acquired);
                 if !waited.is_zero() {
                     self.0.metrics.lock(LockOutcome::Waited);
                     self.0.metrics.lock_wait(waited);
                 }
-                Ok(Lease::new(
-                    request.key,
+                Ok(Lease {
+                    key: request.key,
                     token,
-                    grant,
+                    state,
                     waited,
-                    Some(handover),
-                ))
+                    handover: Some(handover),
+                })
             }
-            Err(Refusal::Held { remaining_ms }) => {
+            Err(NoGrant::Held { remaining_ms }) => {
                 handover.cancel();
                 self.0.metrics.lock(LockOutcome::Conflict);
                 if !request.wait.is_zero() {
@@ -219,11 +181,11 @@ impl Locks {
                     retry_after_ms: remaining_ms,
                 })
             }
-            Err(Refusal::CannotWait(err)) => {
+            Err(NoGrant::CannotWait(err)) => {
                 handover.cancel();
                 Err(err.into())
             }
-            Err(Refusal::NotReplicated) => {
+            Err(NoGrant::NotReplicated) => {
                 // Undo the grant now, so the answer is true when it is read;
                 // if that fails, the handover keeps trying in the background.
                 if self.release(&request.key, &token).await.is_ok() {
@@ -235,7 +197,7 @@ impl Locks {
                 })
             }
             // Not cancelled: the script may have run before the failure.
-            Err(Refusal::Backend(err)) => Err(err.into()),
+            Err(NoGrant::Backend(err)) => Err(err.into()),
         }
     }
 
@@ -251,21 +213,22 @@ impl Locks {
         ttl_ms: u64,
         deadline: Instant,
         confirmed: bool,
-    ) -> Result<(Grant, Duration), Refusal> {
+    ) -> Result<(LockState, Duration), NoGrant> {
+        let token = token.expose();
         let mut ticket = None;
         let mut refused_at = None;
         loop {
             let remaining_ms = {
                 let mut conn = self.0.redis.connection().await?;
-                match scripts::acquire(&mut conn, keys, token, ttl_ms).await? {
+                match scripts::acquire(&mut conn, keys, &token, ttl_ms).await? {
                     AcquireReply::Granted(_)
                         if confirmed && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
                     {
-                        return Err(Refusal::NotReplicated);
+                        return Err(NoGrant::NotReplicated);
                     }
-                    AcquireReply::Granted(grant) => {
+                    AcquireReply::Granted(state) => {
                         let waited = refused_at.map_or(Duration::ZERO, |at: Instant| at.elapsed());
-                        return Ok((grant, waited));
+                        return Ok((state, waited));
                     }
                     AcquireReply::Held { remaining_ms } => remaining_ms,
                 }
@@ -273,7 +236,7 @@ impl Locks {
             let now = Instant::now();
             refused_at.get_or_insert(now);
             if now >= deadline {
-                return Err(Refusal::Held { remaining_ms });
+                return Err(NoGrant::Held { remaining_ms });
             }
             let Some(ticket) = ticket.as_mut() else {
                 // First refusal: join the queue, and try once more as soon as
@@ -298,7 +261,8 @@ impl Locks {
     pub async fn release(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
         let mut conn = self.0.redis.connection().await?;
         let publish = self.0.redis.publish_command();
-        let released = match scripts::release(&mut conn, &self.keys(key), token, publish).await? {
+        let keys = self.keys(key);
+        let released = match scripts::release(&mut conn, &keys, &token.expose(), publish).await? {
             ReleaseReply::Released => Released::Free,
             ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),
             ReleaseReply::NotFound => return Err(LockError::NotFound { key: key.clone() }),
@@ -317,14 +281,14 @@ impl Locks {
     ) -> Result<LockState, LockError> {
         let mut conn = self.0.redis.connection().await?;
         let keys = self.keys(key);
-        match scripts::extend(&mut conn, &keys, token, ttl.as_millis()).await? {
+        match scripts::extend(&mut conn, &keys, &token.expose(), ttl.as_millis()).await? {
             ExtendReply::Extended(_) if !self.0.redis.replicated(&mut conn, &keys.lock).await? => {
                 Err(LockError::NotReplicated {
                     key: key.clone(),
                     undone: false,
                 })
             }
-            ExtendReply::Extended(grant) => Ok(grant.into()),
+            ExtendReply::Extended(state) => Ok(state),
             ExtendReply::NotFound => {
                 self.0.metrics.lock(LockOutcome::ExpiredOnExtend);
                 Err(LockError::NotFound { key: key.clone() })
@@ -337,14 +301,14 @@ impl Locks {
     pub async fn inspect(&self, key: &LockKey) -> Result<LockState, LockError> {
         let mut conn = self.0.redis.connection().await?;
         match scripts::inspect(&mut conn, &self.keys(key)).await? {
-            InspectReply::Held(grant) => Ok(grant.into()),
+            InspectReply::Held(state) => Ok(state),
             InspectReply::NotFound => Err(LockError::NotFound { key: key.clone() }),
         }
     }
 }
 
 /// Why [`Locks::acquire_by`] ended without a grant.
-enum Refusal {
+enum NoGrant {
     Held {
         remaining_ms: u64,
     },
@@ -354,13 +318,13 @@ enum Refusal {
     Backend(BackendError),
 }
 
-impl From<WaitRefused> for Refusal {
+impl From<WaitRefused> for NoGrant {
     fn from(err: WaitRefused) -> Self {
         Self::CannotWait(err)
     }
 }
 
-impl From<BackendError> for Refusal {
+impl From<BackendError> for NoGrant {
     fn from(err: BackendError) -> Self {
         Self::Backend(err)
     }

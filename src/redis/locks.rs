@@ -2,7 +2,6 @@
 
 use super::scripts::{ACQUIRE, EXTEND, INSPECT, RELEASE};
 use super::{BackendError, Connection};
-use crate::locks::{LockKey, Token};
 
 /// How long a lock's fence counter outlives its lease. Fencing tokens stay
 /// increasing without it (they never fall below the Redis clock in µs); the
@@ -23,7 +22,8 @@ pub struct LockKeys {
 }
 
 impl LockKeys {
-    pub fn new(prefix: &str, key: &LockKey) -> Self {
+    /// The names of lock `key` (already checked by the domain: no braces).
+    pub fn new(prefix: &str, key: &str) -> Self {
         Self {
             lock: format!("{prefix}lock:{{{key}}}"),
             fence: format!("{prefix}fence:{{{key}}}"),
@@ -32,9 +32,11 @@ impl LockKeys {
     }
 }
 
-/// A lease as the scripts report it; its end is the expiry Redis holds.
+/// A held lock's state as the scripts report it, without its token; its end
+/// is the expiry Redis holds. The domain hands it on as it is
+/// (`locks::LockState`), so a grant, a renewal and an inspection share it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
+pub struct LockState {
     pub fencing_token: u64,
     pub holds: u64,
     pub ttl_ms: u64,
@@ -44,14 +46,14 @@ pub struct Grant {
 /// What `acquire.lua` did for a new owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireReply {
-    Granted(Grant),
+    Granted(LockState),
     Held { remaining_ms: u64 },
 }
 
 /// What `acquire.lua` did for a holder re-entering with its token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReenterReply {
-    Reentered(Grant),
+    Reentered(LockState),
     NotOwner,
 }
 
@@ -65,14 +67,14 @@ pub enum ReleaseReply {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtendReply {
-    Extended(Grant),
+    Extended(LockState),
     NotFound,
     NotOwner,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InspectReply {
-    Held(Grant),
+    Held(LockState),
     NotFound,
 }
 
@@ -80,7 +82,7 @@ pub enum InspectReply {
 pub async fn acquire(
     conn: &mut Connection,
     keys: &LockKeys,
-    token: &Token,
+    token: &str,
     ttl_ms: u64,
 ) -> Result<AcquireReply, BackendError> {
     let reply = run_acquire(conn, keys, token, ttl_ms, false).await?;
@@ -96,7 +98,7 @@ pub async fn acquire(
 pub async fn reenter(
     conn: &mut Connection,
     keys: &LockKeys,
-    token: &Token,
+    token: &str,
     ttl_ms: u64,
 ) -> Result<ReenterReply, BackendError> {
     let reply = run_acquire(conn, keys, token, ttl_ms, true).await?;
@@ -111,7 +113,7 @@ pub async fn reenter(
 async fn run_acquire(
     conn: &mut Connection,
     keys: &LockKeys,
-    token: &Token,
+    token: &str,
     ttl_ms: u64,
     reenter: bool,
 ) -> Result<Vec<i64>, BackendError> {
@@ -121,7 +123,7 @@ async fn run_acquire(
                 .prepare()
                 .key(&keys.lock)
                 .key(&keys.fence)
-                .arg(token.expose())
+                .arg(token)
                 .arg(ttl_ms)
                 .arg(if reenter { "1" } else { "0" })
                 .arg(FENCE_RETENTION_MS),
@@ -135,7 +137,7 @@ async fn run_acquire(
 pub async fn release(
     conn: &mut Connection,
     keys: &LockKeys,
-    token: &Token,
+    token: &str,
     publish: &str,
 ) -> Result<ReleaseReply, BackendError> {
     let reply = RELEASE
@@ -143,7 +145,7 @@ pub async fn release(
             RELEASE
                 .prepare()
                 .key(&keys.lock)
-                .arg(token.expose())
+                .arg(token)
                 .arg(&keys.channel)
                 .arg(publish),
             conn,
@@ -163,7 +165,7 @@ pub async fn release(
 pub async fn extend(
     conn: &mut Connection,
     keys: &LockKeys,
-    token: &Token,
+    token: &str,
     ttl_ms: u64,
 ) -> Result<ExtendReply, BackendError> {
     let reply = EXTEND
@@ -172,7 +174,7 @@ pub async fn extend(
                 .prepare()
                 .key(&keys.lock)
                 .key(&keys.fence)
-                .arg(token.expose())
+                .arg(token)
                 .arg(ttl_ms)
                 .arg(FENCE_RETENTION_MS),
             conn,
@@ -180,7 +182,7 @@ pub async fn extend(
         .await?;
     match reply.first() {
         Some(1) => field(&reply, 3).and_then(|expires_at_ms| {
-            Some(ExtendReply::Extended(Grant {
+            Some(ExtendReply::Extended(LockState {
                 fencing_token: field(&reply, 1)?,
                 holds: field(&reply, 2)?,
                 ttl_ms,
@@ -205,9 +207,9 @@ pub async fn inspect(conn: &mut Connection, keys: &LockKeys) -> Result<InspectRe
     .ok_or_else(|| INSPECT.unexpected(reply.clone()))
 }
 
-/// Reads a [`Grant`] from replies shaped `{code, fence, holds, ttl, expires_at}`.
-fn grant(reply: &[i64]) -> Option<Grant> {
-    Some(Grant {
+/// Reads a [`LockState`] from replies shaped `{code, fence, holds, ttl, expires_at}`.
+fn grant(reply: &[i64]) -> Option<LockState> {
+    Some(LockState {
         fencing_token: field(reply, 1)?,
         holds: field(reply, 2)?,
         ttl_ms: field(reply, 3)?,

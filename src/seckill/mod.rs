@@ -26,8 +26,11 @@ use sold_out::SoldOutFlags;
 use crate::locks::{AcquireRequest, LockError, LockKey, Locks, Ttl, WaitTime};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
-use crate::redis::seckill::{self as scripts, OrderEntry, PurchaseReply, RecordedOrder, SaleKeys};
+use crate::redis::seckill::{self as scripts, PurchaseReply, RecordedOrder, SaleKeys};
 use crate::redis::{BackendError, Redis};
+// Read from Redis as they are and handed on unchanged: one type each, not a
+// domain copy joined to the Redis one field by field.
+pub use crate::redis::seckill::{OrderEntry, SaleState};
 
 /// How long the per-user and per-sale locks are leased. They are released as
 /// soon as the script has run; the lease only matters if a gateway dies
@@ -45,17 +48,6 @@ pub struct SaleSettings {
     pub user_lock: bool,
     /// How long a purchase waits for its user's lock.
     pub lock_wait: Duration,
-}
-
-/// A sale's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sale {
-    pub sku: Sku,
-    pub stock: u64,
-    pub initial_stock: u64,
-    pub sold: u64,
-    pub per_user_limit: u64,
-    pub orders: u64,
 }
 
 /// A recorded order, as a purchase answers it.
@@ -161,7 +153,7 @@ impl Sales {
 
     /// Creates or resets a sale under its own lock, so two resets never
     /// overlap; the old sale's orders, counts and idempotency records go.
-    pub async fn reset(&self, sku: &Sku, terms: SaleTerms) -> Result<Sale, SaleError> {
+    pub async fn reset(&self, sku: &Sku, terms: SaleTerms) -> Result<SaleState, SaleError> {
         let key = sku.lock_key();
         let keys = self.keys(sku);
         let channel = self.flags.channel();
@@ -184,8 +176,7 @@ impl Sales {
         self.flags.reset(sku.as_str(), epoch);
         // What the script just wrote; reading it back would cost a round
         // trip and could show a purchase made since.
-        Ok(Sale {
-            sku: sku.clone(),
+        Ok(SaleState {
             stock: terms.stock(),
             initial_stock: terms.stock(),
             sold: 0,
@@ -194,19 +185,10 @@ impl Sales {
         })
     }
 
-    pub async fn sale(&self, sku: &Sku) -> Result<Sale, SaleError> {
+    pub async fn sale(&self, sku: &Sku) -> Result<SaleState, SaleError> {
         let mut conn = self.redis.connection().await?;
-        let state = scripts::state(&mut conn, &self.keys(sku))
-            .await?
-            .ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?;
-        Ok(Sale {
-            sku: sku.clone(),
-            stock: state.stock,
-            initial_stock: state.initial_stock,
-            sold: state.sold,
-            per_user_limit: state.per_user_limit,
-            orders: state.orders,
-        })
+        let state = scripts::state(&mut conn, &self.keys(sku)).await?;
+        Ok(state.ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?)
     }
 
     /// The sale's recorded orders, oldest first; one user's when `user` is given.

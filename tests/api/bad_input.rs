@@ -3,57 +3,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{RedisServer, TestApp, assert_problem};
-
-/// One malformed request and the problem it must get.
-struct Case {
-    what: &'static str,
-    method: Method,
-    path: String,
-    headers: Vec<(&'static str, String)>,
-    body: Option<String>,
-    status: u16,
-    slug: &'static str,
-    field: Option<&'static str>,
-}
-
-fn case(what: &'static str, method: Method, path: &str, status: u16, slug: &'static str) -> Case {
-    Case {
-        what,
-        method,
-        path: path.to_owned(),
-        headers: Vec::new(),
-        body: None,
-        status,
-        slug,
-        field: None,
-    }
-}
-
-impl Case {
-    fn json(mut self, body: impl Into<String>) -> Self {
-        self.headers
-            .push(("content-type", "application/json".to_owned()));
-        self.body = Some(body.into());
-        self
-    }
-
-    fn raw(mut self, content_type: &str, body: &str) -> Self {
-        self.headers.push(("content-type", content_type.to_owned()));
-        self.body = Some(body.to_owned());
-        self
-    }
-
-    fn header(mut self, name: &'static str, value: &str) -> Self {
-        self.headers.push((name, value.to_owned()));
-        self
-    }
-
-    fn field(mut self, field: &'static str) -> Self {
-        self.field = Some(field);
-        self
-    }
-}
+use crate::helpers::{Case, RedisServer, TestApp, case};
 
 fn acquire(what: &'static str, body: Value, status: u16, slug: &'static str) -> Case {
     case(what, Method::POST, "/locks", status, slug).json(body.to_string())
@@ -388,28 +338,7 @@ async fn every_malformed_request_gets_its_documented_problem_and_never_a_5xx() {
     let holder = app.take("a", 30_000).await;
 
     for case in cases() {
-        let mut request = app.http.request(case.method.clone(), app.url(&case.path));
-        for (name, value) in &case.headers {
-            request = request.header(*name, value);
-        }
-        if let Some(body) = case.body {
-            request = request.body(body);
-        }
-        let response = request.send().await.unwrap();
-        assert!(
-            !response.status().is_server_error(),
-            "{}: {}",
-            case.what,
-            response.status()
-        );
-        assert_eq!(response.status().as_u16(), case.status, "{}", case.what);
-        let problem = assert_problem(response, case.status, case.slug).await;
-        assert_eq!(
-            problem["field"].as_str(),
-            case.field,
-            "{}: {problem}",
-            case.what
-        );
+        case.check(&app).await;
     }
 
     // None of it touched the lock that was held all along.

@@ -204,23 +204,19 @@ async fn no_token_key_or_secret_reaches_the_logs() {
         &[("RUST_LOG", "trace")],
     )
     .await;
-    let http = reqwest::Client::new();
+    let http = &gateway.http;
     let bearer = |key: &str| format!("Bearer {key}");
 
-    let grant: Value = http
-        .post(gateway.url("/locks"))
-        .header("Authorization", bearer(api_key))
-        .json(&json!({"key": "secret:a"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let grant = GatewayProcess::granted(
+        gateway
+            .acquire(&json!({"key": "secret:a"}))
+            .header("Authorization", bearer(api_key)),
+    )
+    .await;
     let token = grant["token"].as_str().unwrap().to_owned();
-    http.post(gateway.url("/locks"))
+    gateway
+        .acquire(&json!({"key": "secret:a", "token": token}))
         .header("Authorization", bearer(api_key))
-        .json(&json!({"key": "secret:a", "token": token}))
         .send()
         .await
         .unwrap();

@@ -53,18 +53,23 @@ async fn create_sale(app: &TestApp) {
     assert_eq!(created.status(), StatusCode::OK);
 }
 
-#[tokio::test]
-async fn with_its_replica_up_every_write_is_confirmed_and_answered() {
-    let (primary, _replica) = primary_and_replica().await;
+/// A gateway whose writes one replica must confirm within `timeout_ms`.
+async fn confirming_gateway(primary: &RedisServer, timeout_ms: &str) -> TestApp {
     let flags = [
         "--redis-wait-replicas",
         "1",
         "--redis-wait-timeout-ms",
-        "500",
+        timeout_ms,
         "--admin-token",
         "adm",
     ];
-    let app = TestApp::spawn_with(&primary, &flags).await;
+    TestApp::spawn_with(primary, &flags).await
+}
+
+#[tokio::test]
+async fn with_its_replica_up_every_write_is_confirmed_and_answered() {
+    let (primary, _replica) = primary_and_replica().await;
+    let app = confirming_gateway(&primary, "500").await;
 
     let grant = app.take("confirmed", 30_000).await;
     assert_eq!(
@@ -85,15 +90,7 @@ async fn with_its_replica_up_every_write_is_confirmed_and_answered() {
 #[tokio::test]
 async fn with_its_replica_frozen_a_grant_is_undone_and_answered_503() {
     let (primary, replica) = primary_and_replica().await;
-    let flags = [
-        "--redis-wait-replicas",
-        "1",
-        "--redis-wait-timeout-ms",
-        "200",
-        "--admin-token",
-        "adm",
-    ];
-    let app = TestApp::spawn_with(&primary, &flags).await;
+    let app = confirming_gateway(&primary, "200").await;
     let held = app.take("held", 30_000).await;
     create_sale(&app).await;
 
@@ -124,15 +121,14 @@ async fn with_its_replica_frozen_a_grant_is_undone_and_answered_503() {
         "not-replicated",
     )
     .await;
-    let purchase = app
-        .http
-        .post(app.url("/seckill/rep/orders"))
-        .header("Idempotency-Key", "frozen-1")
-        .json(&json!({"user_id": "u"}))
-        .send()
-        .await
-        .unwrap();
-    assert_problem(purchase, 503, "not-replicated").await;
+    let buy_once = || {
+        app.http
+            .post(app.url("/seckill/rep/orders"))
+            .header("Idempotency-Key", "frozen-1")
+            .json(&json!({"user_id": "u"}))
+            .send()
+    };
+    assert_problem(buy_once().await.unwrap(), 503, "not-replicated").await;
 
     send_signal(replica.node(0).pid(), "-CONT");
     let served = eventually(Duration::from_secs(5), || async {
@@ -144,13 +140,5 @@ async fn with_its_replica_frozen_a_grant_is_undone_and_answered_503() {
         "grants were not confirmed again once the replica was back"
     );
     // The purchase did happen: the same key replays it.
-    let replay = app
-        .http
-        .post(app.url("/seckill/rep/orders"))
-        .header("Idempotency-Key", "frozen-1")
-        .json(&json!({"user_id": "u"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(replay.status(), StatusCode::OK);
+    assert_eq!(buy_once().await.unwrap().status(), StatusCode::OK);
 }

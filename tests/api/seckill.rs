@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use reqwest::{Response, StatusCode};
+use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::helpers::{RedisServer, TestApp, assert_problem, command_calls, eventually};
+use crate::helpers::{Case, RedisServer, TestApp, assert_problem, case, command_calls, eventually};
 
 const ADMIN: &str = "admin-s3cret";
 
@@ -493,198 +493,195 @@ async fn a_purchase_whose_lock_stays_held_answers_lock_held() {
     assert_eq!(app.sale("desk").await["sold"], 0);
 }
 
+/// A sale reset of `kit` by the admin, with `body`.
+fn reset(what: &'static str, body: Value, status: u16, slug: &'static str) -> Case {
+    case(what, Method::PUT, "/seckill/kit", status, slug)
+        .json(body.to_string())
+        .bearer(ADMIN)
+}
+
+/// A purchase of `kit` with the JSON `body`.
+fn buy(what: &'static str, body: &str, status: u16, slug: &'static str) -> Case {
+    case(what, Method::POST, "/seckill/kit/orders", status, slug).json(body)
+}
+
+fn bad_sale_requests() -> Vec<Case> {
+    let terms = json!({"stock": 5, "per_user_limit": 1}).to_string();
+    vec![
+        case(
+            "no admin token",
+            Method::PUT,
+            "/seckill/kit",
+            401,
+            "unauthorized",
+        )
+        .json(terms.clone()),
+        case(
+            "a wrong admin token",
+            Method::PUT,
+            "/seckill/kit",
+            403,
+            "forbidden",
+        )
+        .json(terms)
+        .bearer("guess"),
+        reset(
+            "negative stock",
+            json!({"stock": -1, "per_user_limit": 1}),
+            422,
+            "invalid-field",
+        )
+        .field("stock"),
+        reset(
+            "a zero cap",
+            json!({"stock": 5, "per_user_limit": 0}),
+            422,
+            "invalid-field",
+        )
+        .field("per_user_limit"),
+        reset("no cap", json!({"stock": 5}), 400, "malformed-body"),
+        reset(
+            "stock as text",
+            json!({"stock": "5", "per_user_limit": 1}),
+            400,
+            "malformed-body",
+        ),
+        reset(
+            "stock beyond the maximum",
+            json!({"stock": 2e9, "per_user_limit": 1}),
+            422,
+            "invalid-field",
+        )
+        .field("stock"),
+        buy(
+            "quantity zero",
+            r#"{"user_id": "u", "quantity": 0}"#,
+            422,
+            "invalid-field",
+        )
+        .field("quantity"),
+        buy(
+            "quantity negative",
+            r#"{"user_id": "u", "quantity": -3}"#,
+            422,
+            "invalid-field",
+        )
+        .field("quantity"),
+        buy(
+            "quantity fractional",
+            r#"{"user_id": "u", "quantity": 1.5}"#,
+            422,
+            "invalid-field",
+        )
+        .field("quantity"),
+        buy(
+            "quantity huge",
+            r#"{"user_id": "u", "quantity": 1000000000000}"#,
+            422,
+            "invalid-field",
+        )
+        .field("quantity"),
+        buy(
+            "quantity as text",
+            r#"{"user_id": "u", "quantity": "1"}"#,
+            400,
+            "malformed-body",
+        ),
+        buy("no user", r#"{"quantity": 1}"#, 400, "malformed-body"),
+        buy(
+            "a user with a colon",
+            r#"{"user_id": "a:b"}"#,
+            422,
+            "invalid-field",
+        )
+        .field("user_id"),
+        buy("an empty user", r#"{"user_id": ""}"#, 422, "invalid-field").field("user_id"),
+        buy(
+            "an unknown field",
+            r#"{"user_id": "u", "extra": 1}"#,
+            400,
+            "malformed-body",
+        ),
+        buy("not JSON", "not json", 400, "malformed-body"),
+        case(
+            "no content type",
+            Method::POST,
+            "/seckill/kit/orders",
+            415,
+            "unsupported-media-type",
+        )
+        .body(r#"{"user_id": "u"}"#),
+        buy(
+            "an Idempotency-Key with a space",
+            r#"{"user_id": "u"}"#,
+            422,
+            "invalid-field",
+        )
+        .header("idempotency-key", "has space")
+        .field("Idempotency-Key"),
+        case(
+            "a purchase from no sale",
+            Method::POST,
+            "/seckill/nothing/orders",
+            404,
+            "sale-not-found",
+        )
+        .json(r#"{"user_id": "u", "quantity": 1}"#),
+        case(
+            "no sale",
+            Method::GET,
+            "/seckill/nothing",
+            404,
+            "sale-not-found",
+        ),
+        case(
+            "the orders of no sale",
+            Method::GET,
+            "/seckill/nothing/orders",
+            404,
+            "sale-not-found",
+        ),
+        case(
+            "a sku with a space",
+            Method::GET,
+            "/seckill/a%20b",
+            422,
+            "invalid-field",
+        )
+        .field("sku"),
+        case(
+            "orders of a bad user",
+            Method::GET,
+            "/seckill/kit/orders?user_id=a:b",
+            422,
+            "invalid-field",
+        )
+        .field("user_id"),
+        buy(
+            "past the cap",
+            r#"{"user_id": "u", "quantity": 3}"#,
+            409,
+            "limit-exceeded",
+        ),
+        buy(
+            "past the stock",
+            r#"{"user_id": "u", "quantity": 11}"#,
+            409,
+            "sold-out",
+        ),
+    ]
+}
+
 #[tokio::test]
 async fn every_bad_sale_request_gets_its_documented_4xx() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn_sale(&redis, &[]).await;
     app.reset_sale("kit", 10, 2).await;
-    let put = |body: Value, token: Option<&str>| {
-        let mut request = app.http.put(app.url("/seckill/kit")).json(&body);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        request.send()
-    };
-    let buy = |body: &str| {
-        app.http
-            .post(app.url("/seckill/kit/orders"))
-            .header("content-type", "application/json")
-            .body(body.to_owned())
-            .send()
-    };
 
-    let admin = Some(ADMIN);
-    let terms = json!({"stock": 5, "per_user_limit": 1});
-    let unauthorized =
-        assert_problem(put(terms.clone(), None).await.unwrap(), 401, "unauthorized").await;
-    assert!(unauthorized["detail"].is_string());
-    assert_problem(
-        put(terms.clone(), Some("guess")).await.unwrap(),
-        403,
-        "forbidden",
-    )
-    .await;
-    let cases: Vec<(Response, u16, &str, Option<&str>)> = vec![
-        (
-            put(json!({"stock": -1, "per_user_limit": 1}), admin)
-                .await
-                .unwrap(),
-            422,
-            "invalid-field",
-            Some("stock"),
-        ),
-        (
-            put(json!({"stock": 5, "per_user_limit": 0}), admin)
-                .await
-                .unwrap(),
-            422,
-            "invalid-field",
-            Some("per_user_limit"),
-        ),
-        (
-            put(json!({"stock": 5}), admin).await.unwrap(),
-            400,
-            "malformed-body",
-            None,
-        ),
-        (
-            put(json!({"stock": "5", "per_user_limit": 1}), admin)
-                .await
-                .unwrap(),
-            400,
-            "malformed-body",
-            None,
-        ),
-        (
-            put(json!({"stock": 2e9, "per_user_limit": 1}), admin)
-                .await
-                .unwrap(),
-            422,
-            "invalid-field",
-            Some("stock"),
-        ),
-        (
-            buy(r#"{"user_id": "u", "quantity": 0}"#).await.unwrap(),
-            422,
-            "invalid-field",
-            Some("quantity"),
-        ),
-        (
-            buy(r#"{"user_id": "u", "quantity": -3}"#).await.unwrap(),
-            422,
-            "invalid-field",
-            Some("quantity"),
-        ),
-        (
-            buy(r#"{"user_id": "u", "quantity": 1.5}"#).await.unwrap(),
-            422,
-            "invalid-field",
-            Some("quantity"),
-        ),
-        (
-            buy(r#"{"user_id": "u", "quantity": 1000000000000}"#)
-                .await
-                .unwrap(),
-            422,
-            "invalid-field",
-            Some("quantity"),
-        ),
-        (
-            buy(r#"{"user_id": "u", "quantity": "1"}"#).await.unwrap(),
-            400,
-            "malformed-body",
-            None,
-        ),
-        (
-            buy(r#"{"quantity": 1}"#).await.unwrap(),
-            400,
-            "malformed-body",
-            None,
-        ),
-        (
-            buy(r#"{"user_id": "a:b"}"#).await.unwrap(),
-            422,
-            "invalid-field",
-            Some("user_id"),
-        ),
-        (
-            buy(r#"{"user_id": ""}"#).await.unwrap(),
-            422,
-            "invalid-field",
-            Some("user_id"),
-        ),
-        (
-            buy(r#"{"user_id": "u", "extra": 1}"#).await.unwrap(),
-            400,
-            "malformed-body",
-            None,
-        ),
-        (buy("not json").await.unwrap(), 400, "malformed-body", None),
-        (
-            app.http
-                .post(app.url("/seckill/kit/orders"))
-                .body(r#"{"user_id": "u"}"#)
-                .send()
-                .await
-                .unwrap(),
-            415,
-            "unsupported-media-type",
-            None,
-        ),
-        (
-            app.http
-                .post(app.url("/seckill/kit/orders"))
-                .header("Idempotency-Key", "has space")
-                .json(&json!({"user_id": "u"}))
-                .send()
-                .await
-                .unwrap(),
-            422,
-            "invalid-field",
-            Some("Idempotency-Key"),
-        ),
-        (
-            app.buy("nothing", "u", 1, None).await,
-            404,
-            "sale-not-found",
-            None,
-        ),
-        (
-            app.get("/seckill/nothing").await,
-            404,
-            "sale-not-found",
-            None,
-        ),
-        (
-            app.get("/seckill/nothing/orders").await,
-            404,
-            "sale-not-found",
-            None,
-        ),
-        (
-            app.get("/seckill/a%20b").await,
-            422,
-            "invalid-field",
-            Some("sku"),
-        ),
-        (
-            app.get("/seckill/kit/orders?user_id=a:b").await,
-            422,
-            "invalid-field",
-            Some("user_id"),
-        ),
-        (
-            app.buy("kit", "u", 3, None).await,
-            409,
-            "limit-exceeded",
-            None,
-        ),
-        (app.buy("kit", "u", 11, None).await, 409, "sold-out", None),
-    ];
-    for (response, status, slug, field) in cases {
-        let body = assert_problem(response, status, slug).await;
-        assert_eq!(body["field"].as_str(), field, "{body}");
+    for case in bad_sale_requests() {
+        case.check(&app).await;
     }
+
     // None of it bought anything or changed the sale.
     let sale = app.sale("kit").await;
     assert_eq!(

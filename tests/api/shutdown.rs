@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{GatewayProcess, RedisServer, assert_problem, send_signal};
@@ -24,20 +24,9 @@ async fn gateway_connections(redis: &RedisServer) -> usize {
 async fn sigterm_drains_ends_waits_with_503_and_exits_cleanly() {
     let redis = RedisServer::start().await;
     let mut gateway = GatewayProcess::spawn(&redis, &[], &[("RUST_LOG", "info")]).await;
-    let http = reqwest::Client::new();
-    let holder: Value = http
-        .post(gateway.url("/locks"))
-        .json(&json!({"key": "held"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let holder = GatewayProcess::granted(gateway.acquire(&json!({"key": "held"}))).await;
     let waiter = {
-        let request = http
-            .post(gateway.url("/locks"))
-            .json(&json!({"key": "held", "wait_ms": 20_000}));
+        let request = gateway.acquire(&json!({"key": "held", "wait_ms": 20_000}));
         tokio::spawn(async move {
             let response = request.send().await.unwrap();
             (Instant::now(), response)
