@@ -39,10 +39,10 @@ lint:
 unit:
 	CARGO=$(CARGO) ./scripts/run-tests.sh
 
-# The lock and flash-sale suites again, each test against its own
+# The lock, flash-sale and streamed-lock suites again, each test against its own
 # three-master Redis Cluster.
 cluster-suite:
-	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: seckill::
+	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: seckill:: streams::
 
 # schemathesis against the served OpenAPI document of a running gateway.
 fuzz:

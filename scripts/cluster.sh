@@ -15,6 +15,8 @@
 #   used to $CLUSTER_DIR/ports.env either way.)
 #   LOCKGATE_ADMIN_TOKEN   admin token of every instance  (cluster-admin)
 #   NGINX_RATE / NGINX_BURST   nginx's per-client fence   (5000 / 10000)
+#   NGINX_READ_TIMEOUT / NGINX_LOCKS_READ_TIMEOUT   how long nginx waits for
+#                  an instance's answer, and under /locks   (10s / 70s)
 #   GATEWAY_FLAGS  extra flags for every `lockgate serve`
 set -euo pipefail
 
@@ -74,6 +76,8 @@ start() {
     -e "s|@UPSTREAM_2@|127.0.0.1:$((port + 2))|" \
     -e "s|@UPSTREAM_3@|127.0.0.1:$((port + 3))|" \
     -e "s|@REQ_RATE@|${NGINX_RATE:-5000}|" -e "s|@REQ_BURST@|${NGINX_BURST:-10000}|" \
+    -e "s|@READ_TIMEOUT@|${NGINX_READ_TIMEOUT:-10s}|" \
+    -e "s|@LOCKS_READ_TIMEOUT@|${NGINX_LOCKS_READ_TIMEOUT:-70s}|" \
     "$root/nginx/lockgate.conf.template" >"$dir/nginx.conf"
   "$nginx_bin" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' >>"$dir/nginx-error.log" 2>&1 &
   echo $! >"$dir/nginx-master.pid"

@@ -13,8 +13,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::config::Config;
-use crate::http::{self, AdminToken, ApiKeys, AppState, TrustedProxies};
-use crate::locks::{Locks, Waiting};
+use crate::http::{self, AdminToken, ApiKeys, AppState, StreamKeepAlive, TrustedProxies};
+use crate::locks::{Locks, Streams, Waiting};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::{BackendError, Redis};
@@ -40,6 +40,7 @@ pub struct Gateway {
     redis: Redis,
     subscriber: Subscriber,
     waiting: Waiting,
+    streams: Streams,
     drain_timeout: Duration,
     addr: SocketAddr,
     instance_id: String,
@@ -85,6 +86,7 @@ impl Gateway {
             waiting.clone(),
             metrics.clone(),
         );
+        let streams = Streams::new(locks.clone(), subscriber.clone(), metrics.clone());
         let sales = Sales::new(
             redis.clone(),
             locks.clone(),
@@ -98,9 +100,11 @@ impl Gateway {
         }
         let state = AppState {
             locks,
+            streams: streams.clone(),
             sales,
             redis: redis.clone(),
             limits: config.lock_limits(),
+            stream_keep_alive: StreamKeepAlive(Duration::from_millis(config.stream_keep_alive_ms)),
             metrics,
             admin_token: AdminToken(config.admin_token.as_deref().map(Into::into)),
             api_keys: ApiKeys(
@@ -125,6 +129,7 @@ impl Gateway {
             redis,
             subscriber,
             waiting,
+            streams,
             drain_timeout: Duration::from_millis(config.shutdown_timeout_ms),
             addr,
             instance_id,
@@ -136,9 +141,10 @@ impl Gateway {
     }
 
     /// Serves until `shutdown` completes, then drains: no new connections,
-    /// waiting lock requests answer 503 `shutting-down` at once, other
-    /// in-flight requests may finish within the drain timeout. Then the
-    /// Redis connections close.
+    /// waiting lock requests answer 503 `shutting-down` at once, streamed
+    /// locks are released and their streams end with `lost`, other in-flight
+    /// requests may finish within the drain timeout. Then the Redis
+    /// connections close.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -158,11 +164,14 @@ impl Gateway {
             .router
             .into_make_service_with_connect_info::<SocketAddr>();
         let (draining, drain_started) = oneshot::channel();
-        let waiting = self.waiting.clone();
+        let (waiting, streams) = (self.waiting.clone(), self.streams.clone());
         let signal = async move {
             shutdown.await;
-            tracing::info!("shutting down: refusing new connections, ending waits");
+            tracing::info!(
+                "shutting down: refusing new connections, ending waits and streamed locks"
+            );
             waiting.close();
+            streams.close().await;
             let _ = draining.send(());
         };
         let server = axum::serve(listener, service).with_graceful_shutdown(signal);

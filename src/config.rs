@@ -1,4 +1,4 @@
-//! Command line and settings: every setting of `serve` is a flag and a `LOCKGATE_*` variable.
+//! Command line and settings: every setting of `serve` is a flag and a `LOCKGATE_*` variable (`run` has its own, in `run`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::http::RequestLimits;
 use crate::locks::{LockLimits, MIN_TTL_MS};
 use crate::redis::{RedisSettings, Replication, Topology};
+use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
 
 /// lockgate: distributed locks on Redis over plain HTTP.
@@ -22,6 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the gateway.
     Serve(Box<Config>),
+    /// Run a command while holding a lock through a gateway.
+    Run(Box<RunArgs>),
     /// Print the OpenAPI document (what openapi/openapi.json holds).
     Openapi,
 }
@@ -78,6 +81,12 @@ pub struct Config {
     /// them open, with a warning at start.
     #[arg(long, env = "LOCKGATE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+
+    /// How often an idle streamed lock's event stream gets an SSE comment,
+    /// so that proxies keep it open, in milliseconds.
+    #[arg(long, env = "LOCKGATE_STREAM_KEEP_ALIVE_MS", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub stream_keep_alive_ms: u64,
 
     /// API keys (comma-separated) of which the lock routes need one as
     /// `Authorization: Bearer <key>`; none leaves them open.

@@ -17,7 +17,8 @@
 //!   wrappers take primitives (`&str`, numbers), never the domain's types.
 //! * [`metrics`]: Prometheus counters, which every layer feeds.
 //!
-//! [`telemetry`] (logging) sits beside [`app`].
+//! [`telemetry`] (logging) sits beside [`app`]. [`run`] (`lockgate run`) is
+//! a client of the HTTP API that imports nothing of the server.
 
 pub mod app;
 pub mod config;
@@ -25,5 +26,6 @@ pub mod http;
 pub mod locks;
 pub mod metrics;
 pub mod redis;
+pub mod run;
 pub mod seckill;
 pub mod telemetry;

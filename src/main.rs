@@ -1,4 +1,4 @@
-//! The `lockgate` binary: `serve` runs the gateway, `openapi` prints its OpenAPI document.
+//! The `lockgate` binary: `serve` runs the gateway, `run` holds a lock while a command runs, `openapi` prints the OpenAPI document.
 
 use std::process::ExitCode;
 
@@ -10,6 +10,7 @@ use lockgate::{http, telemetry};
 #[tokio::main]
 async fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Run(args) => lockgate::run::run(*args).await,
         Command::Openapi => {
             print!("{}", http::openapi_json());
             ExitCode::SUCCESS

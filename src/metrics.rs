@@ -200,11 +200,43 @@ impl LockOutcome {
     }
 }
 
+/// What became of a streamed lock's renewal, as
+/// `lockgate_stream_renewals_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewalOutcome {
+    Renewed,
+    /// Redis could not be reached; tried again until the lease would end.
+    Failed,
+    /// The lock was gone, held by another token, or its lease ran out
+    /// before a renewal reached Redis: the stream ended with `lost`.
+    Lost,
+}
+
+impl RenewalOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Renewed => "renewed",
+            Self::Failed => "failed",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+/// Values read at the moment `/metrics` is rendered.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauges {
+    /// Requests waiting for a lock.
+    pub waiters: usize,
+    /// Streamed locks held.
+    pub streamed_locks: usize,
+}
+
 /// Every metric of one gateway instance.
 #[derive(Default)]
 pub struct Metrics {
     requests: RequestHistograms,
     lock_outcomes: LabelledCounters,
+    renewals: LabelledCounters,
     lock_wait: Histogram,
     sale_outcomes: LabelledCounters,
     rate_limited: LabelledCounters,
@@ -220,6 +252,11 @@ impl Metrics {
 
     pub fn lock(&self, outcome: LockOutcome) {
         self.lock_outcomes.add(outcome.label());
+    }
+
+    /// A streamed lock's renewal and what became of it.
+    pub fn renewal(&self, outcome: RenewalOutcome) {
+        self.renewals.add(outcome.label());
     }
 
     /// How long a request waited for a lock (granted or not).
@@ -247,9 +284,8 @@ impl Metrics {
         self.redis_errors.add(kind);
     }
 
-    /// The Prometheus text exposition of everything, with the current number
-    /// of waiting requests.
-    pub fn render(&self, waiters: usize) -> String {
+    /// The Prometheus text exposition of everything, with the gauges read now.
+    pub fn render(&self, gauges: Gauges) -> String {
         let mut out = String::with_capacity(16 * 1024);
         let _ = writeln!(
             out,
@@ -274,7 +310,20 @@ impl Metrics {
         let _ = writeln!(
             out,
             "# HELP lockgate_lock_waiters Requests waiting for a lock on this instance now.\n\
-             # TYPE lockgate_lock_waiters gauge\nlockgate_lock_waiters {waiters}"
+             # TYPE lockgate_lock_waiters gauge\nlockgate_lock_waiters {}",
+            gauges.waiters
+        );
+        let _ = writeln!(
+            out,
+            "# HELP lockgate_streamed_locks Streamed locks held on this instance now.\n\
+             # TYPE lockgate_streamed_locks gauge\nlockgate_streamed_locks {}",
+            gauges.streamed_locks
+        );
+        self.renewals.render(
+            &mut out,
+            "lockgate_stream_renewals_total",
+            "Renewals of streamed locks by outcome.",
+            "outcome",
         );
         self.sale_outcomes.render(
             &mut out,
@@ -317,7 +366,10 @@ mod tests {
         let metrics = Metrics::default();
         metrics.lock_wait(Duration::from_millis(3));
         metrics.lock_wait(Duration::from_millis(40));
-        let text = metrics.render(7);
+        let text = metrics.render(Gauges {
+            waiters: 7,
+            streamed_locks: 2,
+        });
         assert!(
             text.contains("lockgate_lock_wait_seconds_bucket{le=\"0.001\"} 0\n"),
             "{text}"
@@ -339,6 +391,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lockgate_lock_waiters 7\n"), "{text}");
+        assert!(text.contains("lockgate_streamed_locks 2\n"), "{text}");
     }
 
     #[test]
@@ -348,7 +401,7 @@ mod tests {
         metrics.lock(LockOutcome::Acquired);
         metrics.lock(LockOutcome::Conflict);
         metrics.request("/locks", "POST", 201, Duration::from_millis(1));
-        let text = metrics.render(0);
+        let text = metrics.render(Gauges::default());
         assert!(text.contains("lockgate_lock_outcomes_total{outcome=\"acquired\"} 2\n"));
         assert!(text.contains("lockgate_lock_outcomes_total{outcome=\"conflict\"} 1\n"));
         assert!(text.contains(

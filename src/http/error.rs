@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::locks::{InvalidKey, InvalidToken, LockError, WaitRefused};
+use crate::locks::{InvalidKey, InvalidToken, LockError, OutOfRange, WaitRefused};
 use crate::redis::BackendError;
 use crate::seckill::{InvalidInput, Refusal, SaleError};
 
@@ -283,6 +283,13 @@ pub struct Problem {
     /// When trying again may succeed, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
+    /// The smallest value the refused field takes, when it is a number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<u64>,
+    /// The largest value the refused field takes (such as this gateway's
+    /// longest `wait_ms`), when it is a number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<u64>,
 }
 
 /// Everything a request can fail with. Each variant's doc names its status
@@ -304,6 +311,13 @@ pub enum ApiError {
     /// 422 `invalid-field`.
     #[error("{field} {reason}")]
     InvalidField { field: &'static str, reason: String },
+    /// 422 `invalid-field`: a number outside its range, which the problem
+    /// names (`minimum`, `maximum`).
+    #[error("{field} {range}")]
+    OutOfRange {
+        field: &'static str,
+        range: OutOfRange,
+    },
     /// 400 `missing-token`.
     #[error("the lock token is missing")]
     MissingToken,
@@ -355,7 +369,7 @@ impl ApiError {
             Self::UnsupportedMediaType => ProblemType::UnsupportedMediaType,
             Self::BodyTooLarge => ProblemType::BodyTooLarge,
             Self::InvalidKey(_) => ProblemType::InvalidKey,
-            Self::InvalidField { .. } => ProblemType::InvalidField,
+            Self::InvalidField { .. } | Self::OutOfRange { .. } => ProblemType::InvalidField,
             Self::MissingToken => ProblemType::MissingToken,
             Self::InvalidToken(_) => ProblemType::InvalidToken,
             Self::Lock(LockError::Held { .. }) => ProblemType::LockHeld,
@@ -418,8 +432,14 @@ impl ApiError {
             _ => (None, None),
         };
         let field = match self {
-            Self::InvalidField { field, .. } => Some((*field).to_owned()),
+            Self::InvalidField { field, .. } | Self::OutOfRange { field, .. } => {
+                Some((*field).to_owned())
+            }
             _ => None,
+        };
+        let (minimum, maximum) = match self {
+            Self::OutOfRange { range, .. } => (Some(range.min), Some(range.max)),
+            _ => (None, None),
         };
         Problem {
             problem_type: format!("/problems/{}", info.slug),
@@ -429,6 +449,8 @@ impl ApiError {
             key,
             field,
             retry_after_ms,
+            minimum,
+            maximum,
         }
     }
 }

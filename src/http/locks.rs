@@ -20,9 +20,10 @@ use super::error::ApiError;
 use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number_or};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, TokenText};
+use super::stream::{self, StreamKeepAlive};
 use crate::locks::{
-    AcquireRequest, Handover, Lease, LockKey, LockLimits, LockState, Locks, Released, Token, Ttl,
-    WaitTime,
+    AcquireRequest, Handover, Lease, LockKey, LockLimits, LockState, Locks, Released, Streams,
+    Token, Ttl, WaitTime,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -174,29 +175,55 @@ problem_responses!(
         Unauthorized, Forbidden, LockNotFound, InvalidKey, BackendUnavailable,
 );
 
-/// Take a lock, wait for it, or re-enter it.
+/// Take a lock, wait for it, or re-enter it; or hold it as a stream.
 ///
 /// With `wait_ms` > 0 the request waits on the server while another owner
 /// holds the lock: a release wakes it at once (Redis pub/sub, no polling), an
 /// expiry no later than the holder's remaining lease. A client that
 /// disconnects while waiting stops waiting and is granted nothing.
+///
+/// With `Accept: text/event-stream` the lock is held for as long as the
+/// response stays open: the gateway renews it every `ttl_ms / 3` and
+/// releases it (every hold) the moment the client closes the connection.
+/// The answer is `200` with Server-Sent Events: `acquired` (the grant, as a
+/// `201` body), `renewed` (`RenewedEvent`) after each renewal, and last
+/// `released` (`ReleasedEvent`: someone released it with `DELETE` and the
+/// token) or `lost` (`LostEvent`, with its reason). An idle stream gets an
+/// SSE comment at least every 15 s. Refusals are the ordinary answers; a
+/// re-entry `token` is refused with `422`.
 #[utoipa::path(
     post,
     path = "/locks",
     tag = "locks",
     security((), ("api_key" = [])),
+    params(
+        ("Accept" = Option<String>, Header, description = "`text/event-stream` for a streamed lock"),
+    ),
     request_body = AcquireBody,
     responses(
         (status = 201, description = "Acquired by a new owner", body = LockGrant,
             headers(("Location" = String, description = "/locks/{key}"))),
-        (status = 200, description = "Re-entered with the holder's token", body = LockGrant),
+        (status = 200, description = "Re-entered with the holder's token (`application/json`); or, with \
+            `Accept: text/event-stream`, the event stream of a streamed lock",
+            content(
+                (LockGrant = "application/json"),
+                (String = "text/event-stream", example = json!(
+                    "event: acquired\ndata: {\"key\":\"orders:42\",\"token\":\"5c0f4e1e-3c4e-4d8b-9a51-0e6c1f2d7a90\",\
+                    \"fencing_token\":1795331974189167,\"ttl_ms\":3000,\"expires_at_ms\":1795331977189,\"holds\":1,\
+                    \"waited_ms\":0}\n\nevent: renewed\ndata: {\"expires_at_ms\":1795331978190}\n\n\
+                    event: released\ndata: {\"key\":\"orders:42\"}\n\n"
+                )),
+            )),
         AcquireProblems,
     )
 )]
 pub async fn acquire(
     _access: ApiKeyAccess,
     State(locks): State<Locks>,
+    State(streams): State<Streams>,
     State(limits): State<LockLimits>,
+    State(keep_alive): State<StreamKeepAlive>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, ApiError> {
     let request = AcquireRequest {
@@ -209,6 +236,9 @@ pub async fn acquire(
             .transpose()?,
         confirmed: true,
     };
+    if stream::wanted(&headers) {
+        return stream::respond(&streams, request, keep_alive).await;
+    }
     let mut lease = locks.acquire(request).await?;
     let json = serde_json::to_vec(&LockGrant::from(&lease)).map_err(|_| ApiError::Internal)?;
     let Some(handover) = lease.handover.take() else {
@@ -362,10 +392,16 @@ pub async fn inspect(
 
 fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {
     let ms = whole_number_or("ttl_ms", field, Ttl::DEFAULT_MS)?;
-    Ttl::new(ms, limits).map_err(|err| ApiError::invalid_field("ttl_ms", err))
+    Ttl::new(ms, limits).map_err(|range| ApiError::OutOfRange {
+        field: "ttl_ms",
+        range,
+    })
 }
 
 fn wait(field: Option<&Number>, limits: LockLimits) -> Result<WaitTime, ApiError> {
     let ms = whole_number_or("wait_ms", field, 0)?;
-    WaitTime::new(ms, limits).map_err(|err| ApiError::invalid_field("wait_ms", err))
+    WaitTime::new(ms, limits).map_err(|range| ApiError::OutOfRange {
+        field: "wait_ms",
+        range,
+    })
 }

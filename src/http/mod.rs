@@ -11,6 +11,7 @@ mod responses;
 mod schema;
 mod seckill;
 mod state;
+mod stream;
 
 use std::sync::LazyLock;
 
@@ -32,6 +33,7 @@ pub use auth::{AdminToken, ApiKeys};
 pub use extract::TrustedProxies;
 pub use limits::RequestLimits;
 pub use state::AppState;
+pub use stream::StreamKeepAlive;
 
 /// The header naming the instance that answered.
 pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
@@ -46,7 +48,10 @@ pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
             every response carries X-Instance-Id. Swagger UI is served at /docs.",
         license(name = "MIT OR Apache-2.0"),
     ),
-    components(schemas(Problem, LockKeyText, TokenText, NameText, IdempotencyKeyText)),
+    components(schemas(
+        Problem, LockKeyText, TokenText, NameText, IdempotencyKeyText,
+        stream::RenewedEvent, stream::ReleasedEvent, stream::LostEvent,
+    )),
     modifiers(&SecuritySchemes),
     tags(
         (name = "locks", description = "Named locks with leases, owner tokens and fencing tokens"),

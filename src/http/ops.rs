@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use super::error::{ApiError, ProblemType};
 use super::responses::problem_responses;
-use crate::locks::Locks;
-use crate::metrics::Metrics;
+use crate::locks::{Locks, Streams};
+use crate::metrics::{Gauges, Metrics};
 use crate::redis::Redis;
 
 /// A health answer.
@@ -59,13 +59,18 @@ pub async fn readyz(State(redis): State<Redis>) -> Result<Json<Health>, ApiError
 pub async fn metrics(
     State(metrics): State<Arc<Metrics>>,
     State(locks): State<Locks>,
+    State(streams): State<Streams>,
 ) -> impl IntoResponse {
+    let gauges = Gauges {
+        waiters: locks.waiters(),
+        streamed_locks: streams.held(),
+    };
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        metrics.render(locks.waiters()),
+        metrics.render(gauges),
     )
 }
 

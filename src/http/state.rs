@@ -6,7 +6,8 @@ use axum::extract::FromRef;
 
 use super::auth::{AdminToken, ApiKeys};
 use super::extract::TrustedProxies;
-use crate::locks::{LockLimits, Locks};
+use super::stream::StreamKeepAlive;
+use crate::locks::{LockLimits, Locks, Streams};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
 use crate::seckill::Sales;
@@ -16,9 +17,11 @@ use crate::seckill::Sales;
 #[derive(Clone, FromRef)]
 pub struct AppState {
     pub locks: Locks,
+    pub streams: Streams,
     pub sales: Sales,
     pub redis: Redis,
     pub limits: LockLimits,
+    pub stream_keep_alive: StreamKeepAlive,
     pub metrics: Arc<Metrics>,
     pub admin_token: AdminToken,
     pub api_keys: ApiKeys,

@@ -141,6 +141,10 @@ impl Ttl {
     pub fn as_millis(self) -> u64 {
         self.0
     }
+
+    pub fn as_duration(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
 }
 
 impl WaitTime {

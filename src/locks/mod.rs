@@ -6,6 +6,7 @@
 
 mod handover;
 mod inputs;
+mod streams;
 pub mod waiting;
 
 use std::sync::Arc;
@@ -16,12 +17,14 @@ pub use inputs::{
     InvalidKey, InvalidToken, LockKey, LockLimits, MAX_KEY_LEN, MIN_TTL_MS, OutOfRange, Token, Ttl,
     WaitTime,
 };
+pub use streams::{LostReason, StreamEnd, StreamEvent, StreamedLock, Streams};
 pub use waiting::{WaitRefused, Waiting};
 
 use crate::metrics::{LockOutcome, Metrics};
 pub use crate::redis::locks::LockState;
 use crate::redis::locks::{
-    self as scripts, AcquireReply, ExtendReply, InspectReply, LockKeys, ReenterReply, ReleaseReply,
+    self as scripts, AcquireReply, ExtendReply, Holds, InspectReply, LockKeys, ReenterReply,
+    ReleaseReply,
 };
 use crate::redis::{BackendError, Redis};
 
@@ -259,10 +262,25 @@ impl Locks {
 
     /// Gives up one hold; the last one frees the lock and wakes its waiters.
     pub async fn release(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
+        self.release_holds(key, token, Holds::One).await
+    }
+
+    /// Gives up every hold of `token` at once, freeing the lock.
+    pub async fn release_all(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
+        self.release_holds(key, token, Holds::All).await
+    }
+
+    async fn release_holds(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        holds: Holds,
+    ) -> Result<Released, LockError> {
         let mut conn = self.0.redis.connection().await?;
         let publish = self.0.redis.publish_command();
         let keys = self.keys(key);
-        let released = match scripts::release(&mut conn, &keys, &token.expose(), publish).await? {
+        let token = token.expose();
+        let released = match scripts::release(&mut conn, &keys, &token, publish, holds).await? {
             ReleaseReply::Released => Released::Free,
             ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),
             ReleaseReply::NotFound => return Err(LockError::NotFound { key: key.clone() }),

@@ -2,7 +2,7 @@
 //!
 //! Each instance keeps, per release channel, the queue of its requests
 //! waiting on that lock. The channel is subscribed while the queue is not
-//! empty (the first waiter subscribes, the last one leaving unsubscribes). A
+//! empty (each waiter's subscription is counted by the subscriber). A
 //! release message wakes the longest-waiting local waiter that is not already
 //! awake, which retries the acquire script: one retry per release per
 //! instance, not a herd. Waiters need no Redis connection while they wait.
@@ -114,11 +114,13 @@ impl Waiting {
 
     fn leave(&self, channel: &str, waiter: &Arc<Waiter>) {
         let mut queues = self.registry.lock();
+        // Each waiter's subscription is counted: the channel is unsubscribed
+        // when the last one leaves (and no other part of the gateway needs it).
+        self.subscriber.unsubscribe(channel);
         if let Some(queue) = queues.get_mut(channel) {
             queue.retain(|other| !Arc::ptr_eq(other, waiter));
             if queue.is_empty() {
                 queues.remove(channel);
-                self.subscriber.unsubscribe(channel);
             } else if waiter.woken.load(Ordering::Acquire) {
                 // It was picked for a release but left before retrying: pass
                 // the wake-up on, or the lock may sit free while others sleep.
@@ -147,10 +149,6 @@ fn wake_one(queue: &[Arc<Waiter>]) {
 }
 
 impl Listener for Registry {
-    fn channels(&self) -> Vec<String> {
-        self.lock().keys().cloned().collect()
-    }
-
     fn message(&self, channel: &str, _payload: &[u8]) {
         if let Some(queue) = self.lock().get(channel) {
             wake_one(queue);

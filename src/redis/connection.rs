@@ -47,6 +47,17 @@ impl Connection {
         }
     }
 
+    /// Another handle on the same cluster connection, to run commands beside
+    /// this one; `None` for a pooled connection, which is one request's.
+    pub(super) fn fork(&self) -> Option<Self> {
+        match &self.link {
+            Link::Cluster(connection) => {
+                Some(Self::cluster(connection.clone(), self.metrics.clone()))
+            }
+            Link::Pooled(_) => None,
+        }
+    }
+
     fn inner(&mut self) -> &mut (dyn ConnectionLike + Send) {
         match &mut self.link {
             Link::Pooled(object) => object

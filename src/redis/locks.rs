@@ -1,5 +1,7 @@
 //! Typed wrappers for the lock scripts, and the Redis names of one lock's state.
 
+use redis::ScriptInvocation;
+
 use super::scripts::{ACQUIRE, EXTEND, INSPECT, RELEASE};
 use super::{BackendError, Connection};
 
@@ -132,24 +134,26 @@ async fn run_acquire(
         .await
 }
 
-/// Runs `release.lua`: one hold less, and a message on the channel (sent
-/// with `publish`) when the last hold goes.
+/// How much of a holder's claim a release gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holds {
+    /// One re-entrant hold (a `DELETE`).
+    One,
+    /// Every hold of the token (a streamed lock whose client left).
+    All,
+}
+
+/// Runs `release.lua`: one hold less (or all of them), and a message on the
+/// channel (sent with `publish`) when the lock is freed.
 pub async fn release(
     conn: &mut Connection,
     keys: &LockKeys,
     token: &str,
     publish: &str,
+    holds: Holds,
 ) -> Result<ReleaseReply, BackendError> {
     let reply = RELEASE
-        .run(
-            RELEASE
-                .prepare()
-                .key(&keys.lock)
-                .arg(token)
-                .arg(&keys.channel)
-                .arg(publish),
-            conn,
-        )
+        .run(&release_of(keys, token, publish, holds), conn)
         .await?;
     match reply.first() {
         Some(1) => Some(ReleaseReply::Released),
@@ -161,6 +165,43 @@ pub async fn release(
     .ok_or_else(|| RELEASE.unexpected(reply.clone()))
 }
 
+/// Runs `release.lua` for every hold of many locks at once (one pipeline
+/// on one Redis). An error is the first of those that failed.
+pub async fn release_many(
+    conn: &mut Connection,
+    releases: &[(&LockKeys, &str)],
+    publish: &str,
+) -> Result<(), BackendError> {
+    let invocations: Vec<_> = releases
+        .iter()
+        .map(|(keys, token)| release_of(keys, token, publish, Holds::All))
+        .collect();
+    RELEASE
+        .run_all(&invocations, conn)
+        .await?
+        .into_iter()
+        .try_for_each(|reply| reply.map(drop))
+}
+
+fn release_of<'a>(
+    keys: &LockKeys,
+    token: &str,
+    publish: &str,
+    holds: Holds,
+) -> ScriptInvocation<'a> {
+    let mut invocation = RELEASE.prepare();
+    invocation
+        .key(&keys.lock)
+        .arg(token)
+        .arg(&keys.channel)
+        .arg(publish)
+        .arg(match holds {
+            Holds::One => "one",
+            Holds::All => "all",
+        });
+    invocation
+}
+
 /// Runs `extend.lua`: the lease becomes `ttl_ms` from now.
 pub async fn extend(
     conn: &mut Connection,
@@ -168,23 +209,49 @@ pub async fn extend(
     token: &str,
     ttl_ms: u64,
 ) -> Result<ExtendReply, BackendError> {
-    let reply = EXTEND
-        .run(
-            EXTEND
-                .prepare()
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .arg(token)
-                .arg(ttl_ms)
-                .arg(FENCE_RETENTION_MS),
-            conn,
-        )
-        .await?;
+    let reply = EXTEND.run(&extension(keys, token, ttl_ms), conn).await?;
+    extend_reply(&reply, ttl_ms)
+}
+
+/// One lease to renew: the lock, its holder's token, the new lease in ms.
+pub type Renewal<'a> = (&'a LockKeys, &'a str, u64);
+
+/// Runs `extend.lua` for many leases at once (one pipeline on one Redis).
+/// The outer error fails them all; an inner one fails only its own (a
+/// cluster node that is down fails the locks it holds, not the others').
+pub async fn extend_many(
+    conn: &mut Connection,
+    renewals: &[Renewal<'_>],
+) -> Result<Vec<Result<ExtendReply, BackendError>>, BackendError> {
+    let invocations: Vec<_> = renewals
+        .iter()
+        .map(|(keys, token, ttl_ms)| extension(keys, token, *ttl_ms))
+        .collect();
+    let replies = EXTEND.run_all(&invocations, conn).await?;
+    Ok(replies
+        .into_iter()
+        .zip(renewals)
+        .map(|(reply, (_, _, ttl_ms))| extend_reply(&reply?, *ttl_ms))
+        .collect())
+}
+
+fn extension<'a>(keys: &LockKeys, token: &str, ttl_ms: u64) -> ScriptInvocation<'a> {
+    let mut invocation = EXTEND.prepare();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(ttl_ms)
+        .arg(FENCE_RETENTION_MS);
+    invocation
+}
+
+fn extend_reply(reply: &[i64], ttl_ms: u64) -> Result<ExtendReply, BackendError> {
     match reply.first() {
-        Some(1) => field(&reply, 3).and_then(|expires_at_ms| {
+        Some(1) => field(reply, 3).and_then(|expires_at_ms| {
             Some(ExtendReply::Extended(LockState {
-                fencing_token: field(&reply, 1)?,
-                holds: field(&reply, 2)?,
+                fencing_token: field(reply, 1)?,
+                holds: field(reply, 2)?,
                 ttl_ms,
                 expires_at_ms,
             }))
@@ -193,7 +260,7 @@ pub async fn extend(
         Some(-1) => Some(ExtendReply::NotOwner),
         _ => None,
     }
-    .ok_or_else(|| EXTEND.unexpected(reply.clone()))
+    .ok_or_else(|| EXTEND.unexpected(reply.to_vec()))
 }
 
 /// Runs `inspect.lua`.

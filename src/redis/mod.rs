@@ -163,6 +163,11 @@ impl Redis {
         }
     }
 
+    /// The bound on each Redis operation.
+    pub fn timeout(&self) -> Duration {
+        self.0.timeout
+    }
+
     pub async fn connection(&self) -> Result<Connection, BackendError> {
         let metrics = self.0.metrics.clone();
         let opened = match &self.0.backend {

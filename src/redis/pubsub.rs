@@ -5,7 +5,7 @@
 //! channel, subscribed (`SSUBSCRIBE`) on the node that owns its slot; one
 //! without (the sale resets) is a plain channel, which every node relays.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -17,15 +17,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::timed_out;
 
-/// A part of the gateway that receives messages: it says which channels it
-/// needs, and hears about every message and every reconnect.
+/// A part of the gateway that receives messages: it hears about every
+/// message (on the channels it subscribed, and others') and every reconnect.
 pub trait Listener: Send + Sync + 'static {
-    /// Every channel it needs subscribed right now.
-    fn channels(&self) -> Vec<String>;
     /// A message arrived on `channel` (possibly one another listener asked for).
     fn message(&self, channel: &str, payload: &[u8]);
-    /// The connection was lost and is back, with every listener's
-    /// `channels()` resubscribed; anything published meanwhile was missed.
+    /// The connection was lost and is back, with every channel still asked
+    /// for resubscribed; anything published meanwhile was missed.
     fn reconnected(&self);
     /// `channel` alone was (re)subscribed, as the cluster client does after
     /// a node's connection dropped or the slot moved: anything published on
@@ -51,11 +49,39 @@ impl Listeners {
             visit(listener.as_ref());
         }
     }
+}
+
+/// The channels asked for, each with how many subscriptions want it: a
+/// channel is subscribed in Redis while its count is above zero, so one
+/// part of the gateway leaving a channel does not take it from another.
+#[derive(Default)]
+struct Wanted(HashMap<String, usize>);
+
+impl Wanted {
+    /// Counts one more subscription; true if the channel is new.
+    fn add(&mut self, channel: &str) -> bool {
+        let count = self.0.entry(channel.to_owned()).or_default();
+        *count += 1;
+        *count == 1
+    }
+
+    /// Counts one subscription less; true if that was the last.
+    fn remove(&mut self, channel: &str) -> bool {
+        match self.0.get_mut(channel) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            Some(_) => {
+                self.0.remove(channel);
+                true
+            }
+            None => false,
+        }
+    }
 
     fn channels(&self) -> Vec<String> {
-        let mut channels = Vec::new();
-        self.each(|listener| channels.extend(listener.channels()));
-        channels
+        self.0.keys().cloned().collect()
     }
 }
 
@@ -71,7 +97,8 @@ enum Request {
 }
 
 /// A handle on the subscription task. Requests are carried out in the order
-/// they are made, so an unsubscribe never overtakes a later subscribe.
+/// they are made, and counted: every [`Subscriber::subscribe`] is undone by
+/// one [`Subscriber::unsubscribe`] of the same channel.
 #[derive(Clone)]
 pub struct Subscriber {
     requests: mpsc::UnboundedSender<Request>,
@@ -108,8 +135,8 @@ impl Subscriber {
         }
     }
 
-    /// Adds a listener. Its channels are subscribed as it asks for them
-    /// (with [`Subscriber::subscribe`]), and again after every reconnect.
+    /// Adds a listener. The channels it needs are subscribed as it asks for
+    /// them (with [`Subscriber::subscribe`]), and again after every reconnect.
     pub fn listen(&self, listener: Arc<dyn Listener>) {
         self.listeners
             .0
@@ -120,7 +147,8 @@ impl Subscriber {
 
     /// Asks for `channel`; the receiver completes once Redis confirmed the
     /// subscription (or is dropped if the connection fell meanwhile, in which
-    /// case the reconnect resubscribes and reports `reconnected`).
+    /// case the reconnect resubscribes and reports `reconnected`). Undo it
+    /// with [`Subscriber::unsubscribe`].
     pub fn subscribe(&self, channel: &str) -> oneshot::Receiver<()> {
         let (confirmed, receiver) = oneshot::channel();
         let _ = self.requests.send(Request::Subscribe {
@@ -148,17 +176,18 @@ async fn run(
     listeners: Arc<Listeners>,
     mut inbox: mpsc::UnboundedReceiver<Request>,
 ) {
+    let mut wanted = Wanted::default();
     let mut backoff = Duration::ZERO;
     let mut first = true;
     loop {
-        match connect(&client, timeout, &listeners).await {
-            Ok((sink, stream, subscribed)) => {
+        match connect(&client, timeout, &wanted).await {
+            Ok((sink, stream)) => {
                 if !first {
                     tracing::info!("pub/sub connection re-established");
                     listeners.each(|listener| listener.reconnected());
                 }
                 first = false;
-                let ended = serve(sink, stream, subscribed, timeout, &listeners, &mut inbox);
+                let ended = serve(sink, stream, &mut wanted, timeout, &listeners, &mut inbox);
                 if ended.await == Ended::Stopped {
                     return;
                 }
@@ -170,17 +199,18 @@ async fn run(
                 backoff = (backoff * 2).clamp(RECONNECT_BACKOFF_MIN, RECONNECT_BACKOFF_MAX);
             }
         }
-        if pause_while_disconnected(backoff, &mut inbox).await == Ended::Stopped {
+        if pause_while_disconnected(backoff, &mut wanted, &mut inbox).await == Ended::Stopped {
             return;
         }
     }
 }
 
-/// Sleeps before the next connection attempt, still taking requests: the
+/// Sleeps before the next connection attempt, still counting requests: the
 /// resubscribe after reconnecting covers every subscribe asked for meanwhile
 /// (its confirmation is dropped, so the waiter does not wait for it).
 async fn pause_while_disconnected(
     pause: Duration,
+    wanted: &mut Wanted,
     inbox: &mut mpsc::UnboundedReceiver<Request>,
 ) -> Ended {
     let sleep = tokio::time::sleep(pause);
@@ -190,27 +220,32 @@ async fn pause_while_disconnected(
             () = &mut sleep => return Ended::ConnectionLost,
             request = inbox.recv() => match request {
                 Some(Request::Stop) | None => return Ended::Stopped,
-                Some(Request::Subscribe { .. } | Request::Unsubscribe { .. }) => {}
+                Some(Request::Subscribe { channel, .. }) => {
+                    wanted.add(&channel);
+                }
+                Some(Request::Unsubscribe { channel }) => {
+                    wanted.remove(&channel);
+                }
             },
         }
     }
 }
 
-/// Opens the connection and subscribes to every channel a listener wants.
+/// Opens the connection and subscribes to every channel still wanted.
 async fn connect(
     client: &redis::Client,
     timeout: Duration,
-    listeners: &Listeners,
-) -> redis::RedisResult<(PubSubSink, PubSubStream, HashSet<String>)> {
+    wanted: &Wanted,
+) -> redis::RedisResult<(PubSubSink, PubSubStream)> {
     let opened = tokio::time::timeout(timeout, client.get_async_pubsub()).await;
     let (mut sink, stream) = opened.map_err(timed_out)??.split();
-    let channels = listeners.channels();
+    let channels = wanted.channels();
     if !channels.is_empty() {
         tokio::time::timeout(timeout, sink.subscribe(&channels))
             .await
             .map_err(timed_out)??;
     }
-    Ok((sink, stream, channels.into_iter().collect()))
+    Ok((sink, stream))
 }
 
 #[derive(PartialEq, Eq)]
@@ -222,7 +257,7 @@ enum Ended {
 async fn serve(
     mut sink: PubSubSink,
     mut stream: PubSubStream,
-    mut subscribed: HashSet<String>,
+    wanted: &mut Wanted,
     timeout: Duration,
     listeners: &Listeners,
     inbox: &mut mpsc::UnboundedReceiver<Request>,
@@ -239,19 +274,18 @@ async fn serve(
             },
             request = inbox.recv() => match request {
                 Some(Request::Subscribe { channel, confirmed }) => {
-                    if !subscribed.contains(&channel) {
+                    if wanted.add(&channel) {
                         let done = tokio::time::timeout(timeout, sink.subscribe(&channel)).await;
                         if !matches!(done, Ok(Ok(()))) {
                             // `confirmed` is dropped: the waiter does not wait
                             // for it, and the reconnect resubscribes.
                             return Ended::ConnectionLost;
                         }
-                        subscribed.insert(channel);
                     }
                     let _ = confirmed.send(());
                 }
                 Some(Request::Unsubscribe { channel }) => {
-                    if subscribed.remove(&channel) {
+                    if wanted.remove(&channel) {
                         let done = tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
                         if !matches!(done, Ok(Ok(()))) {
                             return Ended::ConnectionLost;
@@ -291,6 +325,7 @@ async fn run_cluster(
             return;
         }
     };
+    let mut wanted = Wanted::default();
     let mut backoff = RECONNECT_BACKOFF_MIN;
     let mut connection = loop {
         match tokio::time::timeout(timeout, client.get_async_connection()).await {
@@ -300,12 +335,14 @@ async fn run_cluster(
             }
             Err(_) => tracing::warn!("opening the cluster pub/sub connection timed out; retrying"),
         }
-        if pause_while_disconnected(backoff, &mut inbox).await == Ended::Stopped {
+        if pause_while_disconnected(backoff, &mut wanted, &mut inbox).await == Ended::Stopped {
             return;
         }
         backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
     };
-    let mut subscribed = HashSet::new();
+    for channel in wanted.channels() {
+        subscribe_in_cluster(&mut connection, &channel, timeout).await;
+    }
     loop {
         tokio::select! {
             push = pushes.recv() => match push {
@@ -314,24 +351,15 @@ async fn run_cluster(
             },
             request = inbox.recv() => match request {
                 Some(Request::Subscribe { channel, confirmed }) => {
-                    if !subscribed.contains(&channel) {
-                        let done = if is_sharded(&channel) {
-                            tokio::time::timeout(timeout, connection.ssubscribe(&channel)).await
-                        } else {
-                            tokio::time::timeout(timeout, connection.subscribe(&channel)).await
-                        };
-                        if !matches!(done, Ok(Ok(()))) {
-                            // `confirmed` is dropped: the waiter does not
-                            // wait for it, and retries on its lease timer.
-                            tracing::warn!(%channel, "cannot subscribe in the cluster");
-                            continue;
-                        }
-                        subscribed.insert(channel);
+                    if wanted.add(&channel) && !subscribe_in_cluster(&mut connection, &channel, timeout).await {
+                        // `confirmed` is dropped: the waiter does not wait
+                        // for it, and retries on its lease timer.
+                        continue;
                     }
                     let _ = confirmed.send(());
                 }
                 Some(Request::Unsubscribe { channel }) => {
-                    if subscribed.remove(&channel) {
+                    if wanted.remove(&channel) {
                         let _ = if is_sharded(&channel) {
                             tokio::time::timeout(timeout, connection.sunsubscribe(&channel)).await
                         } else {
@@ -343,6 +371,25 @@ async fn run_cluster(
             },
         }
     }
+}
+
+/// Subscribes `channel` on the cluster: sharded on its slot's node when it
+/// has a hash tag, else a plain subscription. False if it could not be made.
+async fn subscribe_in_cluster(
+    connection: &mut redis::cluster_async::ClusterConnection,
+    channel: &str,
+    timeout: Duration,
+) -> bool {
+    let done = if is_sharded(channel) {
+        tokio::time::timeout(timeout, connection.ssubscribe(channel)).await
+    } else {
+        tokio::time::timeout(timeout, connection.subscribe(channel)).await
+    };
+    let subscribed = matches!(done, Ok(Ok(())));
+    if !subscribed {
+        tracing::warn!(%channel, "cannot subscribe in the cluster");
+    }
+    subscribed
 }
 
 /// A channel named with a hash tag belongs to one key's slot.

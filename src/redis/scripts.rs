@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use redis::{FromRedisValue, Script, ScriptInvocation};
+use redis::{ErrorKind, FromRedisValue, Script, ScriptInvocation, ServerErrorKind};
 
 use super::{BackendError, Connection};
 
@@ -48,6 +48,40 @@ impl LuaScript {
         conn: &mut Connection,
     ) -> Result<T, BackendError> {
         Ok(invocation.invoke_async(conn).await?)
+    }
+
+    /// Runs many invocations at once: one pipeline on one Redis (loading the
+    /// script first if Redis has lost it), or each by itself, all at the same
+    /// time, on a cluster, whose pipelines cannot span nodes. The outer error
+    /// fails them all; an inner one (a cluster node down) fails its own.
+    pub async fn run_all(
+        &self,
+        invocations: &[ScriptInvocation<'_>],
+        conn: &mut Connection,
+    ) -> Result<Vec<Result<Vec<i64>, BackendError>>, BackendError> {
+        if invocations.is_empty() {
+            return Ok(Vec::new());
+        }
+        let forks: Option<Vec<Connection>> = invocations.iter().map(|_| conn.fork()).collect();
+        if let Some(forks) = forks {
+            let runs = invocations
+                .iter()
+                .zip(forks)
+                .map(|(invocation, mut conn)| async move { self.run(invocation, &mut conn).await });
+            return Ok(futures_util::future::join_all(runs).await);
+        }
+        let mut pipeline = redis::pipe();
+        for invocation in invocations {
+            pipeline.invoke_script(invocation);
+        }
+        let replies: Vec<Vec<i64>> = match pipeline.query_async(conn).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(conn).await?;
+                pipeline.query_async(conn).await?
+            }
+            replies => replies?,
+        };
+        Ok(replies.into_iter().map(Ok).collect())
     }
 
     pub async fn load(&self, conn: &mut Connection) -> Result<(), BackendError> {

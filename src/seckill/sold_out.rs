@@ -69,10 +69,6 @@ impl SoldOutFlags {
 }
 
 impl Listener for SoldOutFlags {
-    fn channels(&self) -> Vec<String> {
-        vec![self.channel.clone()]
-    }
-
     fn message(&self, channel: &str, payload: &[u8]) {
         if channel != self.channel {
             return;

@@ -14,6 +14,8 @@ mod observability;
 mod openapi;
 mod readme;
 mod replication;
+mod run;
 mod seckill;
 mod shutdown;
+mod streams;
 mod waiting;

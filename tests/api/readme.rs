@@ -73,7 +73,13 @@ fn the_contents_line_links_every_section_in_order() {
         .collect();
     assert_eq!(listed, sections);
     for section in sections {
-        let anchor = section.to_lowercase().replace(' ', "-");
+        // GitHub's anchors: lower case, punctuation dropped, spaces as hyphens.
+        let anchor: String = section
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
         assert!(
             contents.contains(&format!("[{section}](#{anchor})")),
             "{section} is not linked as #{anchor}"

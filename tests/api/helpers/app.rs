@@ -100,6 +100,17 @@ impl TestApp {
         Grant::from(response.json::<Value>().await.expect("grant JSON"))
     }
 
+    /// `POST /locks` asking for a streamed lock (`Accept: text/event-stream`).
+    pub async fn stream(&self, body: Value) -> Response {
+        self.http
+            .post(self.url("/locks"))
+            .header("Accept", "text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
     pub async fn release(&self, key: &str, token: &str) -> Response {
         self.http
             .delete(self.url(&format!("/locks/{key}")))

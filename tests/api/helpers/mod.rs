@@ -2,6 +2,8 @@
 
 mod app;
 mod cases;
+mod events;
+mod nginx;
 mod process;
 mod redis_server;
 
@@ -14,6 +16,8 @@ use serde_json::Value;
 
 pub use app::TestApp;
 pub use cases::{Case, case};
+pub use events::{Event, EventStream};
+pub use nginx::{Nginx, NginxSettings};
 pub use process::GatewayProcess;
 pub use redis_server::{RedisServer, command_calls};
 

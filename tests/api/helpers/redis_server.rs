@@ -122,6 +122,12 @@ impl RedisServer {
         if std::env::var("LOCKGATE_TEST_REDIS").is_ok_and(|mode| mode == "cluster") {
             return Self::cluster(3).await;
         }
+        Self::start_single().await
+    }
+
+    /// A throwaway single Redis with persistence off, whatever
+    /// `LOCKGATE_TEST_REDIS` says (for tests that freeze or restart it).
+    pub async fn start_single() -> Self {
         Self::single(vec![
             "--save".into(),
             "".into(),

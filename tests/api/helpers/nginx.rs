@@ -1,0 +1,108 @@
+//! The real nginx in front of three gateways, from the shipped template, with its files in a temp dir.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use super::{eventually, free_port};
+
+/// nginx serving `nginx/lockgate.conf.template` on a free port; stopped when dropped.
+pub struct Nginx {
+    pub addr: SocketAddr,
+    dir: TempDir,
+    child: Child,
+}
+
+/// Template parameters a test may set; the rest take `scripts/cluster.sh`'s defaults.
+pub struct NginxSettings {
+    pub read_timeout: &'static str,
+    pub locks_read_timeout: &'static str,
+}
+
+impl Default for NginxSettings {
+    fn default() -> Self {
+        Self {
+            read_timeout: "10s",
+            locks_read_timeout: "70s",
+        }
+    }
+}
+
+impl Nginx {
+    /// nginx in front of the three `upstreams`.
+    pub async fn start(upstreams: [SocketAddr; 3], settings: NginxSettings) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let run_dir = dir.path().to_str().expect("a UTF-8 temp dir").to_owned();
+        for sub in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"] {
+            std::fs::create_dir_all(dir.path().join("tmp").join(sub)).unwrap();
+        }
+        // Workers started by root drop to an unprivileged user.
+        make_open(dir.path());
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let template = include_str!("../../../nginx/lockgate.conf.template");
+        let config = template
+            .replace("@RUN_DIR@", &run_dir)
+            .replace("@LISTEN@", &addr.to_string())
+            .replace("@UPSTREAM_1@", &upstreams[0].to_string())
+            .replace("@UPSTREAM_2@", &upstreams[1].to_string())
+            .replace("@UPSTREAM_3@", &upstreams[2].to_string())
+            .replace("@REQ_RATE@", "100000")
+            .replace("@REQ_BURST@", "100000")
+            .replace("@LOCKS_READ_TIMEOUT@", settings.locks_read_timeout)
+            .replace("@READ_TIMEOUT@", settings.read_timeout);
+        let config_path = dir.path().join("nginx.conf");
+        std::fs::write(&config_path, config).unwrap();
+        let child = Command::new(nginx_binary())
+            .args(["-p", &run_dir, "-e", &format!("{run_dir}/nginx-error.log")])
+            .arg("-c")
+            .arg(&config_path)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nginx: `make test` installs it");
+        let nginx = Self { addr, dir, child };
+        let up = eventually(Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(addr).await.is_ok()
+        })
+        .await;
+        assert!(up, "nginx did not start:\n{}", nginx.error_log());
+        nginx
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nginx-error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn make_open(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+    let _ = Command::new("chmod")
+        .args(["-R", "a+rwx"])
+        .arg(dir.join("tmp"))
+        .status();
+}
+
+fn nginx_binary() -> PathBuf {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("nginx"))
+            .find(|path| path.is_file())
+    });
+    on_path.unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"))
+}
