@@ -1,6 +1,7 @@
 # lockgate: the two commands of the README, and the tools behind them.
 #   make run          install what is missing, start a local Redis if none
-#                     answers, serve on 127.0.0.1:8080
+#                     answers, serve on 127.0.0.1:8080 (the admin token is
+#                     made at the first start and kept in .run/admin-token)
 #   make test         install what the tests need; fmt check, clippy, every
 #                     test (the lock and sale suites also against a Redis
 #                     Cluster), contract fuzzing, then the short k6 load tests
@@ -20,7 +21,8 @@ CARGO ?= cargo
 run:
 	./scripts/ensure-tools.sh rust redis
 	./scripts/local-redis.sh
-	$(CARGO) run --release --locked -- serve
+	LOCKGATE_ADMIN_TOKEN="$${LOCKGATE_ADMIN_TOKEN:-$$(./scripts/admin-token.sh)}" \
+	  $(CARGO) run --release --locked -- serve
 
 test:
 	./scripts/ensure-tools.sh rust redis nginx k6 schemathesis

@@ -29,6 +29,7 @@ mkdir -p "$out"
 CLUSTER_DIR="$(mktemp -d)"
 export CLUSTER_DIR CLUSTER_PORT=auto
 export LOCKGATE_ADMIN_TOKEN="loadtest-$RANDOM$RANDOM"
+export LOCKGATE_BUYER_JWT_SECRET="buyers-$RANDOM$RANDOM"
 trap '"$root/scripts/cluster.sh" stop; rm -rf "$CLUSTER_DIR"' EXIT
 "$root/scripts/cluster.sh" start
 # shellcheck source=/dev/null
@@ -36,6 +37,7 @@ source "$CLUSTER_DIR/ports.env"
 
 export BASE_URL="http://127.0.0.1:$CLUSTER_PORT"
 export ADMIN_TOKEN="$LOCKGATE_ADMIN_TOKEN"
+export BUYER_JWT_SECRET="$LOCKGATE_BUYER_JWT_SECRET"
 export RECORD_REDIS="redis://127.0.0.1:$REDIS_PORT"
 export DURATION="${seconds}s"
 

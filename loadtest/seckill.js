@@ -4,7 +4,9 @@
 //
 //   k6 run loadtest/seckill.js        (loadtest/run.sh sets the environment)
 //
-// Environment: BASE_URL, ADMIN_TOKEN, SKU, STOCK, CAP, USERS, RATE (attempts
+// Environment: BASE_URL, ADMIN_TOKEN, BUYER_JWT_SECRET (the gateways' HS256
+// secret of buyer tokens: each buyer is a JWT's sub, signed here), SKU,
+// STOCK, CAP, USERS, RATE (attempts
 // per second), DURATION, INSTANCES (the X-Instance-Id values that must all
 // serve), RECORD_REDIS (where the test records what it saw; keys k6:*),
 // MAX_FAILED (unexpected answers tolerated: the chaos run's in-flight
@@ -12,11 +14,14 @@
 
 import http from 'k6/http';
 import { check } from 'k6';
+import k6crypto from 'k6/crypto';
+import encoding from 'k6/encoding';
 import { Counter, Trend } from 'k6/metrics';
 import redis from 'k6/experimental/redis';
 
 const BASE = __ENV.BASE_URL || 'http://127.0.0.1:8090';
 const ADMIN = __ENV.ADMIN_TOKEN || 'cluster-admin';
+const BUYER_SECRET = __ENV.BUYER_JWT_SECRET || 'cluster-buyers';
 const SKU = __ENV.SKU || 'k6-phone';
 const STOCK = Number(__ENV.STOCK || 1500);
 const CAP = Number(__ENV.CAP || 2);
@@ -36,7 +41,8 @@ const unexpected = new Counter('unexpected_responses');
 const purchaseTime = new Trend('purchase_duration', true);
 
 // 409 and 429 are answers the sale is meant to give, not failures.
-http.setResponseCallback(http.expectedStatuses(200, 201, 409, 429));
+// 403 is the answer to an impostor (a body naming another buyer than the token).
+http.setResponseCallback(http.expectedStatuses(200, 201, 403, 409, 429));
 
 export const options = {
   scenarios: {
@@ -58,6 +64,7 @@ export const options = {
     'seckill_outcomes{outcome:buy-201}': ['count>0'],
     'seckill_outcomes{outcome:replay-200}': ['count>0'],
     'seckill_outcomes{outcome:hot-429}': ['count>0'],
+    'seckill_outcomes{outcome:impostor-403}': ['count>0'],
     // Listed so the summary counts them.
     ...Object.fromEntries(
       ['buy-409-sold-out', 'buy-409-limit-exceeded', 'over-cap-409-limit-exceeded', 'over-cap-409-sold-out',
@@ -71,11 +78,25 @@ export const options = {
 };
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
+const ADMIN_HEADERS = { Authorization: `Bearer ${ADMIN}` };
+
+// A buyer's token: an HS256 JWT whose sub is the user, signed with the
+// gateways' secret (k6's own crypto), valid for an hour. One per user per VU.
+const JWT_HEADER = encoding.b64encode(JSON.stringify({ alg: 'HS256', typ: 'JWT' }), 'rawurl');
+const tokens = {};
+function buyerToken(user) {
+  if (!tokens[user]) {
+    const claims = { sub: user, exp: Math.floor(Date.now() / 1000) + 3600 };
+    const unsigned = `${JWT_HEADER}.${encoding.b64encode(JSON.stringify(claims), 'rawurl')}`;
+    tokens[user] = `${unsigned}.${k6crypto.hmac('sha256', BUYER_SECRET, unsigned, 'base64rawurl')}`;
+  }
+  return tokens[user];
+}
 
 export async function setup() {
   await record.del(CREATED);
   const reset = http.put(`${BASE}/seckill/${SKU}`, JSON.stringify({ stock: STOCK, per_user_limit: CAP }), {
-    headers: { ...JSON_HEADERS, Authorization: `Bearer ${ADMIN}` },
+    headers: { ...JSON_HEADERS, ...ADMIN_HEADERS },
   });
   const sale = reset.status === 200 ? reset.json() : null;
   if (!sale || sale.stock !== STOCK || sale.sold !== 0 || sale.orders !== 0) {
@@ -92,10 +113,11 @@ function violation(what) {
   console.error(`invariant violated: ${what}`);
 }
 
-function buy(user, quantity, key) {
+// A purchase by the holder of `user`'s token; the body names `named`.
+function buy(user, quantity, key, named = user) {
   const started = Date.now();
-  const response = http.post(`${BASE}/seckill/${SKU}/orders`, JSON.stringify({ user_id: user, quantity }), {
-    headers: { ...JSON_HEADERS, 'Idempotency-Key': key },
+  const response = http.post(`${BASE}/seckill/${SKU}/orders`, JSON.stringify({ user_id: named, quantity }), {
+    headers: { ...JSON_HEADERS, 'Idempotency-Key': key, Authorization: `Bearer ${buyerToken(user)}` },
     tags: { name: 'purchase' },
   });
   purchaseTime.add(Date.now() - started);
@@ -126,6 +148,14 @@ export default async function () {
     } else if (response.status !== 429) {
       unexpectedAnswer(response);
     }
+    return;
+  }
+  if (roll < 0.12) {
+    // An impostor: a buyer's token, and a body naming someone else.
+    const response = buy(`user-${Math.floor(Math.random() * USERS)}`, 1, crypto.randomUUID(), 'someone-else');
+    outcomes.add(1, { outcome: `impostor-${response.status}` });
+    if (response.status === 201 || response.status === 200) violation(`an impostor bought: ${response.body}`);
+    else if (response.status !== 403) unexpectedAnswer(response);
     return;
   }
   const capped = Object.keys(bought).filter((user) => bought[user] >= CAP);
@@ -176,9 +206,22 @@ function unexpectedAnswer(response) {
   console.warn(`unexpected ${response.status}: ${response.body}`);
 }
 
+// Every recorded order, a page at a time (the admin token sees every buyer's).
+function allOrders() {
+  const orders = [];
+  let cursor = null;
+  do {
+    const query = `limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+    const page = http.get(`${BASE}/seckill/${SKU}/orders?${query}`, { headers: ADMIN_HEADERS }).json();
+    orders.push(...page.orders);
+    cursor = page.next_cursor;
+  } while (cursor);
+  return orders;
+}
+
 export async function teardown() {
   const sale = http.get(`${BASE}/seckill/${SKU}`).json();
-  const orders = http.get(`${BASE}/seckill/${SKU}/orders`).json('orders');
+  const orders = allOrders();
   if (sale.sold + sale.stock !== sale.initial_stock) violation(`sold + stock != initial: ${JSON.stringify(sale)}`);
   if (sale.stock < 0) violation(`stock below zero: ${sale.stock}`);
   const sum = orders.reduce((total, order) => total + order.quantity, 0);

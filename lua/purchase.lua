@@ -5,10 +5,13 @@
 -- KEYS[2]  bought per user    <prefix>sale:{<sku>}:users   user_id -> quantity bought
 -- KEYS[3]  idempotency keys   <prefix>sale:{<sku>}:idem    key -> order_id|user_id|quantity|stock_left
 -- KEYS[4]  order stream       <prefix>sale:{<sku>}:orders
+-- KEYS[5]  orders per user    <prefix>sale:{<sku>}:by-user  user_id -> order_id:quantity,...
 -- ARGV[1]  user_id
 -- ARGV[2]  quantity (a positive integer)
 -- ARGV[3]  the request's Idempotency-Key, or '' for none
 -- ARGV[4]  the order id to use if an order is recorded
+-- ARGV[5]  "replay" to only replay an order recorded under the key (a sale
+--          this instance believes sold out: it buys nothing new), else "buy"
 --
 -- Returns {code, order_id, quantity, stock_left, epoch}:
 --   code  1  ordered: stock and the user's count updated, order recorded
@@ -18,12 +21,14 @@
 --   code -1  the user would exceed per_user_limit (stock_left = stock)
 --   code -2  no such sale
 --   code -3  the key was used before for a different user or quantity
+--   code  3  "replay", and no order is recorded under the key
 -- Every check and change is this one script, so no interleaving of
 -- requests on any number of gateways can oversell, exceed a cap, or record
 -- an order twice.
 
-local sale, users, idem, orders = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local sale, users, idem, orders, by_user = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local user, quantity, key, order_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local replay_only = ARGV[5] == 'replay'
 
 local state = redis.call('HMGET', sale, 'stock', 'per_user_limit', 'epoch')
 if not state[1] then
@@ -36,10 +41,16 @@ if key ~= '' then
   if recorded then
     local id, by, qty, left = string.match(recorded, '^([^|]*)|([^|]*)|(%d+)|(%d+)$')
     if by == user and tonumber(qty) == quantity then
+      -- Written again, unchanged: a write that replicates after the order
+      -- it replays, so confirming this one (WAIT) confirms the order too.
+      redis.call('HSET', idem, key, recorded)
       return {2, id, tonumber(qty), tonumber(left), epoch}
     end
     return {-3, '', 0, stock, epoch}
   end
+end
+if replay_only then
+  return {3, '', 0, stock, epoch}
 end
 
 if stock < quantity then
@@ -56,6 +67,9 @@ redis.call('HINCRBY', sale, 'orders', 1)
 redis.call('HINCRBY', users, user, quantity)
 redis.call('XADD', orders, '*', 'order_id', order_id, 'user_id', user,
   'quantity', quantity, 'idempotency_key', key)
+-- One user's orders, found without reading everyone's.
+local mine = redis.call('HGET', by_user, user)
+redis.call('HSET', by_user, user, (mine and mine .. ',' or '') .. order_id .. ':' .. quantity)
 if key ~= '' then
   redis.call('HSET', idem, key, order_id .. '|' .. user .. '|' .. quantity .. '|' .. left)
 end

@@ -4,6 +4,7 @@
 -- KEYS[2]  bought per user    <prefix>sale:{<sku>}:users
 -- KEYS[3]  idempotency keys   <prefix>sale:{<sku>}:idem
 -- KEYS[4]  order stream       <prefix>sale:{<sku>}:orders
+-- KEYS[5]  orders per user    <prefix>sale:{<sku>}:by-user
 -- ARGV[1]  stock
 -- ARGV[2]  per_user_limit
 -- ARGV[3]  the channel told of resets (every instance drops its sold-out flag)
@@ -12,11 +13,11 @@
 -- Returns the new epoch: one more than the old sale's, 1 for a new sale.
 -- The old sale's orders, per-user counts and idempotency records go with it.
 
-local sale, users, idem, orders = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local sale, users, idem, orders, by_user = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local stock, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local epoch = tonumber(redis.call('HGET', sale, 'epoch') or '0') + 1
-redis.call('UNLINK', users, idem, orders)
+redis.call('UNLINK', users, idem, orders, by_user)
 redis.call('HSET', sale, 'stock', stock, 'initial_stock', stock, 'sold', 0,
   'per_user_limit', limit, 'epoch', epoch, 'orders', 0)
 redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. epoch)

@@ -14,6 +14,8 @@
 #   (CLUSTER_PORT=auto picks free ports for both; `start` writes the ports it
 #   used to $CLUSTER_DIR/ports.env either way.)
 #   LOCKGATE_ADMIN_TOKEN   admin token of every instance  (cluster-admin)
+#   LOCKGATE_BUYER_JWT_SECRET   HS256 secret of the sale's buyer tokens
+#                  (cluster-buyers): a purchase needs a JWT whose sub is the buyer
 #   NGINX_RATE / NGINX_BURST   nginx's per-client fence   (5000 / 10000)
 #   NGINX_READ_TIMEOUT / NGINX_LOCKS_READ_TIMEOUT   how long nginx waits for
 #                  an instance's answer, and under /locks   (10s / 70s)
@@ -25,6 +27,7 @@ dir="${CLUSTER_DIR:-$root/.run/cluster}"
 port="${CLUSTER_PORT:-8090}"
 redis_port="${REDIS_PORT:-6380}"
 admin_token="${LOCKGATE_ADMIN_TOKEN:-cluster-admin}"
+buyer_secret="${LOCKGATE_BUYER_JWT_SECRET:-cluster-buyers}"
 lockgate="${LOCKGATE_BIN:-$root/target/release/lockgate}"
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 
@@ -62,7 +65,8 @@ start() {
   local flags=()
   read -r -a flags <<<"${GATEWAY_FLAGS:-}"
   for n in 1 2 3; do
-    RUST_LOG="${RUST_LOG:-warn}" "$lockgate" serve \
+    # The secret goes by the environment, not the command line that ps shows.
+    RUST_LOG="${RUST_LOG:-warn}" LOCKGATE_BUYER_JWT_SECRET="$buyer_secret" "$lockgate" serve \
       --listen "127.0.0.1:$((port + n))" --instance-id "gw-$n" \
       "${redis_flags[@]}" \
       --admin-token "$admin_token" --trusted-proxies 127.0.0.1 \
@@ -83,7 +87,7 @@ start() {
   echo $! >"$dir/nginx-master.pid"
   wait_for curl -sf "http://127.0.0.1:$port/readyz"
   say "nginx on http://127.0.0.1:$port in front of gw-1..3 on ports $((port + 1))-$((port + 3)); ${redis_flags[*]}"
-  say "admin token: $admin_token; logs in $dir"
+  say "admin token: $admin_token; buyer tokens: HS256 JWTs signed with $buyer_secret, sub = the buyer; logs in $dir"
 }
 
 stop() {

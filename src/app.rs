@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::HeaderValue;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::http::{self, AdminToken, ApiKeys, AppState, StreamKeepAlive, TrustedProxies};
+use crate::http::{
+    self, AdminToken, ApiKeys, AppState, BuyerKey, BuyerTokens, ConnectionLimits, StreamKeepAlive,
+    TrustedProxies,
+};
 use crate::locks::{Locks, Streams, Waiting};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
@@ -31,6 +33,8 @@ pub enum StartError {
     Script(BackendError),
     #[error("the instance id {0:?} cannot be sent in an HTTP header")]
     InstanceId(String),
+    #[error("{0}")]
+    BuyerKey(String),
 }
 
 /// A bound, ready-to-serve gateway instance.
@@ -41,6 +45,7 @@ pub struct Gateway {
     subscriber: Subscriber,
     waiting: Waiting,
     streams: Streams,
+    connection_limits: ConnectionLimits,
     drain_timeout: Duration,
     addr: SocketAddr,
     instance_id: String,
@@ -87,17 +92,39 @@ impl Gateway {
             metrics.clone(),
         );
         let streams = Streams::new(locks.clone(), subscriber.clone(), metrics.clone());
+        // The sale's own locks live in a namespace of their own, which no
+        // client can name through /locks (and so cannot hold).
+        let sale_locks = Locks::new(
+            redis.clone(),
+            &format!("{}internal:", config.key_prefix),
+            waiting.clone(),
+            metrics.clone(),
+        );
         let sales = Sales::new(
             redis.clone(),
-            locks.clone(),
+            sale_locks,
             &config.key_prefix,
             &subscriber,
             config.sale_settings(),
             metrics.clone(),
         );
         if config.admin_token.is_none() {
-            tracing::warn!("no admin token is set: anyone can create and reset sales");
+            tracing::warn!(
+                "no admin token is set: sale administration (PUT /seckill/{{sku}}) is refused; \
+                 set LOCKGATE_ADMIN_TOKEN to enable it"
+            );
         }
+        let buyer_key = match (&config.buyer_jwt_secret, &config.buyer_jwt_public_key) {
+            (Some(secret), _) => Some(BuyerKey::secret(secret)),
+            (None, Some(pem)) => Some(BuyerKey::public_key(pem).map_err(StartError::BuyerKey)?),
+            (None, None) => {
+                tracing::warn!(
+                    "no buyer token key is set (LOCKGATE_BUYER_JWT_SECRET or \
+                     LOCKGATE_BUYER_JWT_PUBLIC_KEY): a purchase's buyer is whatever its body says"
+                );
+                None
+            }
+        };
         let state = AppState {
             locks,
             streams: streams.clone(),
@@ -116,6 +143,7 @@ impl Gateway {
                     .collect(),
             ),
             trusted_proxies: TrustedProxies(config.trusted_proxies.clone().into()),
+            buyer_tokens: BuyerTokens(buyer_key.map(Arc::new)),
         };
         let router = http::router(
             state,
@@ -130,6 +158,7 @@ impl Gateway {
             subscriber,
             waiting,
             streams,
+            connection_limits: config.connection_limits(),
             drain_timeout: Duration::from_millis(config.shutdown_timeout_ms),
             addr,
             instance_id,
@@ -141,49 +170,38 @@ impl Gateway {
     }
 
     /// Serves until `shutdown` completes, then drains: no new connections,
-    /// waiting lock requests answer 503 `shutting-down` at once, streamed
-    /// locks are released and their streams end with `lost`, other in-flight
-    /// requests may finish within the drain timeout. Then the Redis
-    /// connections close.
+    /// idle ones closed, waiting lock requests answer 503 `shutting-down` at
+    /// once, streamed locks are released and their streams end with `lost`,
+    /// other in-flight requests may finish within the drain timeout. Then
+    /// the Redis connections close.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         tracing::info!(addr = %self.addr, instance = %self.instance_id, "lockgate serving");
-        // Small responses on kept-alive connections: Nagle's delay would add
-        // tens of milliseconds to each.
-        let listener = self.listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        // A plain `Router` given to `axum::serve` rebuilds its routing table
-        // (`with_state(())`) for every connection: about 20 KB each, which
-        // 10 000 waiting clients would turn into 200 MB. The router was made
-        // ready once in `http::router`; each connection now shares it, with
-        // the peer's address for the client-address rate limit.
-        let service = self
-            .router
-            .into_make_service_with_connect_info::<SocketAddr>();
-        let (draining, drain_started) = oneshot::channel();
-        let (waiting, streams) = (self.waiting.clone(), self.streams.clone());
-        let signal = async move {
-            shutdown.await;
-            tracing::info!(
-                "shutting down: refusing new connections, ending waits and streamed locks"
-            );
-            waiting.close();
-            streams.close().await;
-            let _ = draining.send(());
-        };
-        let server = axum::serve(listener, service).with_graceful_shutdown(signal);
-        let drain_limit = self.drain_timeout;
+        let stopping = CancellationToken::new();
+        let server = http::serve(
+            self.listener,
+            self.router,
+            self.connection_limits,
+            &self.instance_id,
+            stopping.clone(),
+        );
+        tokio::pin!(server);
         tokio::select! {
-            served = server.into_future() => served?,
-            () = async {
-                match drain_started.await {
-                    Ok(()) => tokio::time::sleep(drain_limit).await,
-                    Err(_) => std::future::pending().await,
-                }
-            } => tracing::warn!(?drain_limit, "requests still in flight after the drain timeout; stopping anyway"),
+            () = &mut server => {}
+            () = shutdown => {}
+        }
+        tracing::info!("shutting down: refusing new connections, ending waits and streamed locks");
+        stopping.cancel();
+        self.waiting.close();
+        self.streams.close().await;
+        let drain_limit = self.drain_timeout;
+        if tokio::time::timeout(drain_limit, server).await.is_err() {
+            tracing::warn!(
+                ?drain_limit,
+                "requests still in flight after the drain timeout; stopping anyway"
+            );
         }
         self.subscriber.stop();
         self.redis.close();

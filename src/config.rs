@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::http::RequestLimits;
+use crate::http::{ConnectionLimits, RequestLimits};
 use crate::locks::{LockLimits, MIN_TTL_MS};
 use crate::redis::{RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
@@ -57,7 +57,8 @@ pub struct Config {
     pub redis_wait_replicas: u32,
 
     /// How long to wait for those replicas, in milliseconds.
-    #[arg(long, env = "LOCKGATE_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100)]
+    #[arg(long, env = "LOCKGATE_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
     pub redis_wait_timeout_ms: u64,
 
     /// Echoed in the X-Instance-Id header of every response [default: <hostname>:<port>].
@@ -65,28 +66,52 @@ pub struct Config {
     pub instance_id: Option<String>,
 
     /// Namespace of every Redis key the gateway writes.
-    #[arg(long, env = "LOCKGATE_KEY_PREFIX", default_value = "lockgate:")]
+    #[arg(long, env = "LOCKGATE_KEY_PREFIX", default_value = "lockgate:",
+          value_parser = key_prefix)]
     pub key_prefix: String,
 
     /// Largest lease a client may ask for, in milliseconds.
     #[arg(long, env = "LOCKGATE_MAX_TTL_MS", default_value_t = 3_600_000,
-          value_parser = clap::value_parser!(u64).range(MIN_TTL_MS..))]
+          value_parser = clap::value_parser!(u64).range(MIN_TTL_MS..=30 * DAY_MS))]
     pub max_ttl_ms: u64,
 
     /// Longest server-side wait a client may ask for, in milliseconds.
-    #[arg(long, env = "LOCKGATE_MAX_WAIT_MS", default_value_t = 60_000)]
+    #[arg(long, env = "LOCKGATE_MAX_WAIT_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(0..=DAY_MS))]
     pub max_wait_ms: u64,
 
-    /// Bearer token for the admin routes (`PUT /seckill/{sku}`); unset leaves
-    /// them open, with a warning at start.
+    /// Bearer token for the admin routes (`PUT /seckill/{sku}`, and every
+    /// order with buyer tokens); unset refuses sale administration, with a
+    /// warning at start.
     #[arg(long, env = "LOCKGATE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
     /// How often an idle streamed lock's event stream gets an SSE comment,
     /// so that proxies keep it open, in milliseconds.
     #[arg(long, env = "LOCKGATE_STREAM_KEEP_ALIVE_MS", default_value_t = 15_000,
-          value_parser = clap::value_parser!(u64).range(100..))]
+          value_parser = clap::value_parser!(u64).range(100..=DAY_MS))]
     pub stream_keep_alive_ms: u64,
+
+    /// Secret of buyer tokens (HS256 JWTs): with it, a purchase needs
+    /// `Authorization: Bearer <JWT>` and the buyer is the token's `sub`.
+    /// Unset (and no public key): the body's `user_id` is the buyer, with a
+    /// warning at start.
+    #[arg(
+        long,
+        env = "LOCKGATE_BUYER_JWT_SECRET",
+        hide_env_values = true,
+        conflicts_with = "buyer_jwt_public_key"
+    )]
+    pub buyer_jwt_secret: Option<String>,
+
+    /// Public key of buyer tokens (RS256 or ES256 JWTs), in PEM or the path
+    /// of a PEM file: as --buyer-jwt-secret, for tokens signed elsewhere.
+    #[arg(
+        long,
+        env = "LOCKGATE_BUYER_JWT_PUBLIC_KEY",
+        allow_hyphen_values = true
+    )]
+    pub buyer_jwt_public_key: Option<String>,
 
     /// API keys (comma-separated) of which the lock routes need one as
     /// `Authorization: Bearer <key>`; none leaves them open.
@@ -99,7 +124,8 @@ pub struct Config {
     pub api_keys: Vec<String>,
 
     /// Purchase requests per second allowed per user (0 = no limit).
-    #[arg(long, env = "LOCKGATE_SECKILL_RATE", default_value_t = 20)]
+    #[arg(long, env = "LOCKGATE_SECKILL_RATE", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(0..=MAX_RATE))]
     pub seckill_rate: u32,
 
     /// Purchase requests a user may send at once before the rate applies.
@@ -107,7 +133,8 @@ pub struct Config {
     pub seckill_burst: u32,
 
     /// Purchase requests per second allowed per client address [default: no limit].
-    #[arg(long, env = "LOCKGATE_SECKILL_CLIENT_RATE")]
+    #[arg(long, env = "LOCKGATE_SECKILL_CLIENT_RATE",
+          value_parser = clap::value_parser!(u32).range(0..=MAX_RATE))]
     pub seckill_client_rate: Option<u32>,
 
     /// Burst allowance per client address [default: twice the client rate].
@@ -122,7 +149,8 @@ pub struct Config {
     pub seckill_user_lock: bool,
 
     /// How long a purchase waits for its user's lock, in milliseconds.
-    #[arg(long, env = "LOCKGATE_SECKILL_LOCK_WAIT_MS", default_value_t = 2_000)]
+    #[arg(long, env = "LOCKGATE_SECKILL_LOCK_WAIT_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(0..=DAY_MS))]
     pub seckill_lock_wait_ms: u64,
 
     /// Proxies (comma-separated addresses, e.g. nginx's) whose X-Forwarded-For
@@ -143,31 +171,70 @@ pub struct Config {
     /// Bound on connecting to Redis, waiting for a pooled connection, and each
     /// command, in milliseconds; past it the request answers 503.
     #[arg(long, env = "LOCKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
     pub redis_timeout_ms: u64,
 
     /// Largest request body accepted, in bytes; larger ones answer 413.
-    #[arg(long, env = "LOCKGATE_BODY_LIMIT_BYTES", default_value_t = 16 * 1024)]
+    #[arg(long, env = "LOCKGATE_BODY_LIMIT_BYTES", default_value_t = 16 * 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(256..=16 * 1024 * 1024))]
     pub body_limit_bytes: usize,
 
     /// The most bytes of request headers (names and values together); more
     /// answers 431.
-    #[arg(long, env = "LOCKGATE_HEADER_LIMIT_BYTES", default_value_t = 16 * 1024)]
+    #[arg(long, env = "LOCKGATE_HEADER_LIMIT_BYTES", default_value_t = 16 * 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=1024 * 1024))]
     pub header_limit_bytes: usize,
+
+    /// How long a client has to send a request's head (its request line and
+    /// headers), from the connection's start or the head's first byte, in
+    /// milliseconds; past it the connection is closed.
+    #[arg(long, env = "LOCKGATE_HEADER_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
+    pub header_timeout_ms: u64,
+
+    /// How long a kept-alive connection with no request in flight stays
+    /// open, in milliseconds. Keep it above the idle timeout of a proxy in
+    /// front (nginx's upstream keepalive_timeout), so the proxy closes first.
+    #[arg(long, env = "LOCKGATE_IDLE_TIMEOUT_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
+    pub idle_timeout_ms: u64,
 
     /// The longest a request may take, lock waits included, in milliseconds
     /// [default: the longest wait plus 10 s].
-    #[arg(long, env = "LOCKGATE_REQUEST_TIMEOUT_MS")]
+    #[arg(long, env = "LOCKGATE_REQUEST_TIMEOUT_MS",
+          value_parser = clap::value_parser!(u64).range(1..=2 * DAY_MS))]
     pub request_timeout_ms: Option<u64>,
 
     /// On SIGTERM, how long in-flight requests may take to finish before the
     /// gateway stops anyway, in milliseconds.
-    #[arg(long, env = "LOCKGATE_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(long, env = "LOCKGATE_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(0..=DAY_MS))]
     pub shutdown_timeout_ms: u64,
 
     /// Log output: human-readable text or one JSON object per line.
     #[arg(long, env = "LOCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+/// A day in milliseconds: the bound on every duration setting, so that no
+/// deadline computed from one can overflow.
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The most purchase requests per second a rate limit may allow: above it,
+/// one request's share of a second would round to nothing.
+const MAX_RATE: i64 = 1_000_000;
+
+/// A key prefix: anything but braces, which would break the hash tags that
+/// keep each lock's Redis keys in one Redis Cluster slot.
+fn key_prefix(text: &str) -> Result<String, String> {
+    if text.contains(['{', '}']) {
+        return Err(
+            "may not hold { or }: they would break the hash tags that keep each \
+                    lock's keys in one Redis Cluster slot"
+                .into(),
+        );
+    }
+    Ok(text.to_owned())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -206,6 +273,15 @@ impl Config {
         RequestLimits {
             header_bytes: self.header_limit_bytes,
             timeout: Duration::from_millis(timeout),
+        }
+    }
+
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            // The headers' limit, and room for the request line.
+            max_head_bytes: self.header_limit_bytes.saturating_add(8 * 1024),
         }
     }
 
@@ -248,8 +324,23 @@ mod tests {
     }
 
     #[test]
-    fn a_maximum_lease_below_the_minimum_is_refused() {
-        assert!(Config::try_parse_from(["lockgate", "--max-ttl-ms", "5"]).is_err());
+    fn settings_out_of_range_are_refused() {
+        for (flag, value) in [
+            ("--max-ttl-ms", "5"),
+            ("--seckill-rate", "1000001"),
+            ("--seckill-client-rate", "1000001"),
+            ("--key-prefix", "lock{gate}:"),
+            ("--redis-wait-timeout-ms", "0"),
+            ("--max-wait-ms", "999999999999"),
+            ("--header-limit-bytes", "10"),
+        ] {
+            assert!(
+                Config::try_parse_from(["lockgate", flag, value]).is_err(),
+                "{flag} {value}"
+            );
+        }
+        let config = Config::try_parse_from(["lockgate", "--seckill-rate", "1000000"]).unwrap();
+        assert_eq!(config.sale_settings().per_user.unwrap().interval_us(), 1);
     }
 
     #[test]

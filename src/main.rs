@@ -7,9 +7,35 @@ use lockgate::app::{Gateway, shutdown_signal};
 use lockgate::config::{Cli, Command};
 use lockgate::{http, telemetry};
 
+/// jemalloc, not the system's malloc: it keeps no bookkeeping inside the
+/// blocks it hands out, so the parts of each connection's 8 KiB buffers
+/// that are never written cost no memory.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's settings, read when it starts (`_RJEM_MALLOC_CONF` in the
+/// environment still overrides them): freed pages go back to the system at
+/// once, not after ten seconds. With no background thread, pages freed
+/// before a quiet spell (10 000 requests arriving, then waiting) would
+/// otherwise stay resident until the next burst of work. In `make bench`,
+/// 10 000 waiting requests took 125 MiB without this and 106 MiB with it,
+/// and the uncontended lock cycle's CPU per request did not change.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: &[u8; 34] = b"dirty_decay_ms:0,muzzy_decay_ms:0\0";
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => err.exit(),
+        Err(err) => {
+            // One line naming the setting and what is wrong with it.
+            let rendered = err.render().to_string();
+            eprintln!("{}", rendered.lines().next().unwrap_or("invalid arguments"));
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
         Command::Run(args) => lockgate::run::run(*args).await,
         Command::Openapi => {
             print!("{}", http::openapi_json());

@@ -1,4 +1,4 @@
-//! Access control: API keys for the lock routes, the admin token for sale administration.
+//! Access control: API keys for the lock routes, the admin token for sale administration (buyers: see `buyer`).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use axum::http::request::Parts;
 
 use super::error::ApiError;
 
-/// The configured admin token; `None` leaves the admin routes open.
+/// The configured admin token; `None` refuses sale administration.
 #[derive(Clone, Default)]
 pub struct AdminToken(pub Option<Arc<str>>);
 
@@ -19,13 +19,21 @@ pub struct ApiKeys(pub Arc<[Box<str>]>);
 
 /// Secrets of which a route needs one, as `Authorization: Bearer <secret>`.
 pub trait Credentials {
-    /// The secrets accepted; none leaves the route open.
+    /// The secrets accepted.
     fn accepted(&self) -> &[impl AsRef<str>];
+
+    /// The answer when none is configured; `None` leaves the route open.
+    fn unconfigured() -> Option<ApiError>;
 }
 
 impl Credentials for AdminToken {
     fn accepted(&self) -> &[impl AsRef<str>] {
         self.0.as_slice()
+    }
+
+    /// Resetting a live sale is not for anyone who asks.
+    fn unconfigured() -> Option<ApiError> {
+        Some(ApiError::AdministrationDisabled)
     }
 }
 
@@ -33,12 +41,17 @@ impl Credentials for ApiKeys {
     fn accepted(&self) -> &[impl AsRef<str>] {
         &self.0
     }
+
+    fn unconfigured() -> Option<ApiError> {
+        None
+    }
 }
 
 /// Proof that the request may use a route guarded by the credentials `C`.
 pub struct Access<C>(PhantomData<C>);
 
-/// An admin route: `Authorization: Bearer <admin token>` when one is configured.
+/// An admin route: `Authorization: Bearer <admin token>`; refused when no
+/// admin token is configured.
 pub type AdminAccess = Access<AdminToken>;
 
 /// A lock route: `Authorization: Bearer <one of the API keys>` when keys are configured.
@@ -52,17 +65,19 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        authorize(parts, C::from_ref(state).accepted()).map(|()| Self(PhantomData))
+        let credentials = C::from_ref(state);
+        let accepted = credentials.accepted();
+        if accepted.is_empty() {
+            return C::unconfigured().map_or(Ok(Self(PhantomData)), Err);
+        }
+        authorize(parts, accepted).map(|()| Self(PhantomData))
     }
 }
 
-/// Admits the request if nothing is `accepted` or its bearer token is one of
-/// them. Missing or malformed credentials are 401; a wrong token is 403.
-/// Every accepted secret is compared, in constant time, whatever matches.
+/// Admits the request if its bearer token is one of the `accepted`.
+/// Missing or malformed credentials are 401; a wrong token is 403. Every
+/// accepted secret is compared, in constant time, whatever matches.
 fn authorize(parts: &Parts, accepted: &[impl AsRef<str>]) -> Result<(), ApiError> {
-    if accepted.is_empty() {
-        return Ok(());
-    }
     let given = bearer(parts).ok_or(ApiError::Unauthorized)?;
     let matched = accepted.iter().fold(false, |matched, secret| {
         matched | same_secret(given.as_bytes(), secret.as_ref().as_bytes())
@@ -75,7 +90,7 @@ fn authorize(parts: &Parts, accepted: &[impl AsRef<str>]) -> Result<(), ApiError
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
-fn bearer(parts: &Parts) -> Option<&str> {
+pub(super) fn bearer(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
@@ -83,7 +98,7 @@ fn bearer(parts: &Parts) -> Option<&str> {
 
 /// Compares two secrets in time that depends only on their lengths, so a
 /// caller cannot learn a token byte by byte from response times.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+pub(super) fn same_secret(given: &[u8], expected: &[u8]) -> bool {
     let mut difference = given.len() ^ expected.len();
     for (index, byte) in expected.iter().enumerate() {
         let other = given.get(index).copied().unwrap_or(!byte);

@@ -33,6 +33,7 @@ pub enum ProblemType {
     RateLimited,
     Unauthorized,
     Forbidden,
+    AdministrationDisabled,
     NotFound,
     MethodNotAllowed,
     HeadersTooLarge,
@@ -53,7 +54,7 @@ pub struct ProblemInfo {
 }
 
 impl ProblemType {
-    pub const ALL: [Self; 26] = [
+    pub const ALL: [Self; 27] = [
         Self::MalformedBody,
         Self::UnsupportedMediaType,
         Self::BodyTooLarge,
@@ -71,6 +72,7 @@ impl ProblemType {
         Self::RateLimited,
         Self::Unauthorized,
         Self::Forbidden,
+        Self::AdministrationDisabled,
         Self::NotFound,
         Self::MethodNotAllowed,
         Self::HeadersTooLarge,
@@ -106,7 +108,7 @@ impl ProblemType {
                 "invalid-key",
                 "Invalid lock key",
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "A lock key is 1 to 200 characters of A-Z a-z 0-9 . _ : -",
+                "A lock key is 1 to 200 characters of A-Z a-z 0-9 . _ : -, and not only dots.",
             ),
             Self::InvalidField => (
                 "invalid-field",
@@ -185,6 +187,14 @@ impl ProblemType {
                 "Forbidden",
                 StatusCode::FORBIDDEN,
                 "The credentials given do not grant this route.",
+            ),
+            Self::AdministrationDisabled => (
+                "administration-disabled",
+                "Sale administration is off",
+                StatusCode::FORBIDDEN,
+                "No admin token is configured, so sale administration is refused. Start the gateway with \
+                 LOCKGATE_ADMIN_TOKEN (or --admin-token) and send it as Authorization: Bearer <token>; \
+                 `make run` makes one at first start and keeps it in .run/admin-token.",
             ),
             Self::NotFound => (
                 "not-found",
@@ -338,6 +348,15 @@ pub enum ApiError {
     /// 403 `forbidden`: credentials that do not grant the route.
     #[error("the token given does not grant this route")]
     Forbidden,
+    /// 403 `forbidden`: the buyer token names another buyer than the
+    /// request (or no user id at all).
+    #[error("the buyer token does not name this buyer")]
+    WrongBuyer,
+    /// 403 `administration-disabled`: no admin token is configured.
+    #[error(
+        "sale administration is off: no admin token is configured (LOCKGATE_ADMIN_TOKEN or --admin-token)"
+    )]
+    AdministrationDisabled,
     /// 431 `headers-too-large`.
     #[error("the request's headers are larger than {0} bytes")]
     HeadersTooLarge(usize),
@@ -396,7 +415,8 @@ impl ApiError {
             Self::HeadersTooLarge(_) => ProblemType::HeadersTooLarge,
             Self::RequestTimeout => ProblemType::RequestTimeout,
             Self::Unauthorized => ProblemType::Unauthorized,
-            Self::Forbidden => ProblemType::Forbidden,
+            Self::Forbidden | Self::WrongBuyer => ProblemType::Forbidden,
+            Self::AdministrationDisabled => ProblemType::AdministrationDisabled,
             Self::RouteNotFound(_) => ProblemType::NotFound,
             Self::MethodNotAllowed(_) => ProblemType::MethodNotAllowed,
             Self::Internal => ProblemType::Internal,
@@ -476,6 +496,13 @@ impl From<InvalidInput> for ApiError {
 impl From<BackendError> for ApiError {
     fn from(err: BackendError) -> Self {
         Self::Lock(LockError::Backend(err))
+    }
+}
+
+impl ApiError {
+    /// The problem document, serialised.
+    pub fn problem_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.problem()).unwrap_or_default()
     }
 }
 

@@ -20,7 +20,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number_or};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, TokenText};
-use super::stream::{self, StreamKeepAlive};
+use super::stream::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
     AcquireRequest, Handover, Lease, LockKey, LockLimits, LockState, Locks, Released, Streams,
     Token, Ttl, WaitTime,
@@ -31,7 +31,7 @@ use crate::locks::{
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     /// The lock: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`.
-    #[schema(example = "orders:42", pattern = "^[A-Za-z0-9._:-]{1,200}$")]
+    #[schema(example = "orders:42", pattern = r"^(?!\.+$)[A-Za-z0-9._:-]{1,200}$")]
     key: String,
     /// Lease length in milliseconds, from 10 to the configured maximum
     /// (default 3 600 000).
@@ -223,7 +223,7 @@ pub async fn acquire(
     State(streams): State<Streams>,
     State(limits): State<LockLimits>,
     State(keep_alive): State<StreamKeepAlive>,
-    headers: HeaderMap,
+    WantsStream(streamed): WantsStream,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, ApiError> {
     let request = AcquireRequest {
@@ -236,8 +236,10 @@ pub async fn acquire(
             .transpose()?,
         confirmed: true,
     };
-    if stream::wanted(&headers) {
-        return stream::respond(&streams, request, keep_alive).await;
+    if streamed {
+        // Boxed: a streamed lock's state would otherwise enlarge every
+        // plain request waiting for a lock.
+        return Box::pin(stream::respond(&streams, request, keep_alive)).await;
     }
     let mut lease = locks.acquire(request).await?;
     let json = serde_json::to_vec(&LockGrant::from(&lease)).map_err(|_| ApiError::Internal)?;

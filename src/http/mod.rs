@@ -1,26 +1,26 @@
 //! The HTTP layer: routes, extractors, middleware, and the OpenAPI document built from the same routes.
 
 mod auth;
+mod buyer;
 mod error;
 mod extract;
-mod limits;
 mod locks;
 mod observe;
 mod ops;
 mod responses;
 mod schema;
 mod seckill;
+mod server;
 mod state;
 mod stream;
 
 use std::sync::LazyLock;
 
+use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::{Router, middleware};
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::set_header::SetResponseHeaderLayer;
+use tower::ServiceBuilder;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -30,8 +30,10 @@ use error::{ApiError, Problem};
 use schema::{IdempotencyKeyText, LockKeyText, NameText, TokenText};
 
 pub use auth::{AdminToken, ApiKeys};
+pub use buyer::{BuyerKey, BuyerTokens};
 pub use extract::TrustedProxies;
-pub use limits::RequestLimits;
+pub use observe::RequestLimits;
+pub use server::{ConnectionLimits, serve};
 pub use state::AppState;
 pub use stream::StreamKeepAlive;
 
@@ -63,7 +65,8 @@ pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
 struct ApiDoc;
 
 /// Declares the bearer schemes: `api_key` for the lock routes (when keys
-/// are configured) and `admin` for sale administration.
+/// are configured), `admin` for sale administration, and `buyer` (a JWT)
+/// for purchases when buyer tokens are configured.
 struct SecuritySchemes;
 
 impl utoipa::Modify for SecuritySchemes {
@@ -76,6 +79,15 @@ impl utoipa::Modify for SecuritySchemes {
                 SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
             );
         }
+        components.add_security_scheme(
+            "buyer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
     }
 }
 
@@ -126,24 +138,20 @@ pub fn router(
         .merge(docs)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(limits, limits::enforce))
-        .layer(CatchPanicLayer::custom(|_| {
-            ApiError::Internal.into_response()
-        }))
-        // Outside the panic catcher, so a panic's 500 is counted too.
-        .layer(middleware::from_fn_with_state(
-            state.metrics.clone(),
-            observe::observe,
-        ))
-        .with_state(state)
-        .layer(SetResponseHeaderLayer::overriding(
-            X_INSTANCE_ID.clone(),
-            instance_id,
-        ))
+        // One layer, added once: axum boxes each layer's future per request.
+        // The observer is outside the body limit, so a 413 is counted too.
+        .layer(
+            ServiceBuilder::new()
+                .layer(observe::Observer {
+                    metrics: state.metrics.clone(),
+                    limits,
+                    instance_id,
+                })
+                .layer(DefaultBodyLimit::max(body_limit)),
+        )
         // Turns every handler into its final service now, once, rather than
-        // per request (see `app::Gateway::serve`).
-        .with_state(())
+        // per connection or request.
+        .with_state(state)
 }
 
 async fn route_not_found(uri: Uri) -> Response {

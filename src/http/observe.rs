@@ -1,14 +1,28 @@
-//! Per-request observation: the request id, the request's log span, and its metrics.
+//! Per-request observation and limits: the request id, the log span, the metrics, the instance's header, the bounds on header size and request time, and the 500 for a panic.
+//!
+//! One hand-written layer does all of it. axum boxes the future of every
+//! layer added to the router (and `from_fn` boxes it once more), and each
+//! such future lives as long as its request: 10 000 requests waiting for a
+//! lock would keep 10 000 of each. Here the one future holds only what a
+//! request needs, inside the route's own.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, HeaderValue};
-use axum::middleware::Next;
-use axum::response::Response;
-use tracing::Instrument;
+use axum::extract::{MatchedPath, Request};
+use axum::http::{HeaderName, HeaderValue, Method};
+use axum::response::{IntoResponse, Response};
+use pin_project_lite::pin_project;
+use tokio::time::Timeout;
+use tower::{Layer, Service};
 
+use super::X_INSTANCE_ID;
+use super::error::ApiError;
 use crate::metrics::Metrics;
 
 /// The header carrying the request id, accepted from the client (or nginx)
@@ -18,46 +32,328 @@ pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The longest request id accepted from a client.
 const MAX_REQUEST_ID_LEN: usize = 128;
 
-/// Gives the request an id (the client's, if it sent a usable one), runs it
-/// in a span carrying that id, method and path (never the query: `?token=`
-/// is a secret), echoes the id, and counts the request by route template.
-/// Added with `Router::layer`, so the route is known here.
-pub async fn observe(
-    State(metrics): State<Arc<Metrics>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    let id = request
-        .headers()
-        .get(&X_REQUEST_ID)
-        .filter(|value| usable(value.as_bytes()))
-        .cloned()
-        .unwrap_or_else(|| {
-            HeaderValue::try_from(uuid::Uuid::new_v4().to_string())
-                .expect("a UUID is a valid header value")
+/// The bounds every request is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLimits {
+    /// The most bytes of header names and values together.
+    pub header_bytes: usize,
+    /// The longest a request may take, its lock wait included.
+    pub timeout: Duration,
+}
+
+/// The layer: where to count, what to enforce, who answers.
+#[derive(Clone)]
+pub struct Observer {
+    pub metrics: Arc<Metrics>,
+    pub limits: RequestLimits,
+    pub instance_id: HeaderValue,
+}
+
+impl<S> Layer<S> for Observer {
+    type Service = Observed<S>;
+
+    fn layer(&self, inner: S) -> Observed<S> {
+        Observed {
+            inner,
+            observer: self.clone(),
+        }
+    }
+}
+
+/// A route, observed.
+#[derive(Clone)]
+pub struct Observed<S> {
+    inner: S,
+    observer: Observer,
+}
+
+impl<S> Service<Request> for Observed<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = ObservedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    /// Gives the request an id (the client's, if it sent a usable one), runs
+    /// it in a span carrying that id, method and path (never the query:
+    /// `?token=` is a secret), refuses oversized headers (431), ends a
+    /// request that outlives the timeout (503; it is dropped like one whose
+    /// client left, so a lock granted meanwhile is released), answers a
+    /// panic with a 500, counts it by route template, and names the id and
+    /// the instance in the response. Added with `Router::layer`, so the
+    /// route is known here.
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        let started = Instant::now();
+        // Copied, not cloned: a clone would share (and keep alive, for as
+        // long as the request waits) the connection's whole read buffer.
+        let id = request
+            .headers()
+            .get(&X_REQUEST_ID)
+            .filter(|value| usable(value.as_bytes()))
+            .and_then(|value| HeaderValue::from_bytes(value.as_bytes()).ok())
+            .unwrap_or_else(|| {
+                HeaderValue::try_from(uuid::Uuid::new_v4().to_string())
+                    .expect("a UUID is a valid header value")
+            });
+        request
+            .headers_mut()
+            .insert(X_REQUEST_ID.clone(), id.clone());
+        let span = tracing::info_span!(
+            "request",
+            id = %String::from_utf8_lossy(id.as_bytes()),
+            method = %request.method(),
+            path = %request.uri().path(),
+        );
+        // Counted even if the client leaves before the answer (see `Counted`).
+        let counted = Counted {
+            metrics: self.observer.metrics.clone(),
+            route: request.extensions().get::<MatchedPath>().cloned(),
+            method: method_label(request.method()),
+            started,
+            span,
+            status: None,
+        };
+        let limits = self.observer.limits;
+        let answer = if header_bytes(&request) > limits.header_bytes {
+            Answer::Ready {
+                response: Some(ApiError::HeadersTooLarge(limits.header_bytes).into_response()),
+            }
+        } else {
+            let _entered = counted.span.enter();
+            match catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
+                Ok(running) => Answer::Running {
+                    running: tokio::time::timeout(limits.timeout, running),
+                },
+                Err(_) => Answer::Ready {
+                    response: Some(ApiError::Internal.into_response()),
+                },
+            }
+        };
+        ObservedFuture {
+            answer,
+            counted,
+            id: Some(id),
+            instance_id: self.observer.instance_id.clone(),
+        }
+    }
+}
+
+pin_project! {
+    /// An observed request's answer on its way.
+    pub struct ObservedFuture<F> {
+        #[pin]
+        answer: Answer<F>,
+        counted: Counted,
+        id: Option<HeaderValue>,
+        instance_id: HeaderValue,
+    }
+}
+
+pin_project! {
+    #[project = AnswerProjection]
+    enum Answer<F> {
+        /// Answered without the route: headers too large, or a panic.
+        Ready { response: Option<Response> },
+        /// The route's answer, bounded by the request timeout.
+        Running { #[pin] running: Timeout<F> },
+    }
+}
+
+impl<F> Future for ObservedFuture<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = match this.answer.project() {
+            AnswerProjection::Ready { response } => response.take().unwrap_or_else(|| {
+                // Polled again after it completed: a caller's bug, not the
+                // client's; answer rather than panic.
+                ApiError::Internal.into_response()
+            }),
+            AnswerProjection::Running { running } => {
+                let _entered = this.counted.span.enter();
+                match catch_unwind(AssertUnwindSafe(|| running.poll(cx))) {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(Ok(Ok(response)))) => response,
+                    Ok(Poll::Ready(Ok(Err(never)))) => match never {},
+                    Ok(Poll::Ready(Err(_elapsed))) => ApiError::RequestTimeout.into_response(),
+                    Err(_panic) => ApiError::Internal.into_response(),
+                }
+            }
+        };
+        this.counted.answered(response.status().as_u16());
+        let headers = response.headers_mut();
+        if let Some(id) = this.id.take() {
+            headers.insert(X_REQUEST_ID.clone(), id);
+        }
+        headers.insert(X_INSTANCE_ID.clone(), this.instance_id.clone());
+        Poll::Ready(Ok(response))
+    }
+}
+
+/// A request's count, made when its answer is ready: with its status, or,
+/// when it is dropped unanswered (its client left first), with 499 (nginx's
+/// "client closed request").
+struct Counted {
+    metrics: Arc<Metrics>,
+    route: Option<MatchedPath>,
+    method: &'static str,
+    started: Instant,
+    span: tracing::Span,
+    /// Set once counted.
+    status: Option<u16>,
+}
+
+impl Counted {
+    fn answered(&mut self, status: u16) {
+        if self.status.is_none() {
+            self.status = Some(status);
+            self.count(status);
+        }
+    }
+
+    fn count(&self, status: u16) {
+        let elapsed = self.started.elapsed();
+        let route = self.route.as_ref().map_or("unmatched", MatchedPath::as_str);
+        self.metrics.request(route, self.method, status, elapsed);
+        self.span.in_scope(|| {
+            tracing::debug!(status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "answered")
         });
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            self.count(CLIENT_CLOSED_REQUEST);
+        }
+    }
+}
+
+/// The status a request is counted with when its client left before the answer.
+const CLIENT_CLOSED_REQUEST: u16 = 499;
+
+/// The bytes of header names and values together.
+fn header_bytes(request: &Request) -> usize {
     request
-        .headers_mut()
-        .insert(X_REQUEST_ID.clone(), id.clone());
-    let route = request.extensions().get::<MatchedPath>().cloned();
-    let method = request.method().clone();
-    let span = tracing::info_span!(
-        "request",
-        id = %String::from_utf8_lossy(id.as_bytes()),
-        method = %method,
-        path = %request.uri().path(),
-    );
-    let mut response = next.run(request).instrument(span.clone()).await;
-    let status = response.status().as_u16();
-    let elapsed = started.elapsed();
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    metrics.request(route, method.as_str(), status, elapsed);
-    span.in_scope(|| tracing::debug!(status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "answered"));
-    response.headers_mut().insert(X_REQUEST_ID.clone(), id);
-    response
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum()
+}
+
+/// The method as the request metrics label it: one of those the routes
+/// serve, or `other`, so made-up methods cannot add series without end.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        _ => "other",
+    }
 }
 
 fn usable(id: &[u8]) -> bool {
     !id.is_empty() && id.len() <= MAX_REQUEST_ID_LEN && id.iter().all(u8::is_ascii_graphic)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::metrics::Gauges;
+
+    fn observer(metrics: &Arc<Metrics>) -> Observer {
+        Observer {
+            metrics: metrics.clone(),
+            limits: RequestLimits {
+                header_bytes: 1024,
+                timeout: Duration::from_millis(200),
+            },
+            instance_id: HeaderValue::from_static("test"),
+        }
+    }
+
+    fn request() -> Request {
+        Request::builder()
+            .uri("/somewhere")
+            .header(&X_REQUEST_ID, "r-1")
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    fn counted(metrics: &Metrics, status: u16) -> bool {
+        let text = metrics.render(Gauges {
+            waiters: 0,
+            streamed_locks: 0,
+        });
+        let wanted = format!("status=\"{status}\"");
+        text.lines().any(|line| {
+            line.starts_with("lockgate_http_request_duration_seconds_count")
+                && line.contains(&wanted)
+        })
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_answered_500_with_the_ids_and_counted() {
+        let metrics = Arc::new(Metrics::default());
+        let panics = tower::service_fn(|_: Request| async {
+            if true {
+                panic!("a handler's bug");
+            }
+            Ok::<Response, Infallible>(Response::default())
+        });
+
+        let response = observer(&metrics)
+            .layer(panics)
+            .oneshot(request())
+            .await
+            .unwrap();
+
+        assert_eq!(response.status(), 500);
+        assert_eq!(response.headers()["x-request-id"], "r-1");
+        assert_eq!(response.headers()["x-instance-id"], "test");
+        assert!(counted(&metrics, 500));
+    }
+
+    #[tokio::test]
+    async fn a_request_past_the_timeout_is_answered_503_and_one_dropped_is_counted_499() {
+        let metrics = Arc::new(Metrics::default());
+        let never = tower::service_fn(|_: Request| std::future::pending());
+
+        let response = observer(&metrics)
+            .layer(never)
+            .oneshot(request())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503);
+        assert!(counted(&metrics, 503));
+
+        let mut service = observer(&metrics).layer(never);
+        let dropped = service.call(request());
+        assert!(!counted(&metrics, 499));
+        drop(dropped);
+        assert!(counted(&metrics, 499));
+    }
+
+    #[test]
+    fn made_up_methods_share_one_label() {
+        assert_eq!(method_label(&Method::DELETE), "DELETE");
+        for made_up in ["M1", "PATCH", "BREW", "get"] {
+            let method = Method::from_bytes(made_up.as_bytes()).unwrap();
+            assert_eq!(method_label(&method), "other", "{made_up}");
+        }
+    }
 }

@@ -7,9 +7,9 @@
 
 use utoipa::ToSchema;
 
-/// A lock key: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`.
+/// A lock key: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`, not only dots.
 #[derive(ToSchema)]
-#[schema(value_type = String, pattern = r"^[A-Za-z0-9._:-]{1,200}$", example = "orders:42")]
+#[schema(value_type = String, pattern = r"^(?!\.+$)[A-Za-z0-9._:-]{1,200}$", example = "orders:42")]
 pub struct LockKeyText(String);
 
 /// An owner token: the UUID handed out with the grant.
@@ -21,9 +21,9 @@ pub struct LockKeyText(String);
 )]
 pub struct TokenText(String);
 
-/// A sku or a user id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
+/// A sku or a user id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`, not only dots.
 #[derive(ToSchema)]
-#[schema(value_type = String, pattern = r"^[A-Za-z0-9._-]{1,64}$", example = "phone-2026")]
+#[schema(value_type = String, pattern = r"^(?!\.+$)[A-Za-z0-9._-]{1,64}$", example = "phone-2026")]
 pub struct NameText(String);
 
 /// An Idempotency-Key: 1 to 128 visible ASCII characters (a UUID is typical).

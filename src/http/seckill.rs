@@ -9,6 +9,7 @@ use serde_json::Number;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminAccess;
+use super::buyer::{Buyer, OrdersReader};
 use super::error::ApiError;
 use super::extract::{
     ClientIp, IdempotencyKeyHeader, JsonBody, SkuPath, whole_number, whole_number_or,
@@ -16,8 +17,8 @@ use super::extract::{
 use super::responses::problem_responses;
 use super::schema::{IdempotencyKeyText, NameText};
 use crate::seckill::{
-    Order, OrderEntry, OrderRequest, Purchase, Quantity, RateDecision, SaleState, SaleTerms, Sales,
-    Sku, UserId,
+    Cursor, Order, OrderEntry, OrderRequest, OrdersPage, PageLimit, Purchase, Quantity,
+    RateDecision, SaleState, SaleTerms, Sales, Sku, UserId,
 };
 
 static RATE_LIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -65,9 +66,11 @@ impl SaleView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderBody {
-    /// 1 to 64 characters of `A-Z a-z 0-9 . _ -`.
-    #[schema(example = "u-17", pattern = "^[A-Za-z0-9._-]{1,64}$")]
-    user_id: String,
+    /// The buyer: 1 to 64 characters of `A-Z a-z 0-9 . _ -`. Required,
+    /// unless the gateway checks buyer tokens: then the token's `sub` is the
+    /// buyer, and a `user_id` here must name the same.
+    #[schema(example = "u-17", pattern = r"^(?!\.+$)[A-Za-z0-9._-]{1,64}$")]
+    user_id: Option<String>,
     /// Units, 1 to 1000.
     #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000, default = 1, example = 1)]
     quantity: Option<Number>,
@@ -106,38 +109,53 @@ pub struct OrderRecord {
     quantity: u64,
 }
 
-/// A sale's recorded orders, oldest first.
+/// A page of a sale's recorded orders, oldest first.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct OrderList {
     sku: String,
     orders: Vec<OrderRecord>,
+    /// Where the next page begins (its `cursor`); null on the last page.
+    next_cursor: Option<String>,
 }
 
-/// Filters for `GET /seckill/{sku}/orders`.
+/// Which orders `GET /seckill/{sku}/orders` lists.
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct OrdersQuery {
-    /// Only this user's orders.
+    /// Only this user's orders (found without reading anyone else's). With
+    /// buyer tokens, a buyer's token lists only its own.
     #[param(value_type = Option<NameText>)]
     user_id: Option<String>,
+    /// Orders per page, 1 to 1000.
+    #[param(value_type = Option<u64>, minimum = 1, maximum = 1000, default = 100)]
+    limit: Option<String>,
+    /// The `next_cursor` of the page before, as it was given.
+    #[param(value_type = Option<String>)]
+    cursor: Option<String>,
 }
 
 problem_responses!(
     /// What `PUT /seckill/{sku}` can refuse with.
     ResetProblems:
-        MalformedBody, Unauthorized, Forbidden, LockHeld, BodyTooLarge,
+        MalformedBody, Unauthorized, Forbidden, AdministrationDisabled, LockHeld, BodyTooLarge,
         UnsupportedMediaType, InvalidField, BackendUnavailable,
 );
 
 problem_responses!(
-    /// What the sale reads, `GET /seckill/{sku}` and its orders, can refuse with.
+    /// What `GET /seckill/{sku}` can refuse with.
     ReadProblems:
         SaleNotFound, InvalidField, BackendUnavailable,
 );
 
 problem_responses!(
+    /// What `GET /seckill/{sku}/orders` can refuse with.
+    OrdersProblems:
+        Unauthorized, Forbidden, SaleNotFound, InvalidField, BackendUnavailable,
+);
+
+problem_responses!(
     /// What `POST /seckill/{sku}/orders` can refuse with.
     PurchaseProblems:
-        MalformedBody, SaleNotFound, SoldOut, LimitExceeded, LockHeld, BodyTooLarge,
+        MalformedBody, Unauthorized, Forbidden, SaleNotFound, SoldOut, LimitExceeded, LockHeld, BodyTooLarge,
         UnsupportedMediaType, InvalidField, IdempotencyKeyReused, RateLimited,
         BackendUnavailable, TooManyWaiters, NotReplicated,
 );
@@ -196,13 +214,15 @@ pub async fn sale(
 ///
 /// Rate-limited per user across every instance (429 with `Retry-After`;
 /// `RateLimit` and `RateLimit-Policy` on every answer that counted against
-/// the quota), run under the per-(sku, user) lock `seckill:<sku>:<user_id>`,
-/// and admitted by one atomic Lua script. Send an `Idempotency-Key` so a
-/// retry returns the original order instead of buying again.
+/// the quota), run under the per-(sku, user) lock, and admitted by one
+/// atomic Lua script. Send an `Idempotency-Key` so a retry returns the
+/// original order instead of buying again. When the gateway checks buyer
+/// tokens, the buyer is the `sub` of the `Authorization: Bearer` JWT.
 #[utoipa::path(
     post,
     path = "/seckill/{sku}/orders",
     tag = "seckill",
+    security((), ("buyer" = [])),
     params(
         ("sku" = NameText, Path, description = "The product"),
         ("Idempotency-Key" = Option<IdempotencyKeyText>, Header, description = "A fresh client-chosen key (a UUID) per purchase attempt"),
@@ -217,15 +237,26 @@ pub async fn sale(
 )]
 pub async fn purchase(
     State(sales): State<Sales>,
+    buyer: Buyer,
     SkuPath(sku): SkuPath,
     ClientIp(client): ClientIp,
     IdempotencyKeyHeader(idempotency_key): IdempotencyKeyHeader,
     JsonBody(body): JsonBody<OrderBody>,
 ) -> Result<Response, ApiError> {
     let quantity = whole_number_or("quantity", body.quantity.as_ref(), 1)?;
+    let user = match (buyer, body.user_id) {
+        (Buyer::Verified(buyer), Some(named)) if named != buyer.as_str() => {
+            return Err(ApiError::WrongBuyer);
+        }
+        (Buyer::Verified(buyer), _) => buyer,
+        (Buyer::Unverified, Some(named)) => UserId::parse(&named)?,
+        (Buyer::Unverified, None) => {
+            return Err(ApiError::MalformedBody("missing field `user_id`".into()));
+        }
+    };
     let order = OrderRequest {
         sku,
-        user: UserId::parse(&body.user_id)?,
+        user,
         quantity: Quantity::new(quantity)?,
         idempotency_key,
     };
@@ -243,29 +274,61 @@ pub async fn purchase(
     Ok(response)
 }
 
-/// The orders recorded for a sale, oldest first: all, or one user's.
+/// The orders recorded for a sale, oldest first, a page at a time: all, or
+/// one user's.
+///
+/// When the gateway checks buyer tokens, this needs a bearer token: the
+/// admin token lists every order, a buyer's JWT only that buyer's.
 #[utoipa::path(
     get,
     path = "/seckill/{sku}/orders",
     tag = "seckill",
+    security((), ("buyer" = []), ("admin" = [])),
     params(("sku" = NameText, Path, description = "The product"), OrdersQuery),
     responses(
-        (status = 200, description = "The orders", body = OrderList),
-        ReadProblems,
+        (status = 200, description = "A page of orders", body = OrderList),
+        OrdersProblems,
     )
 )]
 pub async fn orders(
     State(sales): State<Sales>,
+    reader: OrdersReader,
     SkuPath(sku): SkuPath,
     uri: Uri,
 ) -> Result<Json<OrderList>, ApiError> {
-    let query = Query::<OrdersQuery>::try_from_uri(&uri)
-        .map_err(|_| ApiError::invalid_field("user_id", "must be given at most once"))?;
-    let user = query.0.user_id.as_deref().map(UserId::parse).transpose()?;
-    let orders = sales.orders(&sku, user.as_ref()).await?;
+    let Query(query) = Query::<OrdersQuery>::try_from_uri(&uri)
+        .map_err(|_| ApiError::invalid_field("query", "takes each parameter at most once"))?;
+    let named = query.user_id.as_deref().map(UserId::parse).transpose()?;
+    let user = match (reader, named) {
+        (OrdersReader::Buyer(buyer), Some(named)) if named != buyer => {
+            return Err(ApiError::WrongBuyer);
+        }
+        (OrdersReader::Buyer(buyer), _) => Some(buyer),
+        (OrdersReader::Anyone | OrdersReader::Admin, named) => named,
+    };
+    let limit = match query.limit.as_deref() {
+        None => PageLimit::default(),
+        Some(text) => PageLimit::new(text.parse().unwrap_or(0))?,
+    };
+    let cursor = query
+        .cursor
+        .as_deref()
+        .map(|text| Cursor::parse(text, user.is_some()))
+        .transpose()?;
+    let page = sales
+        .orders(
+            &sku,
+            OrdersPage {
+                user,
+                cursor,
+                limit,
+            },
+        )
+        .await?;
     Ok(Json(OrderList {
         sku: sku.to_string(),
-        orders: orders.into_iter().map(OrderRecord::from).collect(),
+        orders: page.orders.into_iter().map(OrderRecord::from).collect(),
+        next_cursor: page.next,
     }))
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 
 use super::auth::{AdminToken, ApiKeys};
+use super::buyer::BuyerTokens;
 use super::extract::TrustedProxies;
 use super::stream::StreamKeepAlive;
 use crate::locks::{LockLimits, Locks, Streams};
@@ -25,5 +26,6 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub admin_token: AdminToken,
     pub api_keys: ApiKeys,
+    pub buyer_tokens: BuyerTokens,
     pub trusted_proxies: TrustedProxies,
 }

@@ -3,7 +3,9 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, header};
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -44,13 +46,24 @@ pub struct LostEvent {
     reason: &'static str,
 }
 
-/// Whether the client asks for a streamed lock.
-pub fn wanted(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .any(|value| value.contains("text/event-stream"))
+/// Whether the client asks for a streamed lock (`Accept: text/event-stream`).
+/// Read into a flag, so a waiting request keeps none of its headers (their
+/// bytes share the connection's read buffer).
+pub struct WantsStream(pub bool);
+
+impl<S: Send + Sync> FromRequestParts<S> for WantsStream {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Infallible> {
+        Ok(Self(
+            parts
+                .headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|value| value.to_str().ok())
+                .any(|value| value.contains("text/event-stream")),
+        ))
+    }
 }
 
 /// Takes the lock and answers its event stream: `acquired` with the grant,

@@ -29,6 +29,8 @@ pub enum InvalidKey {
     BadCharacter(char),
     #[error("a lock key in a path must percent-decode to text")]
     NotText,
+    #[error("a lock key cannot be only dots: `.` and `..` name no path")]
+    OnlyDots,
 }
 
 impl LockKey {
@@ -42,6 +44,11 @@ impl LockKey {
         // Every accepted character is ASCII, so bytes count characters.
         if text.len() > MAX_KEY_LEN {
             return Err(InvalidKey::TooLong(text.len()));
+        }
+        // `/locks/..` is no path to this key: clients and proxies remove dot
+        // segments, so such a lock could be taken but never addressed.
+        if text.bytes().all(|byte| byte == b'.') {
+            return Err(InvalidKey::OnlyDots);
         }
         Ok(Self(text.to_owned()))
     }
@@ -206,6 +213,10 @@ mod tests {
         for (text, bad) in [("a/b", '/'), ("a b", ' '), ("café", 'é'), ("{x}", '{')] {
             assert_eq!(LockKey::parse(text), Err(InvalidKey::BadCharacter(bad)));
         }
+        for dots in [".", "..", "..."] {
+            assert_eq!(LockKey::parse(dots), Err(InvalidKey::OnlyDots));
+        }
+        assert!(LockKey::parse("..a").is_ok());
     }
 
     #[test]

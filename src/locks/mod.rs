@@ -124,32 +124,8 @@ impl Locks {
         let keys = self.keys(&request.key);
         let ttl_ms = request.ttl.as_millis();
         if let Some(token) = request.token {
-            let mut conn = self.0.redis.connection().await?;
-            return match scripts::reenter(&mut conn, &keys, &token.expose(), ttl_ms).await? {
-                ReenterReply::Reentered(_)
-                    if request.confirmed
-                        && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
-                {
-                    // Give the hold just taken back.
-                    drop(conn);
-                    self.release(&request.key, &token).await?;
-                    Err(LockError::NotReplicated {
-                        key: request.key,
-                        undone: true,
-                    })
-                }
-                ReenterReply::Reentered(state) => {
-                    self.0.metrics.lock(LockOutcome::Reentered);
-                    Ok(Lease {
-                        key: request.key,
-                        token,
-                        state,
-                        waited: Duration::ZERO,
-                        handover: None,
-                    })
-                }
-                ReenterReply::NotOwner => Err(LockError::NotOwner { key: request.key }),
-            };
+            // Boxed, like every round trip here: see `acquire_by`.
+            return Box::pin(self.reenter(request, token)).await;
         }
 
         let token = Token::generate();
@@ -191,7 +167,7 @@ impl Locks {
             Err(NoGrant::NotReplicated) => {
                 // Undo the grant now, so the answer is true when it is read;
                 // if that fails, the handover keeps trying in the background.
-                if self.release(&request.key, &token).await.is_ok() {
+                if Box::pin(self.release(&request.key, &token)).await.is_ok() {
                     handover.cancel();
                 }
                 Err(LockError::NotReplicated {
@@ -221,20 +197,15 @@ impl Locks {
         let mut ticket = None;
         let mut refused_at = None;
         loop {
-            let remaining_ms = {
-                let mut conn = self.0.redis.connection().await?;
-                match scripts::acquire(&mut conn, keys, &token, ttl_ms).await? {
-                    AcquireReply::Granted(_)
-                        if confirmed && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
-                    {
-                        return Err(NoGrant::NotReplicated);
-                    }
-                    AcquireReply::Granted(state) => {
-                        let waited = refused_at.map_or(Duration::ZERO, |at: Instant| at.elapsed());
-                        return Ok((state, waited));
-                    }
-                    AcquireReply::Held { remaining_ms } => remaining_ms,
+            // Boxed: the round trip's state is large, and only lives while it
+            // runs; a request waiting for a lock keeps only the small rest.
+            let attempt = Box::pin(self.try_acquire(keys, &token, ttl_ms, confirmed));
+            let remaining_ms = match attempt.await? {
+                AcquireReply::Granted(state) => {
+                    let waited = refused_at.map_or(Duration::ZERO, |at: Instant| at.elapsed());
+                    return Ok((state, waited));
                 }
+                AcquireReply::Held { remaining_ms } => remaining_ms,
             };
             let now = Instant::now();
             refused_at.get_or_insert(now);
@@ -258,6 +229,62 @@ impl Locks {
                 () = ticket.closing() => return Err(WaitRefused::ShuttingDown.into()),
             }
         }
+    }
+
+    /// Re-enters a lock its holder's `token` holds: one hold more, the lease
+    /// renewed. A re-entry too few replicas confirm is given back.
+    async fn reenter(&self, request: AcquireRequest, token: Token) -> Result<Lease, LockError> {
+        let keys = self.keys(&request.key);
+        let mut conn = self.0.redis.confirming_connection().await?;
+        let ttl_ms = request.ttl.as_millis();
+        match scripts::reenter(&mut conn, &keys, &token.expose(), ttl_ms).await? {
+            ReenterReply::Reentered(_)
+                if request.confirmed && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
+            {
+                // Give the hold just taken back.
+                drop(conn);
+                self.release(&request.key, &token).await?;
+                Err(LockError::NotReplicated {
+                    key: request.key,
+                    undone: true,
+                })
+            }
+            ReenterReply::Reentered(state) => {
+                self.0.metrics.lock(LockOutcome::Reentered);
+                Ok(Lease {
+                    key: request.key,
+                    token,
+                    state,
+                    waited: Duration::ZERO,
+                    handover: None,
+                })
+            }
+            ReenterReply::NotOwner => Err(LockError::NotOwner { key: request.key }),
+        }
+    }
+
+    /// Runs the acquire script once (and, when `confirmed`, waits for the
+    /// replicas to confirm a grant).
+    async fn try_acquire(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl_ms: u64,
+        confirmed: bool,
+    ) -> Result<AcquireReply, NoGrant> {
+        let mut conn = if confirmed {
+            self.0.redis.confirming_connection().await?
+        } else {
+            self.0.redis.connection().await?
+        };
+        let reply = scripts::acquire(&mut conn, keys, token, ttl_ms).await?;
+        if matches!(reply, AcquireReply::Granted(_))
+            && confirmed
+            && !self.0.redis.replicated(&mut conn, &keys.lock).await?
+        {
+            return Err(NoGrant::NotReplicated);
+        }
+        Ok(reply)
     }
 
     /// Gives up one hold; the last one frees the lock and wakes its waiters.
@@ -297,7 +324,7 @@ impl Locks {
         token: &Token,
         ttl: Ttl,
     ) -> Result<LockState, LockError> {
-        let mut conn = self.0.redis.connection().await?;
+        let mut conn = self.0.redis.confirming_connection().await?;
         let keys = self.keys(key);
         match scripts::extend(&mut conn, &keys, &token.expose(), ttl.as_millis()).await? {
             ExtendReply::Extended(_) if !self.0.redis.replicated(&mut conn, &keys.lock).await? => {

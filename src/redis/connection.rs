@@ -10,7 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
-use super::pool::LeanManager;
+use super::pool::{ClusterManager, LeanManager};
 use super::scripts;
 use crate::metrics::Metrics;
 
@@ -27,7 +27,12 @@ pub struct Connection {
 enum Link {
     /// `None` only once `drop` has taken it.
     Pooled(Option<Object<LeanManager>>),
-    Cluster(ClusterConnection),
+    /// The shared cluster connection; or, with `lease`, one of those kept
+    /// apart for replica-confirmed writes, held for this request alone.
+    Cluster {
+        connection: ClusterConnection,
+        lease: Option<Object<ClusterManager>>,
+    },
 }
 
 impl Connection {
@@ -41,7 +46,21 @@ impl Connection {
 
     pub(super) fn cluster(connection: ClusterConnection, metrics: Arc<Metrics>) -> Self {
         Self {
-            link: Link::Cluster(connection),
+            link: Link::Cluster {
+                connection,
+                lease: None,
+            },
+            broken: false,
+            metrics,
+        }
+    }
+
+    pub(super) fn cluster_leased(object: Object<ClusterManager>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            link: Link::Cluster {
+                connection: (*object).clone(),
+                lease: Some(object),
+            },
             broken: false,
             metrics,
         }
@@ -51,7 +70,7 @@ impl Connection {
     /// this one; `None` for a pooled connection, which is one request's.
     pub(super) fn fork(&self) -> Option<Self> {
         match &self.link {
-            Link::Cluster(connection) => {
+            Link::Cluster { connection, .. } => {
                 Some(Self::cluster(connection.clone(), self.metrics.clone()))
             }
             Link::Pooled(_) => None,
@@ -64,7 +83,7 @@ impl Connection {
                 .as_mut()
                 .expect("a live pooled connection")
                 .connection(),
-            Link::Cluster(connection) => connection,
+            Link::Cluster { connection, .. } => connection,
         }
     }
 
@@ -76,7 +95,7 @@ impl Connection {
         cmd: &Cmd,
         key: &str,
     ) -> Result<T, RedisError> {
-        let Link::Cluster(connection) = &mut self.link else {
+        let Link::Cluster { connection, .. } = &mut self.link else {
             return cmd.query_async(self).await;
         };
         let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
@@ -149,18 +168,27 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match &self.link {
             Link::Pooled(object) => object.as_ref().map_or(0, |object| object.get_db()),
-            Link::Cluster(connection) => connection.get_db(),
+            Link::Cluster { connection, .. } => connection.get_db(),
         }
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if self.broken
-            && let Link::Pooled(object) = &mut self.link
-            && let Some(object) = object.take()
-        {
-            drop(Object::take(object));
+        if !self.broken {
+            return;
+        }
+        match &mut self.link {
+            Link::Pooled(object) => {
+                if let Some(object) = object.take() {
+                    drop(Object::take(object));
+                }
+            }
+            Link::Cluster { lease, .. } => {
+                if let Some(object) = lease.take() {
+                    drop(Object::take(object));
+                }
+            }
         }
     }
 }

@@ -16,7 +16,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use crate::metrics::Metrics;
-use pool::{LeanManager, Pool, PoolError};
+use pool::{ClusterManager, ClusterPool, LeanManager, Pool, PoolError};
 use pubsub::Subscriber;
 
 pub use connection::Connection;
@@ -110,6 +110,9 @@ enum Backend {
         nodes: Vec<String>,
         client: Box<ClusterClient>,
         connection: OnceCell<ClusterConnection>,
+        /// Connections for replica-confirmed writes, when replicas must
+        /// confirm them (see [`Redis::confirming_connection`]).
+        confirming: Option<ClusterPool>,
     },
 }
 
@@ -126,11 +129,19 @@ impl Redis {
                     client,
                 }
             }
-            Topology::Cluster { nodes } => Backend::Cluster {
-                client: Box::new(cluster_client(nodes, settings.timeout).build()?),
-                nodes: nodes.clone(),
-                connection: OnceCell::new(),
-            },
+            Topology::Cluster { nodes } => {
+                let client = cluster_client(nodes, settings.timeout).build()?;
+                let confirming = settings
+                    .replication
+                    .map(|_| confirming_pool(&client, settings))
+                    .transpose()?;
+                Backend::Cluster {
+                    client: Box::new(client),
+                    nodes: nodes.clone(),
+                    connection: OnceCell::new(),
+                    confirming,
+                }
+            }
         };
         Ok(Self(Arc::new(Shared {
             backend,
@@ -190,6 +201,26 @@ impl Redis {
         opened
     }
 
+    /// A connection for a write that replicas must confirm (`WAIT`, see
+    /// [`Redis::replicated`]): `WAIT` blocks the connection it runs on, and
+    /// confirms only that connection's writes. With one Redis every pooled
+    /// connection is one request's already; in a cluster, where every other
+    /// request shares one connection per node, one of a set kept apart.
+    pub async fn confirming_connection(&self) -> Result<Connection, BackendError> {
+        let Backend::Cluster {
+            confirming: Some(pool),
+            ..
+        } = &self.0.backend
+        else {
+            return self.connection().await;
+        };
+        let leased = pool.get().await;
+        if leased.is_err() {
+            self.0.metrics.redis_error("pool");
+        }
+        Ok(Connection::cluster_leased(leased?, self.0.metrics.clone()))
+    }
+
     /// After a write to `key` on `conn`: whether enough replicas confirmed it
     /// (`WAIT`), when replica confirmation is configured; `true` otherwise.
     pub async fn replicated(&self, conn: &mut Connection, key: &str) -> Result<bool, BackendError> {
@@ -233,6 +264,26 @@ fn single_pool(
     settings: &RedisSettings,
 ) -> Result<Pool, redis::RedisError> {
     Pool::builder(LeanManager::new(client.clone(), settings.timeout))
+        .max_size(settings.pool_size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(settings.timeout))
+        .create_timeout(Some(settings.timeout))
+        .recycle_timeout(Some(settings.timeout))
+        .build()
+        .map_err(|err| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "cannot build the connection pool",
+                err.to_string(),
+            ))
+        })
+}
+
+fn confirming_pool(
+    client: &ClusterClient,
+    settings: &RedisSettings,
+) -> Result<ClusterPool, redis::RedisError> {
+    ClusterPool::builder(ClusterManager::new(client.clone(), settings.timeout))
         .max_size(settings.pool_size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(settings.timeout))

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use deadpool::managed::{self, RecycleError, RecycleResult};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ErrorKind, RedisError};
 
 use super::timed_out;
@@ -109,6 +111,43 @@ impl managed::Manager for LeanManager {
 
 pub type Pool = managed::Pool<LeanManager>;
 pub type PoolError = managed::PoolError<RedisError>;
+
+/// Opens cluster connections for writes whose replicas must confirm them:
+/// `WAIT` blocks the connection it runs on, so each of these serves one
+/// request at a time, apart from the cluster connection all others share.
+pub struct ClusterManager {
+    client: ClusterClient,
+    timeout: Duration,
+}
+
+impl ClusterManager {
+    pub fn new(client: ClusterClient, timeout: Duration) -> Self {
+        Self { client, timeout }
+    }
+}
+
+impl managed::Manager for ClusterManager {
+    type Type = ClusterConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<ClusterConnection, RedisError> {
+        tokio::time::timeout(self.timeout, self.client.get_async_connection())
+            .await
+            .map_err(timed_out)?
+    }
+
+    /// The cluster connection mends itself; a broken one is detached (see
+    /// `Connection`).
+    async fn recycle(
+        &self,
+        _: &mut ClusterConnection,
+        _: &managed::Metrics,
+    ) -> RecycleResult<RedisError> {
+        Ok(())
+    }
+}
+
+pub type ClusterPool = managed::Pool<ClusterManager>;
 
 impl LiveConnection {
     pub(super) fn connection(&mut self) -> &mut MultiplexedConnection {

@@ -5,7 +5,7 @@
 //! channel, subscribed (`SSUBSCRIBE`) on the node that owns its slot; one
 //! without (the sale resets) is a plain channel, which every node relays.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -83,6 +83,10 @@ impl Wanted {
     fn channels(&self) -> Vec<String> {
         self.0.keys().cloned().collect()
     }
+
+    fn contains(&self, channel: &str) -> bool {
+        self.0.contains_key(channel)
+    }
 }
 
 enum Request {
@@ -109,6 +113,8 @@ pub struct Subscriber {
 /// died silently (no RST) is noticed and replaced.
 const HEALTH_CHECK: Duration = Duration::from_secs(5);
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// How often a cluster subscription that could not be made is tried again.
+const SUBSCRIBE_RETRY: Duration = Duration::from_millis(200);
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 impl Subscriber {
@@ -295,7 +301,11 @@ async fn serve(
                 Some(Request::Stop) | None => return Ended::Stopped,
             },
             _ = health.tick() => {
-                let pong = tokio::time::timeout(timeout, sink.ping::<String>()).await;
+                // Any reply will do: in RESP2's subscribed mode Redis answers
+                // PING with an array (`pong` and an empty message), not the
+                // status a plain connection gets, and asking for a string
+                // made every check fail and the connection be replaced.
+                let pong = tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await;
                 if !matches!(pong, Ok(Ok(_))) {
                     return Ended::ConnectionLost;
                 }
@@ -340,26 +350,39 @@ async fn run_cluster(
         }
         backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
     };
-    for channel in wanted.channels() {
-        subscribe_in_cluster(&mut connection, &channel, timeout).await;
-    }
+    // Channels wanted but not subscribed: a subscription that failed, or
+    // one the server dropped (a slot moved); tried again until it stands.
+    let mut unsubscribed: HashSet<String> = wanted.channels().into_iter().collect();
+    let mut retry = tokio::time::interval(SUBSCRIBE_RETRY);
     loop {
         tokio::select! {
             push = pushes.recv() => match push {
-                Some(push) => deliver(&listeners, push),
+                Some(push) => {
+                    if let Some(channel) = dropped_by_server(&push)
+                        && wanted.contains(&channel)
+                    {
+                        // The server's SUNSUBSCRIBE after a slot moved: the
+                        // new owner must be asked, or the waiters hear nothing.
+                        unsubscribed.insert(channel);
+                        retry.reset_immediately();
+                    }
+                    deliver(&listeners, push);
+                }
                 None => return,
             },
             request = inbox.recv() => match request {
                 Some(Request::Subscribe { channel, confirmed }) => {
                     if wanted.add(&channel) && !subscribe_in_cluster(&mut connection, &channel, timeout).await {
                         // `confirmed` is dropped: the waiter does not wait
-                        // for it, and retries on its lease timer.
+                        // for it; when the retry makes the subscription, the
+                        // confirmation push tells the listeners.
+                        unsubscribed.insert(channel);
                         continue;
                     }
                     let _ = confirmed.send(());
                 }
                 Some(Request::Unsubscribe { channel }) => {
-                    if wanted.remove(&channel) {
+                    if wanted.remove(&channel) && !unsubscribed.remove(&channel) {
                         let _ = if is_sharded(&channel) {
                             tokio::time::timeout(timeout, connection.sunsubscribe(&channel)).await
                         } else {
@@ -369,7 +392,26 @@ async fn run_cluster(
                 }
                 Some(Request::Stop) | None => return,
             },
+            _ = retry.tick(), if !unsubscribed.is_empty() => {
+                for channel in unsubscribed.clone() {
+                    if subscribe_in_cluster(&mut connection, &channel, timeout).await {
+                        unsubscribed.remove(&channel);
+                    }
+                }
+            }
         }
+    }
+}
+
+/// The channel of a server's own unsubscribe push, as a slot migration
+/// sends to every client subscribed to a sharded channel of the slot.
+fn dropped_by_server(push: &PushInfo) -> Option<String> {
+    match (&push.kind, push.data.first()) {
+        (
+            PushKind::SUnsubscribe | PushKind::Unsubscribe,
+            Some(redis::Value::BulkString(channel)),
+        ) => Some(String::from_utf8_lossy(channel).into_owned()),
+        _ => None,
     }
 }
 

@@ -17,6 +17,8 @@ pub struct SaleKeys {
     pub idempotency: String,
     /// Stream of orders: order_id, user_id, quantity, idempotency_key.
     pub orders: String,
+    /// Hash: user id -> `order_id:quantity,...`, that user's orders.
+    pub by_user: String,
 }
 
 impl SaleKeys {
@@ -26,9 +28,19 @@ impl SaleKeys {
             users: format!("{sale}:users"),
             idempotency: format!("{sale}:idem"),
             orders: format!("{sale}:orders"),
+            by_user: format!("{sale}:by-user"),
             sale,
         }
     }
+}
+
+/// What `purchase.lua` may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurchaseMode {
+    /// Buy, or replay an order recorded under the key.
+    Buy,
+    /// Only replay: nothing new is bought.
+    ReplayOnly,
 }
 
 /// What `purchase.lua` did.
@@ -36,7 +48,12 @@ impl SaleKeys {
 pub enum PurchaseReply {
     Ordered(RecordedOrder),
     Replayed(RecordedOrder),
-    SoldOut { stock: u64, epoch: u64 },
+    /// Only a replay was asked for, and nothing is recorded under the key.
+    NotRecorded,
+    SoldOut {
+        stock: u64,
+        epoch: u64,
+    },
     LimitExceeded,
     NoSale,
     KeyReused,
@@ -86,6 +103,7 @@ pub async fn purchase(
     quantity: u64,
     idempotency_key: Option<&str>,
     order_id: &str,
+    mode: PurchaseMode,
 ) -> Result<PurchaseReply, BackendError> {
     let reply: Vec<Value> = PURCHASE
         .run_as(
@@ -95,10 +113,15 @@ pub async fn purchase(
                 .key(&keys.users)
                 .key(&keys.idempotency)
                 .key(&keys.orders)
+                .key(&keys.by_user)
                 .arg(user_id)
                 .arg(quantity)
                 .arg(idempotency_key.unwrap_or(""))
-                .arg(order_id),
+                .arg(order_id)
+                .arg(match mode {
+                    PurchaseMode::Buy => "buy",
+                    PurchaseMode::ReplayOnly => "replay",
+                }),
             conn,
         )
         .await?;
@@ -115,6 +138,7 @@ pub async fn purchase(
     match code {
         Some(1) => order().map(PurchaseReply::Ordered),
         Some(2) => order().map(PurchaseReply::Replayed),
+        Some(3) => Some(PurchaseReply::NotRecorded),
         Some(0) => number(3)
             .zip(number(4))
             .map(|(stock, epoch)| PurchaseReply::SoldOut { stock, epoch }),
@@ -143,6 +167,7 @@ pub async fn reset(
                 .key(&keys.users)
                 .key(&keys.idempotency)
                 .key(&keys.orders)
+                .key(&keys.by_user)
                 .arg(stock)
                 .arg(per_user_limit)
                 .arg(channel)
@@ -184,19 +209,26 @@ pub async fn state(
 /// An `XRANGE` entry: its id and its field-value pairs.
 type StreamEntry = (String, Vec<(String, String)>);
 
-/// Every order of a sale, oldest first; `None` when there is no such sale.
-/// One round trip: the existence check and the read are pipelined.
+/// Up to `limit` orders of a sale, oldest first, after the order stream's
+/// entry `after` (from the start without one), each with its stream id;
+/// `None` when there is no such sale. One round trip: the existence check
+/// and the read are pipelined.
 pub async fn orders(
     conn: &mut Connection,
     keys: &SaleKeys,
-) -> Result<Option<Vec<OrderEntry>>, BackendError> {
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Option<Vec<(String, OrderEntry)>>, BackendError> {
+    let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
     let (exists, entries): (bool, Vec<StreamEntry>) = redis::pipe()
         .cmd("EXISTS")
         .arg(&keys.sale)
         .cmd("XRANGE")
         .arg(&keys.orders)
-        .arg("-")
+        .arg(start)
         .arg("+")
+        .arg("COUNT")
+        .arg(limit)
         .query_async(conn)
         .await?;
     if !exists {
@@ -204,43 +236,56 @@ pub async fn orders(
     }
     let orders = entries
         .into_iter()
-        .filter_map(|(_, fields)| {
+        .filter_map(|(id, fields)| {
             let field = |name: &str| {
                 fields
                     .iter()
                     .find(|(key, _)| key == name)
                     .map(|(_, value)| value.clone())
             };
-            Some(OrderEntry {
+            let order = OrderEntry {
                 order_id: field("order_id")?,
                 user_id: field("user_id")?,
                 quantity: field("quantity")?.parse().ok()?,
-            })
+            };
+            Some((id, order))
         })
         .collect();
     Ok(Some(orders))
 }
 
-/// The order recorded under an Idempotency-Key, as `purchase.lua` wrote it:
-/// `(order_id, user_id, quantity, stock_left)`.
-pub async fn recorded_order(
+/// Every order of one user in a sale, oldest first, from the sale's
+/// per-user record (nobody else's orders are read); `None` when there is no
+/// such sale.
+pub async fn user_orders(
     conn: &mut Connection,
     keys: &SaleKeys,
-    idempotency_key: &str,
-) -> Result<Option<(String, String, u64, u64)>, BackendError> {
-    let record: Option<String> = redis::cmd("HGET")
-        .arg(&keys.idempotency)
-        .arg(idempotency_key)
+    user_id: &str,
+) -> Result<Option<Vec<OrderEntry>>, BackendError> {
+    let (exists, record): (bool, Option<String>) = redis::pipe()
+        .cmd("EXISTS")
+        .arg(&keys.sale)
+        .cmd("HGET")
+        .arg(&keys.by_user)
+        .arg(user_id)
         .query_async(conn)
         .await?;
-    Ok(record.and_then(|record| {
-        let mut parts = record.split('|');
-        let order_id = parts.next()?.to_owned();
-        let user_id = parts.next()?.to_owned();
-        let quantity = parts.next()?.parse().ok()?;
-        let stock_left = parts.next()?.parse().ok()?;
-        Some((order_id, user_id, quantity, stock_left))
-    }))
+    if !exists {
+        return Ok(None);
+    }
+    let orders = record
+        .iter()
+        .flat_map(|record| record.split(','))
+        .filter_map(|entry| {
+            let (order_id, quantity) = entry.split_once(':')?;
+            Some(OrderEntry {
+                order_id: order_id.to_owned(),
+                user_id: user_id.to_owned(),
+                quantity: quantity.parse().ok()?,
+            })
+        })
+        .collect();
+    Ok(Some(orders))
 }
 
 /// Runs `rate_limit.lua` on one bucket.

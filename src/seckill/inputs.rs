@@ -12,6 +12,10 @@ pub const MAX_QUANTITY: u64 = 1_000;
 pub const MAX_STOCK: u64 = 1_000_000_000;
 /// The longest Idempotency-Key.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
+/// The most orders one page lists.
+pub const MAX_PAGE: usize = 1_000;
+/// The orders a page lists when the request names no `limit`.
+pub const DEFAULT_PAGE: usize = 100;
 
 /// Why a field of a sale request was refused, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,7 +34,8 @@ impl InvalidInput {
     }
 }
 
-/// Checks a sku or user id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`. No
+/// Checks a sku or user id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`, not
+/// only dots (a sku is a path segment, and `.` or `..` name no path). No
 /// `:`, so `seckill:<sku>:<user>` names exactly one (sku, user) pair.
 fn name(field: &'static str, text: &str) -> Result<String, InvalidInput> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
@@ -39,6 +44,9 @@ fn name(field: &'static str, text: &str) -> Result<String, InvalidInput> {
             field,
             format!("must be 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 . _ -"),
         ));
+    }
+    if text.bytes().all(|byte| byte == b'.') {
+        return Err(InvalidInput::new(field, "cannot be only dots"));
     }
     Ok(text.to_owned())
 }
@@ -133,6 +141,78 @@ impl IdempotencyKey {
     }
 }
 
+/// How many orders a page lists: 1 to [`MAX_PAGE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageLimit(usize);
+
+impl PageLimit {
+    pub fn new(limit: u64) -> Result<Self, InvalidInput> {
+        usize::try_from(limit)
+            .ok()
+            .filter(|limit| (1..=MAX_PAGE).contains(limit))
+            .map(Self)
+            .ok_or_else(|| {
+                InvalidInput::new("limit", format!("must be an integer from 1 to {MAX_PAGE}"))
+            })
+    }
+
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+impl Default for PageLimit {
+    fn default() -> Self {
+        Self(DEFAULT_PAGE)
+    }
+}
+
+/// Where a page of orders begins: the `next_cursor` of the page before, as
+/// it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cursor {
+    /// Everyone's orders: after this entry of the sale's order stream.
+    After(String),
+    /// One user's orders: after skipping this many.
+    Skip(usize),
+}
+
+impl Cursor {
+    /// A cursor for everyone's orders (`for_user` false) or one user's.
+    pub fn parse(text: &str, for_user: bool) -> Result<Self, InvalidInput> {
+        let number = |part: &str| {
+            part.bytes()
+                .all(|byte| byte.is_ascii_digit())
+                .then(|| part.parse::<u64>().ok())
+                .flatten()
+        };
+        let cursor = if for_user {
+            number(text)
+                .and_then(|skip| usize::try_from(skip).ok())
+                .map(Self::Skip)
+        } else {
+            text.split_once('-')
+                .filter(|(ms, seq)| number(ms).is_some() && number(seq).is_some())
+                .map(|_| Self::After(text.to_owned()))
+        };
+        cursor.ok_or_else(|| {
+            InvalidInput::new(
+                "cursor",
+                "must be the next_cursor of an earlier page, as it was given",
+            )
+        })
+    }
+}
+
+/// Which page of a sale's orders to list.
+#[derive(Debug, Clone, Default)]
+pub struct OrdersPage {
+    /// Only this user's orders.
+    pub user: Option<UserId>,
+    pub cursor: Option<Cursor>,
+    pub limit: PageLimit,
+}
+
 /// What a sale starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaleTerms {
@@ -195,7 +275,16 @@ mod tests {
     fn names_take_the_lock_alphabet_without_colons() {
         assert!(Sku::parse("phone-2026.red_XL").is_ok());
         assert!(Sku::parse(&"s".repeat(MAX_NAME_LEN)).is_ok());
-        for bad in ["", "a:b", "a b", "é", "a/b", &"s".repeat(MAX_NAME_LEN + 1)] {
+        for bad in [
+            "",
+            "a:b",
+            "a b",
+            "é",
+            "a/b",
+            ".",
+            "..",
+            &"s".repeat(MAX_NAME_LEN + 1),
+        ] {
             assert_eq!(Sku::parse(bad).unwrap_err().field, "sku", "{bad:?}");
             assert_eq!(UserId::parse(bad).unwrap_err().field, "user_id", "{bad:?}");
         }
@@ -220,6 +309,25 @@ mod tests {
         assert!(SaleTerms::new(0, 1).is_ok());
         assert_eq!(SaleTerms::new(MAX_STOCK + 1, 1).unwrap_err().field, "stock");
         assert_eq!(SaleTerms::new(10, 0).unwrap_err().field, "per_user_limit");
+    }
+
+    #[test]
+    fn cursors_are_stream_ids_or_offsets_and_limits_stay_in_range() {
+        assert!(Cursor::parse("1795331974189-0", false).is_ok());
+        assert_eq!(Cursor::parse("200", true), Ok(Cursor::Skip(200)));
+        for bad in ["", "1795331974189", "a-0", "1-2-3", "-0"] {
+            assert_eq!(
+                Cursor::parse(bad, false).unwrap_err().field,
+                "cursor",
+                "{bad:?}"
+            );
+        }
+        assert!(Cursor::parse("1-0", true).is_err());
+        assert!(Cursor::parse("99999999999999999999999", true).is_err());
+        assert!(PageLimit::new(0).is_err());
+        assert!(PageLimit::new(1_001).is_err());
+        assert_eq!(PageLimit::new(1_000).unwrap().get(), 1_000);
+        assert_eq!(PageLimit::default().get(), DEFAULT_PAGE);
     }
 
     #[test]

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use inputs::{
-    IdempotencyKey, InvalidInput, MAX_NAME_LEN, MAX_QUANTITY, MAX_STOCK, OrderRequest, Quantity,
-    SaleTerms, Sku, UserId,
+    Cursor, IdempotencyKey, InvalidInput, MAX_NAME_LEN, MAX_PAGE, MAX_QUANTITY, MAX_STOCK,
+    OrderRequest, OrdersPage, PageLimit, Quantity, SaleTerms, Sku, UserId,
 };
 pub use rate::{RateDecision, RatePolicy};
 use sold_out::SoldOutFlags;
@@ -26,7 +26,9 @@ use sold_out::SoldOutFlags;
 use crate::locks::{AcquireRequest, LockError, LockKey, Locks, Ttl, WaitTime};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
-use crate::redis::seckill::{self as scripts, PurchaseReply, RecordedOrder, SaleKeys};
+use crate::redis::seckill::{
+    self as scripts, PurchaseMode, PurchaseReply, RecordedOrder, SaleKeys,
+};
 use crate::redis::{BackendError, Redis};
 // Read from Redis as they are and handed on unchanged: one type each, not a
 // domain copy joined to the Redis one field by field.
@@ -48,6 +50,13 @@ pub struct SaleSettings {
     pub user_lock: bool,
     /// How long a purchase waits for its user's lock.
     pub lock_wait: Duration,
+}
+
+/// A page of recorded orders, and where the next begins, if one does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderPage {
+    pub orders: Vec<OrderEntry>,
+    pub next: Option<String>,
 }
 
 /// A recorded order, as a purchase answers it.
@@ -191,20 +200,46 @@ impl Sales {
         Ok(state.ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?)
     }
 
-    /// The sale's recorded orders, oldest first; one user's when `user` is given.
-    pub async fn orders(
-        &self,
-        sku: &Sku,
-        user: Option<&UserId>,
-    ) -> Result<Vec<OrderEntry>, SaleError> {
+    /// A page of the sale's recorded orders, oldest first: everyone's (read
+    /// from the order stream, from the cursor on) or one user's (from that
+    /// user's own record, reading nobody else's).
+    pub async fn orders(&self, sku: &Sku, page: OrdersPage) -> Result<OrderPage, SaleError> {
         let mut conn = self.redis.connection().await?;
-        let mut orders = scripts::orders(&mut conn, &self.keys(sku))
-            .await?
-            .ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?;
-        if let Some(user) = user {
-            orders.retain(|order| order.user_id == user.as_str());
+        let keys = self.keys(sku);
+        let limit = page.limit.get();
+        let not_found = || Refusal::NotFound { sku: sku.clone() };
+        match &page.user {
+            None => {
+                let after = match &page.cursor {
+                    Some(Cursor::After(id)) => Some(id.as_str()),
+                    _ => None,
+                };
+                // One more than the page, to know whether another follows.
+                let mut entries = scripts::orders(&mut conn, &keys, after, limit + 1)
+                    .await?
+                    .ok_or_else(not_found)?;
+                let more = entries.len() > limit;
+                entries.truncate(limit);
+                let next = more
+                    .then(|| entries.last().map(|(id, _)| id.clone()))
+                    .flatten();
+                let orders = entries.into_iter().map(|(_, order)| order).collect();
+                Ok(OrderPage { orders, next })
+            }
+            Some(user) => {
+                let all = scripts::user_orders(&mut conn, &keys, user.as_str())
+                    .await?
+                    .ok_or_else(not_found)?;
+                let skip = match page.cursor {
+                    Some(Cursor::Skip(skip)) => skip,
+                    _ => 0,
+                };
+                let more = all.len() > skip + limit;
+                let orders = all.into_iter().skip(skip).take(limit).collect();
+                let next = more.then(|| (skip + limit).to_string());
+                Ok(OrderPage { orders, next })
+            }
         }
-        Ok(orders)
     }
 
     /// Buys, or replays an earlier purchase with the same Idempotency-Key.
@@ -234,10 +269,10 @@ impl Sales {
             Some(decision) if !decision.allowed => Err(Refusal::RateLimited(decision).into()),
             _ if self.settings.user_lock => {
                 let wait = WaitTime::fixed(self.settings.lock_wait);
-                self.under_lock(order.lock_key(), wait, self.purchase(&order))
-                    .await
+                let purchase = self.purchase(&order, PurchaseMode::Buy);
+                self.under_lock(order.lock_key(), wait, purchase).await
             }
-            _ => self.purchase(&order).await,
+            _ => self.purchase(&order, PurchaseMode::Buy).await,
         };
         Checkout { result, rate }
     }
@@ -309,8 +344,12 @@ impl Sales {
         result
     }
 
-    async fn purchase(&self, order: &OrderRequest) -> Result<Purchase, SaleError> {
-        let mut conn = self.redis.connection().await?;
+    async fn purchase(
+        &self,
+        order: &OrderRequest,
+        mode: PurchaseMode,
+    ) -> Result<Purchase, SaleError> {
+        let mut conn = self.redis.confirming_connection().await?;
         let order_id = uuid::Uuid::new_v4().to_string();
         let keys = self.keys(&order.sku);
         let reply = scripts::purchase(
@@ -320,11 +359,18 @@ impl Sales {
             order.quantity.get(),
             order.idempotency_key.as_ref().map(IdempotencyKey::as_str),
             &order_id,
+            mode,
         )
         .await?;
         let sku = order.sku.as_str();
         let outcome = match reply {
-            PurchaseReply::Ordered(_) if !self.redis.replicated(&mut conn, &keys.sale).await? => {
+            // A replay is confirmed too: the script wrote its record again,
+            // after the order, so the replicas that have that write have the
+            // order (a client retrying after `not-replicated` must not be
+            // told 200 for an order only the primary holds).
+            PurchaseReply::Ordered(_) | PurchaseReply::Replayed(_)
+                if !self.redis.replicated(&mut conn, &keys.sale).await? =>
+            {
                 Err(Refusal::NotReplicated {
                     sku: order.sku.clone(),
                 })
@@ -344,6 +390,9 @@ impl Sales {
                     sku: order.sku.clone(),
                 })
             }
+            PurchaseReply::NotRecorded => Err(Refusal::SoldOut {
+                sku: order.sku.clone(),
+            }),
             PurchaseReply::LimitExceeded => Err(Refusal::LimitExceeded {
                 sku: order.sku.clone(),
                 user: order.user.clone(),
@@ -357,34 +406,18 @@ impl Sales {
     }
 
     /// The answer once this instance knows the sale is sold out: without an
-    /// Idempotency-Key, straight from memory; with one, after a single read
-    /// to tell a replay of an earlier purchase (answered with its order) from
-    /// a new attempt.
+    /// Idempotency-Key, straight from memory; with one, the purchase script
+    /// in its replay-only mode (which buys nothing, so a stale flag can never
+    /// buy without the user's lock), so that a replay of an earlier purchase
+    /// gets its order, confirmed like any.
     async fn answer_sold_out(&self, order: &OrderRequest) -> Result<Purchase, SaleError> {
-        let sold_out = || {
-            SaleError::from(Refusal::SoldOut {
+        if order.idempotency_key.is_none() {
+            return Err(Refusal::SoldOut {
                 sku: order.sku.clone(),
-            })
-        };
-        let Some(key) = &order.idempotency_key else {
-            return Err(sold_out());
-        };
-        let mut conn = self.redis.connection().await?;
-        match scripts::recorded_order(&mut conn, &self.keys(&order.sku), key.as_str()).await? {
-            None => Err(sold_out()),
-            Some((order_id, user, quantity, stock_left))
-                if user == order.user.as_str() && quantity == order.quantity.get() =>
-            {
-                Ok(Purchase::Replayed(Order {
-                    order_id,
-                    sku: order.sku.clone(),
-                    user: order.user.clone(),
-                    quantity,
-                    stock_left,
-                }))
             }
-            Some(_) => Err(Refusal::KeyReused.into()),
+            .into());
         }
+        self.purchase(order, PurchaseMode::ReplayOnly).await
     }
 }
 

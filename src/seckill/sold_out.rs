@@ -60,6 +60,14 @@ impl SoldOutFlags {
         }
     }
 
+    /// A reset may have been missed (the subscription was down): forget
+    /// every flag, so the next purchase of each sale asks Redis again.
+    fn forget(&self) {
+        for known in self.lock().values_mut() {
+            known.sold_out = false;
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
         // Every change is one assignment, so a poisoned map is still sound.
         self.sales
@@ -82,10 +90,14 @@ impl Listener for SoldOutFlags {
     }
 
     fn reconnected(&self) {
-        // A reset may have been missed while disconnected: forget every flag
-        // (the next purchase of each sale asks Redis again).
-        for known in self.lock().values_mut() {
-            known.sold_out = false;
+        self.forget();
+    }
+
+    fn resubscribed(&self, channel: &str) {
+        // In a cluster, the resets' subscription renewed alone: a reset may
+        // have been missed all the same.
+        if channel == self.channel {
+            self.forget();
         }
     }
 }
@@ -120,6 +132,16 @@ mod tests {
         flags.message("lockgate:released:{tv}", b"tv 9");
         assert!(flags.is_sold_out("tv"));
         flags.reconnected();
+        assert!(!flags.is_sold_out("tv"));
+    }
+
+    #[test]
+    fn a_renewed_resets_subscription_forgets_every_flag_too() {
+        let flags = SoldOutFlags::new("resets".into());
+        flags.mark_sold_out("tv", 1);
+        flags.resubscribed("lockgate:released:{tv}");
+        assert!(flags.is_sold_out("tv"));
+        flags.resubscribed("resets");
         assert!(!flags.is_sold_out("tv"));
     }
 }

@@ -104,6 +104,9 @@ fn cases() -> Vec<Case> {
         ),
         acquire("non-ASCII key", json!({"key": "café"}), 422, "invalid-key"),
         acquire("key with braces", json!({"key": "{a}"}), 422, "invalid-key"),
+        // `/locks/..` would address no lock: curl and nginx remove dot segments.
+        acquire("key of one dot", json!({"key": "."}), 422, "invalid-key"),
+        acquire("key of two dots", json!({"key": ".."}), 422, "invalid-key"),
         case(
             "non-ASCII key in a path",
             Method::GET,

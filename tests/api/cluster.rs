@@ -9,45 +9,6 @@ use serde_json::json;
 
 use crate::helpers::{RedisServer, TestApp, assert_problem, eventually};
 
-/// For each master, a lock key whose slot it owns: `keys[i]` lives on node `i`.
-async fn one_key_per_master(redis: &RedisServer, masters: usize) -> Vec<String> {
-    let mut found: HashMap<usize, String> = HashMap::new();
-    for candidate in 0.. {
-        let key = format!("spread:{candidate}");
-        let slot_key = format!("lockgate:lock:{{{key}}}");
-        for index in 0..masters {
-            let mut conn = redis.node(index).connection().await;
-            // A node answers KEYSLOT for any key; CLUSTER COUNTKEYSINSLOT
-            // tells nothing of ownership, so ask the node's own slot table.
-            let slot: u16 = redis::cmd("CLUSTER")
-                .arg("KEYSLOT")
-                .arg(&slot_key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            let owned: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            let owner_port = owned.iter().find_map(|range| {
-                let start = redis::from_redis_value::<u16>(range[0].clone()).ok()?;
-                let end = redis::from_redis_value::<u16>(range[1].clone()).ok()?;
-                let master: Vec<redis::Value> = redis::from_redis_value(range[2].clone()).ok()?;
-                let port = redis::from_redis_value::<u16>(master[1].clone()).ok()?;
-                (start..=end).contains(&slot).then_some(port)
-            });
-            if owner_port == Some(redis.node(index).port) {
-                found.entry(index).or_insert(key.clone());
-            }
-        }
-        if found.len() == masters {
-            break;
-        }
-    }
-    (0..masters).map(|index| found[&index].clone()).collect()
-}
-
 #[tokio::test]
 async fn locks_spread_over_every_master_and_fencing_tokens_still_increase() {
     let redis = RedisServer::cluster(3).await;
@@ -93,7 +54,7 @@ async fn locks_spread_over_every_master_and_fencing_tokens_still_increase() {
 async fn waiting_on_keys_of_different_masters_wakes_promptly() {
     let redis = RedisServer::cluster(3).await;
     let app = Arc::new(TestApp::spawn(&redis).await);
-    let keys = one_key_per_master(&redis, 3).await;
+    let keys = redis.one_key_per_master(3).await;
 
     let mut holders = Vec::new();
     for key in &keys {
@@ -134,7 +95,7 @@ async fn waiting_on_keys_of_different_masters_wakes_promptly() {
 async fn a_stopped_master_takes_only_its_own_slots_and_comes_back() {
     let mut redis = RedisServer::cluster(3).await;
     let app = TestApp::spawn_with(&redis, &["--redis-timeout-ms", "500"]).await;
-    let keys = one_key_per_master(&redis, 3).await;
+    let keys = redis.one_key_per_master(3).await;
     for key in &keys {
         let grant = app.take(key, 30_000).await;
         app.release(key, &grant.token).await;
@@ -183,4 +144,157 @@ async fn a_stopped_master_takes_only_its_own_slots_and_comes_back() {
     })
     .await;
     assert!(ready, "/readyz did not recover once every master was back");
+}
+
+#[tokio::test]
+async fn a_reset_missed_while_the_subscription_was_down_clears_the_sold_out_flag() {
+    let redis = RedisServer::cluster(3).await;
+    let flags = ["--admin-token", "adm", "--seckill-rate", "0"];
+    let app = TestApp::spawn_with(&redis, &flags).await;
+    let reset = app
+        .http
+        .put(app.url("/seckill/flag"))
+        .bearer_auth("adm")
+        .json(&json!({"stock": 1, "per_user_limit": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reset.status(), StatusCode::OK);
+    let buy = |user: &'static str| {
+        app.http
+            .post(app.url("/seckill/flag/orders"))
+            .json(&json!({"user_id": user}))
+            .send()
+    };
+    assert_eq!(buy("a").await.unwrap().status(), StatusCode::CREATED);
+    assert_problem(buy("b").await.unwrap(), 409, "sold-out").await;
+
+    // Restocked by a reset whose message this instance never hears.
+    let sale = "lockgate:sale:{flag}";
+    let () = redis::Script::new(include_str!("../../lua/reset_sale.lua"))
+        .key(sale)
+        .key(format!("{sale}:users"))
+        .key(format!("{sale}:idem"))
+        .key(format!("{sale}:orders"))
+        .key(format!("{sale}:by-user"))
+        .arg(5)
+        .arg(1)
+        .arg("a-channel-nobody-hears")
+        .arg("flag")
+        .invoke_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    assert_problem(buy("c").await.unwrap(), 409, "sold-out").await;
+    // The instance's subscriptions drop, and are renewed.
+    for index in 0..3 {
+        let _: redis::RedisResult<u64> = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut redis.node(index).connection().await)
+            .await;
+    }
+
+    let sells = eventually(Duration::from_secs(10), || async {
+        buy("c").await.unwrap().status() == StatusCode::CREATED
+    })
+    .await;
+    assert!(
+        sells,
+        "a stale sold-out flag outlived the renewed subscription"
+    );
+}
+
+/// Moves the slot of `key`'s lock from master `from` to master `to`, keys
+/// and all, as `redis-cli --cluster reshard` does.
+async fn move_slot(redis: &RedisServer, key: &str, from: usize, to: usize) {
+    let node = |index: usize| redis.node(index);
+    let lock = format!("lockgate:lock:{{{key}}}");
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&lock)
+        .query_async(&mut node(from).connection().await)
+        .await
+        .unwrap();
+    let id = |index: usize| async move {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async::<String>(&mut node(index).connection().await)
+            .await
+            .unwrap()
+    };
+    let (source, target) = (id(from).await, id(to).await);
+    let setslot = |index: usize, how: &'static str, id: String| async move {
+        let () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(id)
+            .query_async(&mut node(index).connection().await)
+            .await
+            .unwrap();
+    };
+    setslot(to, "IMPORTING", source.clone()).await;
+    setslot(from, "MIGRATING", target.clone()).await;
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(100)
+        .query_async(&mut node(from).connection().await)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(node(to).port)
+            .arg("")
+            .arg(0)
+            .arg(5_000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query_async(&mut node(from).connection().await)
+            .await
+            .unwrap();
+    }
+    for index in 0..3 {
+        setslot(index, "NODE", target.clone()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_after_its_locks_slot_moved_to_another_master() {
+    let redis = RedisServer::cluster(3).await;
+    let app = Arc::new(TestApp::spawn(&redis).await);
+    let keys = redis.one_key_per_master(3).await;
+    let key = keys[0].clone();
+    let holder = app.take(&key, 30_000).await;
+    let waiter = {
+        let request = app
+            .http
+            .post(app.url("/locks"))
+            .json(&json!({"key": key, "ttl_ms": 30_000, "wait_ms": 20_000}));
+        tokio::spawn(async move {
+            let response = request.send().await.unwrap();
+            (Instant::now(), response.status())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The lock's slot moves: its old master drops the waiter's sharded
+    // subscription (SUNSUBSCRIBE), its new master publishes the release.
+    move_slot(&redis, &key, 0, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released_at = Instant::now();
+    assert_eq!(
+        app.release(&key, &holder.token).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let (answered, status) = waiter.await.unwrap();
+
+    assert_eq!(status, StatusCode::CREATED);
+    let woke_after = answered - released_at;
+    assert!(
+        woke_after < Duration::from_millis(100),
+        "woken {woke_after:?} after the release"
+    );
 }

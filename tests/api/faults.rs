@@ -204,8 +204,7 @@ async fn a_sale_crashed_mid_load_comes_back_from_the_aof_with_every_invariant() 
     }
 
     let sale: Value = app.get("/seckill/crash").await.json().await.unwrap();
-    let orders: Value = app.get("/seckill/crash/orders").await.json().await.unwrap();
-    let orders = orders["orders"].as_array().unwrap();
+    let orders = app.orders("crash").await;
     let (stock, sold) = (
         sale["stock"].as_u64().unwrap(),
         sale["sold"].as_u64().unwrap(),
@@ -219,7 +218,7 @@ async fn a_sale_crashed_mid_load_comes_back_from_the_aof_with_every_invariant() 
     assert_eq!(sum, sold, "an order without its decrement, or the reverse");
     assert_eq!(orders.len() as u64, sale["orders"].as_u64().unwrap());
     let mut per_user: HashMap<&str, u64> = HashMap::new();
-    for order in orders {
+    for order in &orders {
         *per_user
             .entry(order["user_id"].as_str().unwrap())
             .or_default() += 1;

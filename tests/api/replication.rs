@@ -1,5 +1,6 @@
 //! Replica-confirmed grants: with a replica, grants, renewals and purchases are confirmed; with it frozen, a grant is undone and answered 503.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -129,6 +130,9 @@ async fn with_its_replica_frozen_a_grant_is_undone_and_answered_503() {
             .send()
     };
     assert_problem(buy_once().await.unwrap(), 503, "not-replicated").await;
+    // Retried with the same key while the replica is still frozen: the
+    // order still stands on the primary alone, so the replay says so too.
+    assert_problem(buy_once().await.unwrap(), 503, "not-replicated").await;
 
     send_signal(replica.node(0).pid(), "-CONT");
     let served = eventually(Duration::from_secs(5), || async {
@@ -141,4 +145,49 @@ async fn with_its_replica_frozen_a_grant_is_undone_and_answered_503() {
     );
     // The purchase did happen: the same key replays it.
     assert_eq!(buy_once().await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_waiting_for_a_replica_stalls_no_other_request_to_its_node() {
+    let mut redis = RedisServer::cluster(3).await;
+    redis.add_cluster_replica(0).await;
+    // Two locks on the master whose replica is frozen below.
+    let [key, other]: [String; 2] = redis.keys_on_master(0, 2).await.try_into().unwrap();
+    let app = Arc::new(
+        TestApp::spawn_with(
+            &redis,
+            &[
+                "--redis-wait-replicas",
+                "1",
+                "--redis-wait-timeout-ms",
+                "1500",
+            ],
+        )
+        .await,
+    );
+    app.take(&key, 30_000).await;
+    let held = app.take(&format!("{key}-free"), 100).await;
+    drop(held);
+
+    // The replica freezes: a grant on its master waits the whole timeout
+    // for it (WAIT), then is undone.
+    send_signal(redis.node(3).pid(), "-STOP");
+    let granting = {
+        let app = app.clone();
+        tokio::spawn(async move { app.acquire(json!({"key": other})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Meanwhile another request to the same master is answered at once.
+    let started = std::time::Instant::now();
+    let inspected = app.get(&format!("/locks/{key}")).await;
+    let took = started.elapsed();
+    let refused = granting.await.unwrap();
+    send_signal(redis.node(3).pid(), "-CONT");
+
+    assert_eq!(inspected.status(), StatusCode::OK);
+    assert!(
+        took < Duration::from_millis(500),
+        "a read waited {took:?} behind another request's WAIT"
+    );
+    assert_problem(refused, 503, "not-replicated").await;
 }

@@ -52,16 +52,6 @@ impl TestApp {
             .await
             .unwrap()
     }
-
-    async fn orders(&self, sku: &str) -> Vec<Value> {
-        let list: Value = self
-            .get(&format!("/seckill/{sku}/orders"))
-            .await
-            .json()
-            .await
-            .unwrap();
-        list["orders"].as_array().unwrap().clone()
-    }
 }
 
 /// Three instances on one Redis, with rate limits out of the way.
@@ -444,12 +434,18 @@ async fn a_reset_clears_the_old_sales_orders_counts_and_keys() {
     assert_eq!(mine["orders"].as_array().unwrap().len(), 1);
 }
 
+/// Where the sale keeps its own locks, apart from those of `/locks`.
+const SALE_LOCKS: &str = "lockgate:internal:";
+
 #[tokio::test]
 async fn a_purchase_waits_for_its_users_lock_and_proceeds_when_it_is_released() {
     let redis = RedisServer::start().await;
     let app = Arc::new(TestApp::spawn_sale(&redis, &[]).await);
     app.reset_sale("desk", 10, 5).await;
-    let held = app.take("seckill:desk:ada", 30_000).await;
+    // As a purchase of ada's on another instance would hold it.
+    let held = redis
+        .take_lock(SALE_LOCKS, "seckill:desk:ada", 30_000)
+        .await;
 
     let buyer = {
         let app = app.clone();
@@ -471,7 +467,9 @@ async fn a_purchase_waits_for_its_users_lock_and_proceeds_when_it_is_released() 
     );
 
     let released_at = Instant::now();
-    app.release("seckill:desk:ada", &held.token).await;
+    redis
+        .release_lock(SALE_LOCKS, "seckill:desk:ada", &held)
+        .await;
     let (status, answered) = buyer.await.unwrap();
     assert_eq!(status, StatusCode::CREATED);
     assert!(answered - released_at < Duration::from_millis(200));
@@ -483,7 +481,9 @@ async fn a_purchase_whose_lock_stays_held_answers_lock_held() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn_sale(&redis, &["--seckill-lock-wait-ms", "300"]).await;
     app.reset_sale("desk", 10, 5).await;
-    app.take("seckill:desk:ada", 30_000).await;
+    redis
+        .take_lock(SALE_LOCKS, "seckill:desk:ada", 30_000)
+        .await;
 
     let started = Instant::now();
     let response = app.buy("desk", "ada", 1, None).await;
@@ -699,19 +699,45 @@ async fn every_bad_sale_request_gets_its_documented_4xx() {
 }
 
 #[tokio::test]
-async fn without_an_admin_token_the_sale_routes_are_open() {
+async fn a_client_cannot_hold_the_sales_own_locks() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("desk", 10, 5).await;
+
+    // The names the sale's locks go by are a client's own locks here.
+    app.take("seckill:desk:ada", 3_600_000).await;
+    app.take("seckill:desk", 3_600_000).await;
+    let started = Instant::now();
+    let bought = app.buy("desk", "ada", 1, None).await;
+
+    assert_eq!(bought.status(), StatusCode::CREATED);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(app.reset_sale("desk", 3, 1).await["stock"], 3);
+}
+
+#[tokio::test]
+async fn without_an_admin_token_sale_administration_is_refused_and_says_how_to_enable_it() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn(&redis).await;
 
     let response = app
         .http
         .put(app.url("/seckill/open"))
+        .bearer_auth("anything")
         .json(&json!({"stock": 1, "per_user_limit": 1}))
         .send()
         .await
         .unwrap();
 
-    assert_eq!(response.status(), StatusCode::OK);
+    let problem = assert_problem(response, 403, "administration-disabled").await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("LOCKGATE_ADMIN_TOKEN"),
+        "{problem}"
+    );
+    assert_problem(app.get("/seckill/open").await, 404, "sale-not-found").await;
 }
 
 #[tokio::test]
@@ -719,7 +745,9 @@ async fn with_the_user_lock_switched_off_a_held_user_lock_delays_nothing() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn_sale(&redis, &["--seckill-user-lock", "false"]).await;
     app.reset_sale("desk", 10, 5).await;
-    app.take("seckill:desk:ada", 30_000).await;
+    redis
+        .take_lock(SALE_LOCKS, "seckill:desk:ada", 30_000)
+        .await;
 
     let started = Instant::now();
     let response = app.buy("desk", "ada", 1, None).await;

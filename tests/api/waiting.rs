@@ -438,3 +438,45 @@ async fn beyond_the_cap_a_waiter_is_refused_with_503() {
         assert_eq!(waiter.await.unwrap().0, StatusCode::CONFLICT);
     }
 }
+
+/// The ids of the connections in pub/sub mode (flag `P`).
+async fn pubsub_clients(redis: &RedisServer) -> Vec<String> {
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    clients
+        .lines()
+        .filter(|line| {
+            line.split(' ').any(|field| {
+                field
+                    .strip_prefix("flags=")
+                    .is_some_and(|flags| flags.contains('P'))
+            })
+        })
+        .filter_map(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_idle_gateway_keeps_its_one_subscription_connection() {
+    let redis = RedisServer::start_single().await;
+    let _app = TestApp::spawn(&redis).await;
+    let subscribed = eventually(Duration::from_secs(5), || async {
+        pubsub_clients(&redis).await.len() == 1
+    })
+    .await;
+    assert!(subscribed, "no pub/sub connection");
+    let before = pubsub_clients(&redis).await;
+
+    // Three health checks (every 5 s) come and go.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+
+    assert_eq!(
+        pubsub_clients(&redis).await,
+        before,
+        "the pub/sub connection was replaced while idle"
+    );
+}

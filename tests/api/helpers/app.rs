@@ -129,6 +129,29 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// Every order of sale `sku`, oldest first, read a page at a time (as
+    /// the admin, `adm`, when buyer tokens are checked).
+    pub async fn orders(&self, sku: &str) -> Vec<Value> {
+        let mut orders = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut request = self
+                .http
+                .get(self.url(&format!("/seckill/{sku}/orders")))
+                .query(&[("limit", "1000")])
+                .bearer_auth("adm");
+            if let Some(cursor) = &cursor {
+                request = request.query(&[("cursor", cursor)]);
+            }
+            let page: Value = request.send().await.unwrap().json().await.unwrap();
+            orders.extend(page["orders"].as_array().expect("a page of orders").clone());
+            match page["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return orders,
+            }
+        }
+    }
+
     pub async fn get(&self, path: &str) -> Response {
         self.http
             .get(self.url(path))

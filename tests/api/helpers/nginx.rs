@@ -80,6 +80,11 @@ impl Nginx {
     pub fn error_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("nginx-error.log")).unwrap_or_default()
     }
+
+    /// What nginx logged of the requests it served.
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nginx-access.log")).unwrap_or_default()
+    }
 }
 
 impl Drop for Nginx {

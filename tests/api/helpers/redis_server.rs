@@ -109,6 +109,35 @@ impl Node {
     }
 }
 
+impl Node {
+    /// A fresh node started for a Redis Cluster, on free ports.
+    async fn cluster_node() -> Self {
+        loop {
+            let args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-require-full-coverage",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ];
+            let mut node = Node::new(
+                cluster_port(),
+                args.iter().map(|arg| (*arg).to_owned()).collect(),
+            );
+            if node.spawn().await {
+                return node;
+            }
+        }
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
@@ -128,13 +157,17 @@ impl RedisServer {
     /// A throwaway single Redis with persistence off, whatever
     /// `LOCKGATE_TEST_REDIS` says (for tests that freeze or restart it).
     pub async fn start_single() -> Self {
-        Self::single(vec![
-            "--save".into(),
-            "".into(),
-            "--appendonly".into(),
-            "no".into(),
-        ])
-        .await
+        Self::start_single_with(&[]).await
+    }
+
+    /// [`RedisServer::start_single`] with more `redis-server` flags.
+    pub async fn start_single_with(flags: &[&str]) -> Self {
+        let mut args: Vec<String> = ["--save", "", "--appendonly", "no"]
+            .iter()
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        args.extend(flags.iter().map(|flag| (*flag).to_owned()));
+        Self::single(args).await
     }
 
     /// A Redis with the shipped `redis/redis.conf`: every write is in the
@@ -181,27 +214,7 @@ impl RedisServer {
     pub async fn cluster(masters: usize) -> Self {
         let mut nodes = Vec::new();
         while nodes.len() < masters {
-            let args = [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "1000",
-                "--cluster-require-full-coverage",
-                "no",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ];
-            let mut node = Node::new(
-                cluster_port(),
-                args.iter().map(|arg| (*arg).to_owned()).collect(),
-            );
-            if node.spawn().await {
-                nodes.push(node);
-            }
+            nodes.push(Node::cluster_node().await);
         }
         let addresses: Vec<String> = nodes
             .iter()
@@ -224,6 +237,108 @@ impl RedisServer {
         let ready = eventually(Duration::from_secs(20), || server.cluster_ready()).await;
         assert!(ready, "the cluster did not become ready");
         server
+    }
+
+    /// Adds a replica of master `master` to the cluster, and waits until it
+    /// has caught up. It joins the nodes (as the last one).
+    pub async fn add_cluster_replica(&mut self, master: usize) {
+        let replica = Node::cluster_node().await;
+        let mut conn = replica.connection().await;
+        let () = redis::cmd("CLUSTER")
+            .arg("MEET")
+            .arg("127.0.0.1")
+            .arg(self.node(master).port)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let master_id: String = redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async(&mut self.node(master).connection().await)
+            .await
+            .unwrap();
+        // The replica must know the master before it can replicate it.
+        let replicating = eventually(Duration::from_secs(20), || async {
+            let mut conn = replica.connection().await;
+            let done: redis::RedisResult<()> = redis::cmd("CLUSTER")
+                .arg("REPLICATE")
+                .arg(&master_id)
+                .query_async(&mut conn)
+                .await;
+            done.is_ok()
+        })
+        .await;
+        assert!(replicating, "the new node did not become a replica");
+        let synced = eventually(Duration::from_secs(20), || async {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut replica.connection().await)
+                .await
+                .unwrap_or_default();
+            info.contains("master_link_status:up")
+        })
+        .await;
+        assert!(synced, "the replica did not sync");
+        self.nodes.push(replica);
+        let ready = eventually(Duration::from_secs(20), || self.cluster_ready()).await;
+        assert!(ready, "the cluster did not become ready again");
+    }
+
+    /// A lock key for each of the first `masters` masters, in node order:
+    /// keys that lockgate stores on that master.
+    pub async fn one_key_per_master(&self, masters: usize) -> Vec<String> {
+        let mut found: HashMap<usize, String> = HashMap::new();
+        for candidate in 0.. {
+            let key = format!("spread:{candidate}");
+            if let Some(index) = self.master_of(&key).await.filter(|index| *index < masters) {
+                found.entry(index).or_insert(key);
+            }
+            if found.len() == masters {
+                break;
+            }
+        }
+        (0..masters).map(|index| found[&index].clone()).collect()
+    }
+
+    /// `count` lock keys that lockgate stores on master `index`.
+    pub async fn keys_on_master(&self, index: usize, count: usize) -> Vec<String> {
+        let mut keys = Vec::new();
+        for candidate in 0.. {
+            let key = format!("on-{index}:{candidate}");
+            if self.master_of(&key).await == Some(index) {
+                keys.push(key);
+                if keys.len() == count {
+                    break;
+                }
+            }
+        }
+        keys
+    }
+
+    /// Which node (by index) owns the slot of lock `key`'s Redis keys.
+    async fn master_of(&self, key: &str) -> Option<usize> {
+        let slot_key = format!("lockgate:lock:{{{key}}}");
+        let mut conn = self.node(0).connection().await;
+        // A node answers KEYSLOT for any key; CLUSTER COUNTKEYSINSLOT tells
+        // nothing of ownership, so ask the slot table.
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&slot_key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let owned: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let owner_port = owned.iter().find_map(|range| {
+            let start = redis::from_redis_value::<u16>(range[0].clone()).ok()?;
+            let end = redis::from_redis_value::<u16>(range[1].clone()).ok()?;
+            let master: Vec<redis::Value> = redis::from_redis_value(range[2].clone()).ok()?;
+            let port = redis::from_redis_value::<u16>(master[1].clone()).ok()?;
+            (start..=end).contains(&slot).then_some(port)
+        })?;
+        self.nodes.iter().position(|node| node.port == owner_port)
     }
 
     /// Every node sees the cluster as whole.
@@ -260,6 +375,41 @@ impl RedisServer {
         } else {
             vec!["--redis-url".into(), self.url()]
         }
+    }
+
+    /// Takes a lock straight in Redis with the gateway's own `acquire.lua`,
+    /// under the Redis key prefix `namespace` (`lockgate:` for the locks of
+    /// `/locks`): for locks no client can take over HTTP. Returns the token.
+    pub async fn take_lock(&self, namespace: &str, key: &str, ttl_ms: u64) -> String {
+        let token = uuid::Uuid::new_v4().to_string();
+        let reply: Vec<i64> = redis::Script::new(include_str!("../../../lua/acquire.lua"))
+            .key(format!("{namespace}lock:{{{key}}}"))
+            .key(format!("{namespace}fence:{{{key}}}"))
+            .arg(&token)
+            .arg(ttl_ms)
+            .arg("0")
+            .arg(60_000)
+            .invoke_async(&mut self.connection().await)
+            .await
+            .unwrap();
+        assert_eq!(reply[0], 1, "{key} was not granted: {reply:?}");
+        token
+    }
+
+    /// Releases a lock taken with [`RedisServer::take_lock`], with the
+    /// gateway's own `release.lua` (which tells the waiters).
+    pub async fn release_lock(&self, namespace: &str, key: &str, token: &str) {
+        let publish = if self.cluster { "SPUBLISH" } else { "PUBLISH" };
+        let reply: Vec<i64> = redis::Script::new(include_str!("../../../lua/release.lua"))
+            .key(format!("{namespace}lock:{{{key}}}"))
+            .arg(token)
+            .arg(format!("{namespace}released:{{{key}}}"))
+            .arg(publish)
+            .arg("one")
+            .invoke_async(&mut self.connection().await)
+            .await
+            .unwrap();
+        assert_eq!(reply[0], 1, "{key} was not released: {reply:?}");
     }
 
     /// The one Redis's URL (the first node's, for a cluster).
