@@ -41,10 +41,10 @@ lint:
 unit:
 	CARGO=$(CARGO) ./scripts/run-tests.sh
 
-# The lock, flash-sale and streamed-lock suites again, each test against its own
+# The lock, lock-kind, flash-sale and streamed-lock suites again, each test against its own
 # three-master Redis Cluster.
 cluster-suite:
-	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: seckill:: streams::
+	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: seckill:: streams::
 
 # schemathesis against the served OpenAPI document of a running gateway.
 fuzz:

@@ -6,8 +6,9 @@
 #
 # Starts its own Redis (no persistence) and a release build of the gateway
 # on free loopback ports, drives them with loadtest/lockbench.rs (one
-# thread, raw HTTP/1.1), and prints a table: lock cycles, contention,
-# waiters' memory, and how many streamed locks one gateway keeps renewed.
+# thread, raw HTTP/1.1), and prints a table: lock cycles, contention (plain,
+# read-write and counting locks), waiters' memory, and how many streamed
+# locks one gateway keeps renewed.
 # BENCH_SECONDS sets each run's length (default 10).
 set -euo pipefail
 
@@ -60,17 +61,20 @@ gateway_us=$(( (g1 - g0) * 1000 / requests ))
 redis_us=$(( (r1 - r0) * 1000 / requests ))
 
 echo "the same scripts by redis-benchmark..." >&2
-acquire_sha="$(redis-cli -p "$redis_port" script load "$(cat "$root/lua/acquire.lua")")"
-release_sha="$(redis-cli -p "$redis_port" script load "$(cat "$root/lua/release.lua")")"
+# As the gateway loads them: the lock scripts' shared functions first.
+acquire_sha="$(redis-cli -p "$redis_port" script load "$(cat "$root/lua/lib/holders.lua" "$root/lua/acquire.lua")")"
+release_sha="$(redis-cli -p "$redis_port" script load "$(cat "$root/lua/lib/holders.lua" "$root/lua/release.lua")")"
 # Acquire and release run at once over 1000 keys with one token, so every
 # call does real work: grant, re-enter, give back a hold, or free the lock.
 n=$(( seconds * 50000 ))
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
-  EVALSHA "$acquire_sha" 2 'bench:lock:{__rand_int__}' 'bench:fence:{__rand_int__}' \
-  token 30000 0 86400000 >"$work/acquire.csv" &
+  EVALSHA "$acquire_sha" 4 'bench:lock:{__rand_int__}' 'bench:fence:{__rand_int__}' \
+  'bench:holders:{__rand_int__}' 'bench:writers:{__rand_int__}' \
+  token 30000 0 86400000 0 0 >"$work/acquire.csv" &
 bench_acquire=$!
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
-  EVALSHA "$release_sha" 1 'bench:lock:{__rand_int__}' token bench:released PUBLISH one >"$work/release.csv"
+  EVALSHA "$release_sha" 2 'bench:lock:{__rand_int__}' 'bench:holders:{__rand_int__}' \
+  token bench:released PUBLISH one >"$work/release.csv"
 wait "$bench_acquire"
 rps() { tail -n 1 "$1" | cut -d, -f2 | tr -d '"'; }
 raw_cycles="$(python3 -c "print(round(($(rps "$work/acquire.csv") + $(rps "$work/release.csv")) / 2))")"
@@ -78,6 +82,9 @@ raw_cycles="$(python3 -c "print(round(($(rps "$work/acquire.csv") + $(rps "$work
 echo "contended: 8 clients on one key, gateway wait vs 20 ms poll lock (${seconds}s each)..." >&2
 contended="$("$lockbench" contended --url "$gateway" --clients 8 --hold-ms 1 --work-ms 5 --seconds "$seconds")"
 poll="$("$lockbench" poll --redis "redis://127.0.0.1:$redis_port" --clients 8 --hold-ms 1 --work-ms 5 --poll-ms 20 --seconds "$seconds")"
+echo "the same 8 clients as a read-write lock (6 readers, 2 writers) and a counting lock of 3 (${seconds}s each)..." >&2
+read_write="$("$lockbench" contended --url "$gateway" --clients 8 --readers 6 --hold-ms 1 --work-ms 5 --seconds "$seconds")"
+counted="$("$lockbench" contended --url "$gateway" --clients 8 --limit 3 --hold-ms 1 --work-ms 5 --seconds "$seconds")"
 
 etcd_line="not installed (Debian: apt-get install etcd-server)"
 if command -v etcd >/dev/null 2>&1; then
@@ -148,6 +155,9 @@ lockgate lock benchmark: $(nproc) cores, $(date -u +%Y-%m-%d), ${seconds}s per r
 | the same, one gateway on a three-master Redis Cluster on the same machine | $(field "$on_cluster" per_second) | |
 | contended acquisitions/s (8 clients, one key, hold 1 ms, work 5 ms) | $(field "$contended" per_second) | 20 ms sleep-and-poll SETNX lock: $(field "$poll" per_second) |
 | contended wait p50 / p99 (ms) | $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | $(field "$poll" wait_p50_ms) / $(field "$poll" wait_p99_ms) |
+| the same 8 clients on a read-write lock, 6 readers and 2 writers: acquisitions/s | $(field "$read_write" per_second) ($(field "$read_write" reads) reads, $(field "$read_write" writes) writes) | the plain lock above: $(field "$contended" per_second) |
+| read-write wait p50 / p99 (ms), readers; writers | $(field "$read_write" read_wait_p50_ms) / $(field "$read_write" read_wait_p99_ms); $(field "$read_write" write_wait_p50_ms) / $(field "$read_write" write_wait_p99_ms) | |
+| the same 8 clients on a counting lock of 3 places: acquisitions/s, wait p50 / p99 (ms) | $(field "$counted" per_second), $(field "$counted" wait_p50_ms) / $(field "$counted" wait_p99_ms) | |
 | etcd HTTP lock API, same uncontended load | | $etcd_line |
 | gateway RSS idle / with 10 000 waiters (MiB) | $rss_idle / $rss_waiting | ($(field "$waiters" ended_early) of 10 000 waiters refused) |
 | CPU per uncontended request (µs): gateway / Redis / load generator | $gateway_us / $redis_us / $(python3 -c "print(round($(field "$cycles" generator_cpu_ms_per_request) * 1000))") | |
@@ -163,6 +173,8 @@ $cycles
 $on_cluster
 $contended
 $poll
+$read_write
+$counted
 $waiters
 $stream_results
 EOF

@@ -7,6 +7,8 @@
 //! ```text
 //! lockbench cycles    --url http://127.0.0.1:8080 --clients 50 --seconds 10
 //! lockbench contended --url http://127.0.0.1:8080 --clients 8 --hold-ms 1 --work-ms 5
+//! lockbench contended --url http://127.0.0.1:8080 --clients 8 --readers 7   (read-write)
+//! lockbench contended --url http://127.0.0.1:8080 --clients 8 --limit 3     (counting)
 //! lockbench poll      --redis redis://127.0.0.1:6379 --clients 8 --hold-ms 1 --work-ms 5
 //! lockbench etcd      --url http://127.0.0.1:2379 --clients 50 --seconds 10
 //! lockbench waiters   --url http://127.0.0.1:8080 --clients 10000 --pid <gateway pid>
@@ -78,6 +80,14 @@ struct Contention {
     /// The poll lock's retry interval.
     #[arg(long, default_value_t = 20)]
     poll_ms: u64,
+    /// Of the clients, this many take the lock shared and the rest
+    /// exclusive: a read-write lock (through the gateway only).
+    #[arg(long, default_value_t = 0)]
+    readers: usize,
+    /// Places of the lock, for the exclusive clients: above 1, a counting
+    /// lock (through the gateway only).
+    #[arg(long, default_value_t = 1)]
+    limit: u32,
 }
 
 #[derive(clap::Args)]
@@ -305,7 +315,7 @@ async fn cycles(load: Load) -> io::Result<()> {
         }
     })
     .await?;
-    report("cycles", done, started.elapsed(), done * 2, cpu, &[]);
+    report::<&str>("cycles", done, started.elapsed(), done * 2, cpu, &[]);
     Ok(())
 }
 
@@ -340,7 +350,7 @@ async fn etcd(load: Load) -> io::Result<()> {
         }
     })
     .await?;
-    report("etcd", done, started.elapsed(), done * 2, cpu, &[]);
+    report::<&str>("etcd", done, started.elapsed(), done * 2, cpu, &[]);
     Ok(())
 }
 
@@ -412,45 +422,80 @@ fn buyer_token(key: &jsonwebtoken::EncodingKey, user: &str) -> io::Result<String
 async fn contended(contention: Contention) -> io::Result<()> {
     let cpu = CpuClock::start();
     let started = Instant::now();
-    let waits: Waits = Rc::default();
+    // Waits of the shared (reading) clients and of the exclusive ones.
+    let (read_waits, write_waits): (Waits, Waits) = (Rc::default(), Rc::default());
     let url = Rc::new(contention.url.clone());
     let (hold, work) = (contention.hold(), contention.work());
-    let done = run_clients(contention.clients, contention.seconds, |_, deadline| {
-        let (url, waits) = (url.clone(), waits.clone());
-        async move {
-            let mut http = Http::connect(&url).await?;
-            let body = r#"{"key":"bench:contended","ttl_ms":30000,"wait_ms":10000}"#;
-            let mut done = 0;
-            while Instant::now() < deadline {
-                let asked = Instant::now();
-                let (status, grant) = http.send("POST", "/locks", JSON, body).await?;
-                expect(status, 201, &grant)?;
-                waits.borrow_mut().push(asked.elapsed().as_micros() as u64);
-                let token =
-                    json_str(&grant, "token").ok_or_else(|| io::Error::other("no token"))?;
-                precise_sleep(hold).await?;
-                let headers = format!("Lock-Token: {token}\r\n");
-                let (status, body) = http
-                    .send("DELETE", "/locks/bench:contended", &headers, "")
-                    .await?;
-                expect(status, 204, &body)?;
-                done += 1;
-                precise_sleep(work).await?;
+    let (readers, limit) = (contention.readers, contention.limit);
+    // A key of its own per kind of lock, so runs on one Redis never meet.
+    let key = Rc::new(match (readers, limit) {
+        (0, 1) => "bench:contended".to_owned(),
+        (0, limit) => format!("bench:counted-{limit}"),
+        _ => "bench:read-write".to_owned(),
+    });
+    let done = run_clients(
+        contention.clients,
+        contention.seconds,
+        |client, deadline| {
+            let (url, key) = (url.clone(), key.clone());
+            let reader = client < readers;
+            let waits = if reader {
+                read_waits.clone()
+            } else {
+                write_waits.clone()
+            };
+            async move {
+                let mut http = Http::connect(&url).await?;
+                let kind = match (reader, limit) {
+                    (true, _) => r#","mode":"shared""#.to_owned(),
+                    (false, 1) => String::new(),
+                    (false, limit) => format!(r#","limit":{limit}"#),
+                };
+                let body = format!(r#"{{"key":"{key}","ttl_ms":30000,"wait_ms":10000{kind}}}"#);
+                let path = format!("/locks/{key}");
+                let mut done = 0;
+                while Instant::now() < deadline {
+                    let asked = Instant::now();
+                    let (status, grant) = http.send("POST", "/locks", JSON, &body).await?;
+                    expect(status, 201, &grant)?;
+                    waits.borrow_mut().push(asked.elapsed().as_micros() as u64);
+                    let token =
+                        json_str(&grant, "token").ok_or_else(|| io::Error::other("no token"))?;
+                    precise_sleep(hold).await?;
+                    let headers = format!("Lock-Token: {token}\r\n");
+                    let (status, body) = http.send("DELETE", &path, &headers, "").await?;
+                    expect(status, 204, &body)?;
+                    done += 1;
+                    precise_sleep(work).await?;
+                }
+                Ok(done)
             }
-            Ok(done)
-        }
-    })
+        },
+    )
     .await?;
     let requests = done * 2;
-    report_percentiles(
-        "contended",
-        "wait",
-        done,
-        started.elapsed(),
-        requests,
-        cpu,
-        &waits.borrow(),
-    );
+    if readers == 0 {
+        let mode = if limit == 1 { "contended" } else { "counted" };
+        report_percentiles(
+            mode,
+            "wait",
+            done,
+            started.elapsed(),
+            requests,
+            cpu,
+            &write_waits.borrow(),
+        );
+        return Ok(());
+    }
+    // A read-write lock: the readers' and the writers' share and waits apart.
+    let (reads, writes) = (read_waits.borrow(), write_waits.borrow());
+    let mut extra = vec![
+        ("reads".to_owned(), reads.len().to_string()),
+        ("writes".to_owned(), writes.len().to_string()),
+    ];
+    extra.extend(percentiles("read_wait", &reads));
+    extra.extend(percentiles("write_wait", &writes));
+    report("read-write", done, started.elapsed(), requests, cpu, &extra);
     Ok(())
 }
 
@@ -732,13 +777,13 @@ fn cpu_of_stat(stat: &str) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-fn report(
+fn report<Name: AsRef<str>>(
     mode: &str,
     done: u64,
     elapsed: Duration,
     requests: u64,
     cpu: CpuClock,
-    extra: &[(&str, String)],
+    extra: &[(Name, String)],
 ) {
     let seconds = elapsed.as_secs_f64();
     let cpu_ms = cpu.spent().as_secs_f64() * 1000.0;
@@ -748,7 +793,7 @@ fn report(
         cpu_ms / requests.max(1) as f64,
     );
     for (name, value) in extra {
-        line.push_str(&format!(",\"{name}\":{value}"));
+        line.push_str(&format!(",\"{}\":{value}", name.as_ref()));
     }
     line.push('}');
     println!("{line}");
@@ -765,6 +810,19 @@ fn report_percentiles(
     cpu: CpuClock,
     latencies: &[u64],
 ) {
+    report(
+        mode,
+        done,
+        elapsed,
+        requests,
+        cpu,
+        &percentiles(name, latencies),
+    );
+}
+
+/// The p50 and p99 of `latencies` (µs), in ms, named `<name>_p50_ms` and
+/// `<name>_p99_ms`.
+fn percentiles(name: &str, latencies: &[u64]) -> [(String, String); 2] {
     let mut sorted = latencies.to_vec();
     sorted.sort_unstable();
     let percentile = |p: f64| -> String {
@@ -774,12 +832,10 @@ fn report_percentiles(
             sorted.get(index).copied().unwrap_or(0) as f64 / 1000.0
         )
     };
-    let (p50, p99) = (format!("{name}_p50_ms"), format!("{name}_p99_ms"));
-    let extra = [
-        (p50.as_str(), percentile(0.50)),
-        (p99.as_str(), percentile(0.99)),
-    ];
-    report(mode, done, elapsed, requests, cpu, &extra);
+    [
+        (format!("{name}_p50_ms"), percentile(0.50)),
+        (format!("{name}_p99_ms"), percentile(0.99)),
+    ]
 }
 
 fn base64(bytes: &[u8]) -> String {

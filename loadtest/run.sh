@@ -6,7 +6,8 @@
 #   loadtest/run.sh --short    about 10 s per script (make test, CI)
 #
 # 1. seckill.js: the flash sale under an open model of buyers;
-# 2. locks.js: many clients contending for a few keys with wait_ms;
+# 2. locks.js: many clients contending for a few keys with wait_ms, as plain,
+#    read-write and counting locks;
 # 3. chaos: seckill.js again while one instance is killed (SIGKILL) midway;
 #    nginx routes around it, the invariants still hold, and only requests in
 #    flight on that instance may fail.

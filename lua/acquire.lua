@@ -1,25 +1,38 @@
--- acquire.lua: take a lock for a new owner, or re-enter it for its holder.
+-- acquire.lua: take a plain lock (exclusive, one place) for a new owner, or
+-- re-enter it for its holder. (After lib/holders.lua.)
 --
--- KEYS[1]  lock hash      <prefix>lock:{<key>}   fields owner, holds, fence
--- KEYS[2]  fence counter  <prefix>fence:{<key>}  the last fencing token issued
+-- KEYS[1]  lock hash      <prefix>lock:{<key>}     see lib/holders.lua
+-- KEYS[2]  fence counter  <prefix>fence:{<key>}    the last fencing token issued
+-- KEYS[3]  holders        <prefix>holders:{<key>}  of a lock with many holders
+-- KEYS[4]  writers        <prefix>writers:{<key>}  exclusive requests waiting
 -- ARGV[1]  token: a fresh owner token, or the holder's own when re-entering
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  "1" when the client asks to re-enter with its token, else "0"
 -- ARGV[4]  how long the fence counter outlives the lease, in milliseconds
+-- ARGV[5]  how long this request may still wait, in milliseconds: when it is
+--          refused because shared holders have the lock, it is marked as a
+--          waiting writer for that long (0: it does not wait, no mark)
+-- ARGV[6]  "1" when an earlier attempt of this request left that mark (the
+--          grant removes it), else "0"
 --
 -- Returns {code, fencing_token, holds, ttl_ms, expires_at_ms}:
 --   code  1  granted to a new owner (holds = 1, a new fencing token)
 --   code  2  re-entered: holds + 1, lease reset, fencing token unchanged
---   code  0  held by another owner; ttl_ms is the holder's remaining lease
+--   code  0  held by others; ttl_ms is how long until the holder's lease
+--            ends (the earliest lease, with many holders); holds is 1 when
+--            the request was marked as a waiting writer
 --   code -1  re-entry asked with a token that does not hold the lock
--- expires_at_ms is the lease's end in Unix ms (PEXPIRETIME); fencing_token,
--- holds and expires_at_ms are 0 for codes 0 and -1.
+--   code -2  a counted lock holds the key: fencing_token is its limit
+--   code -3  re-entry asked with a token that holds the lock shared
+-- expires_at_ms is the lease's end in Unix ms; the fields a code does not
+-- name are 0.
 
-local lock, fence_key = KEYS[1], KEYS[2]
+local lock, fence_key, holders, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, reenter = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
-local fence_retention = tonumber(ARGV[4])
+local fence_retention, wait_ms, marked = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
 
-local owner = redis.call('HGET', lock, 'owner')
+local state = redis.call('HMGET', lock, 'owner', 'mode')
+local owner, mode = state[1], state[2]
 if owner == token then
   local holds = redis.call('HINCRBY', lock, 'holds', 1)
   redis.call('PEXPIRE', lock, ttl)
@@ -30,21 +43,32 @@ if owner then
   local code = reenter and -1 or 0
   return {code, 0, 0, redis.call('PTTL', lock), 0}
 end
+if mode then
+  local now = now_ms()
+  if drop_ended(lock, holders, now) > 0 then
+    if mode == 'counted' then
+      return {-2, tonumber(redis.call('HGET', lock, 'limit')), 0, 0, 0}
+    end
+    if reenter then
+      local shared = redis.call('HEXISTS', lock, 'h:' .. token) == 1
+      return {shared and -3 or -1, 0, 0, 0, 0}
+    end
+    local writer = 0
+    if wait_ms > 0 then
+      mark_writer(writers, token, now, wait_ms)
+      writer = 1
+    end
+    return {0, 0, writer, earliest_end(holders) - now, 0}
+  end
+end
 if reenter then
   return {-1, 0, 0, 0, 0}
 end
 
--- A new fencing token: one more than the last, and never below the Redis
--- clock in microseconds. The clock keeps tokens increasing after the counter
--- key has expired, so the counter need not be kept forever; the counter keeps
--- them increasing if the clock steps back while it lives.
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local last = tonumber(redis.call('GET', fence_key) or '0')
-local fence = math.max(last + 1, now_us)
--- %d, not tostring: tostring would print 1.7e+15 for a number this large.
-local fence_text = string.format('%d', fence)
-redis.call('SET', fence_key, fence_text, 'PX', ttl + fence_retention)
+local fence, fence_text = next_fence(fence_key, ttl + fence_retention)
 redis.call('HSET', lock, 'owner', token, 'holds', 1, 'fence', fence_text)
 redis.call('PEXPIRE', lock, ttl)
+if marked then
+  redis.call('ZREM', writers, token)
+end
 return {1, fence, 1, ttl, redis.call('PEXPIRETIME', lock)}

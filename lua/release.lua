@@ -1,40 +1,67 @@
--- release.lua: give up one hold of a lock (or every hold of its token); the
--- last one frees it.
+-- release.lua: give up one hold of a lock (or every hold of its token); a
+-- holder's last hold frees its place. (After lib/holders.lua.)
 --
--- KEYS[1]  lock hash  <prefix>lock:{<key>}  fields owner, holds, fence
+-- KEYS[1]  lock hash  <prefix>lock:{<key>}     see lib/holders.lua
+-- KEYS[2]  holders    <prefix>holders:{<key>}
 -- ARGV[1]  the holder's token
--- ARGV[2]  the lock's release channel, published on when the lock is freed
+-- ARGV[2]  the lock's release channel, published on when a place is freed
 -- ARGV[3]  PUBLISH, or SPUBLISH in a Redis Cluster (the channel shares the
 --          lock's hash tag, so its shard is the lock's slot)
 -- ARGV[4]  "all" to give up every hold at once (a streamed lock whose client
 --          left), else "one"
 --
 -- Returns {code, holds}:
---   code  1  released: the lock is free and waiters were told (holds = 0)
---   code  2  one re-entrant hold released; holds is what is left
+--   code  1  released: the holder's place is free and waiters were told
+--            (holds = 0)
+--   code  2  one re-entrant hold released; holds is what the holder has left
 --   code  0  no such lock (never taken, released, or expired)
---   code -1  held under another token
+--   code -1  held under other tokens
 -- The message on the channel is the released holder's fencing token, so a
--- streamed lock can tell its own release from an earlier holder's.
+-- streamed lock can tell its own release from another holder's.
 
-local lock, token, channel, publish = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local lock, holders = KEYS[1], KEYS[2]
+local token, channel, publish = ARGV[1], ARGV[2], ARGV[3]
 local all = ARGV[4] == 'all'
 
-local state = redis.call('HMGET', lock, 'owner', 'fence')
-local owner, fence = state[1], state[2]
-if not owner then
+local state = redis.call('HMGET', lock, 'owner', 'fence', 'mode')
+local owner, fence, mode = state[1], state[2], state[3]
+if owner then
+  if owner ~= token then
+    return {-1, 0}
+  end
+  if not all then
+    local holds = redis.call('HINCRBY', lock, 'holds', -1)
+    if holds > 0 then
+      return {2, holds}
+    end
+  end
+  redis.call('DEL', lock)
+  redis.call(publish, channel, fence)
+  return {1, 0}
+end
+if not mode or drop_ended(lock, holders, now_ms()) == 0 then
   return {0, 0}
 end
-if owner ~= token then
+
+local held = redis.call('HMGET', lock, 'h:' .. token, 'f:' .. token)
+local holds, own_fence = tonumber(held[1]), held[2]
+if not holds then
   return {-1, 0}
 end
-
-if not all then
-  local holds = redis.call('HINCRBY', lock, 'holds', -1)
-  if holds > 0 then
-    return {2, holds}
-  end
+local given_back = holds
+if not all and holds > 1 then
+  given_back = 1
 end
-redis.call('DEL', lock)
-redis.call(publish, channel, fence)
+redis.call('HINCRBY', lock, 'holds', -given_back)
+if given_back < holds then
+  return {2, redis.call('HINCRBY', lock, 'h:' .. token, -1)}
+end
+redis.call('HDEL', lock, 'h:' .. token, 'f:' .. token)
+redis.call('ZREM', holders, token)
+if redis.call('ZCARD', holders) == 0 then
+  redis.call('DEL', lock, holders)
+else
+  expire_with_latest(lock, holders)
+end
+redis.call(publish, channel, own_fence)
 return {1, 0}

@@ -26,6 +26,8 @@ pub enum ProblemType {
     LockHeld,
     NotOwner,
     LockNotFound,
+    LimitMismatch,
+    ModeConflict,
     SaleNotFound,
     SoldOut,
     LimitExceeded,
@@ -54,7 +56,7 @@ pub struct ProblemInfo {
 }
 
 impl ProblemType {
-    pub const ALL: [Self; 27] = [
+    pub const ALL: [Self; 29] = [
         Self::MalformedBody,
         Self::UnsupportedMediaType,
         Self::BodyTooLarge,
@@ -65,6 +67,8 @@ impl ProblemType {
         Self::LockHeld,
         Self::NotOwner,
         Self::LockNotFound,
+        Self::LimitMismatch,
+        Self::ModeConflict,
         Self::SaleNotFound,
         Self::SoldOut,
         Self::LimitExceeded,
@@ -132,7 +136,9 @@ impl ProblemType {
                 "lock-held",
                 "Lock is held",
                 StatusCode::CONFLICT,
-                "Another owner holds the lock and the wait (if any) ran out. `retry_after_ms` is the holder's remaining lease.",
+                "There was no place for this request and the wait (if any) ran out: another owner holds the lock (or every \
+                 place of a counting lock, or it is held in the other mode, or a writer waits and holds new readers back). \
+                 `retry_after_ms` is when a place may free: the earliest holder's remaining lease.",
             ),
             Self::NotOwner => (
                 "not-owner",
@@ -145,6 +151,19 @@ impl ProblemType {
                 "Lock not found",
                 StatusCode::NOT_FOUND,
                 "No such lock: never taken, released, or its lease expired. A holder that sees this has lost its lease.",
+            ),
+            Self::LimitMismatch => (
+                "limit-mismatch",
+                "Limit mismatch",
+                StatusCode::CONFLICT,
+                "The lock is held with another limit than the request names (a plain lock has limit 1). The `limit` \
+                 member is the one it is held with: ask with that, or wait until the lock is free to take it with another.",
+            ),
+            Self::ModeConflict => (
+                "mode-conflict",
+                "Mode conflict",
+                StatusCode::CONFLICT,
+                "The token holds this lock in the other mode (shared or exclusive); a re-entry keeps the mode the lock was taken in.",
             ),
             Self::SaleNotFound => (
                 "sale-not-found",
@@ -300,6 +319,9 @@ pub struct Problem {
     /// longest `wait_ms`), when it is a number.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub maximum: Option<u64>,
+    /// The limit the lock is held with (`limit-mismatch`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
 }
 
 /// Everything a request can fail with. Each variant's doc names its status
@@ -334,8 +356,9 @@ pub enum ApiError {
     /// 422 `invalid-token`.
     #[error("{0}")]
     InvalidToken(#[from] InvalidToken),
-    /// 409 `lock-held`, 409 `not-owner`, 404 `lock-not-found`, 503
-    /// `too-many-waiters`, 503 `shutting-down`, 503 `backend-unavailable`.
+    /// 409 `lock-held`, 409 `not-owner`, 404 `lock-not-found`, 409
+    /// `limit-mismatch`, 409 `mode-conflict`, 503 `too-many-waiters`, 503
+    /// `shutting-down`, 503 `backend-unavailable`.
     #[error(transparent)]
     Lock(#[from] LockError),
     /// 404 `sale-not-found`, 409 `sold-out`, 409 `limit-exceeded`, 422
@@ -394,6 +417,8 @@ impl ApiError {
             Self::Lock(LockError::Held { .. }) => ProblemType::LockHeld,
             Self::Lock(LockError::NotOwner { .. }) => ProblemType::NotOwner,
             Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
+            Self::Lock(LockError::LimitMismatch { .. }) => ProblemType::LimitMismatch,
+            Self::Lock(LockError::ModeConflict { .. }) => ProblemType::ModeConflict,
             Self::Lock(LockError::CannotWait(WaitRefused::TooManyWaiters(_))) => {
                 ProblemType::TooManyWaiters
             }
@@ -442,6 +467,8 @@ impl ApiError {
             Self::Lock(
                 LockError::NotOwner { key }
                 | LockError::NotFound { key }
+                | LockError::LimitMismatch { key, .. }
+                | LockError::ModeConflict { key }
                 | LockError::NotReplicated { key, .. },
             ) => (Some(key.to_string()), None),
             Self::Sale(Refusal::RateLimited(decision)) => {
@@ -461,6 +488,10 @@ impl ApiError {
             Self::OutOfRange { range, .. } => (Some(range.min), Some(range.max)),
             _ => (None, None),
         };
+        let limit = match self {
+            Self::Lock(LockError::LimitMismatch { limit, .. }) => Some(*limit),
+            _ => None,
+        };
         Problem {
             problem_type: format!("/problems/{}", info.slug),
             title: info.title,
@@ -471,6 +502,7 @@ impl ApiError {
             retry_after_ms,
             minimum,
             maximum,
+            limit,
         }
     }
 }

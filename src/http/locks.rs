@@ -17,13 +17,13 @@ use utoipa::ToSchema;
 
 use super::auth::ApiKeyAccess;
 use super::error::ApiError;
-use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number_or};
+use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number, whole_number_or};
 use super::responses::problem_responses;
-use super::schema::{LockKeyText, TokenText};
+use super::schema::{LockKeyText, LockModeText, TokenText};
 use super::stream::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
-    AcquireRequest, Handover, Lease, LockKey, LockLimits, LockState, Locks, Released, Streams,
-    Token, Ttl, WaitTime,
+    AcquireRequest, Handover, Inspection, InvalidKind, Lease, LockKey, LockKind, LockLimits, Locks,
+    Released, Streams, Token, Ttl, WaitTime, lock_kind,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -44,6 +44,15 @@ pub struct AcquireBody {
     /// The holder's token, to re-enter a lock it holds.
     #[schema(value_type = Option<TokenText>)]
     token: Option<String>,
+    /// `exclusive`: one holder alone (or one of `limit`). `shared`: with any
+    /// number of other shared holders, while no exclusive request waits.
+    #[schema(value_type = Option<LockModeText>, default = "exclusive")]
+    mode: Option<String>,
+    /// How many exclusive holders the lock admits at once: 1 is a plain
+    /// lock, more a counting lock (a semaphore). Every request on a held
+    /// key must name the limit it was taken with. Not with `shared`.
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 10000, default = 1, example = 1)]
+    limit: Option<Number>,
 }
 
 /// A granted (or re-entered) lock. The token is shown only here.
@@ -98,29 +107,49 @@ pub struct ExtendBody {
     ttl_ms: Option<Number>,
 }
 
-/// A lock's state. The owner's token is never shown.
+/// A lock's state. No token is ever shown.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LockStatus {
     #[schema(example = "orders:42")]
     key: String,
     /// Always true: a lock that is not held answers 404.
     held: bool,
-    /// Remaining lease in milliseconds.
+    /// Until the latest lease ends, in milliseconds.
     ttl_ms: u64,
+    /// When the latest lease ends, in Unix ms by the Redis clock.
     expires_at_ms: u64,
+    /// The newest grant's fencing token.
     fencing_token: u64,
+    /// Re-entrant holds, of every holder together.
     holds: u64,
+    #[schema(value_type = LockModeText)]
+    mode: &'static str,
+    /// Places of an exclusive lock (1 for a plain lock); absent for a
+    /// shared one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = 1)]
+    limit: Option<u32>,
+    /// How many hold it.
+    #[schema(example = 1)]
+    holders: u64,
 }
 
 impl LockStatus {
-    fn new(key: &LockKey, state: LockState) -> Self {
+    fn new(key: &LockKey, lock: Inspection) -> Self {
         Self {
             key: key.to_string(),
             held: true,
-            ttl_ms: state.ttl_ms,
-            expires_at_ms: state.expires_at_ms,
-            fencing_token: state.fencing_token,
-            holds: state.holds,
+            ttl_ms: lock.state.ttl_ms,
+            expires_at_ms: lock.state.expires_at_ms,
+            fencing_token: lock.state.fencing_token,
+            holds: lock.state.holds,
+            mode: if lock.kind.is_shared() {
+                "shared"
+            } else {
+                "exclusive"
+            },
+            limit: lock.kind.limit(),
+            holders: lock.holders,
         }
     }
 }
@@ -149,9 +178,9 @@ pub struct HoldReleased {
 problem_responses!(
     /// What `POST /locks` can refuse with.
     AcquireProblems:
-        MalformedBody, Unauthorized, Forbidden, LockHeld, NotOwner, BodyTooLarge,
-        UnsupportedMediaType, InvalidKey, InvalidField, BackendUnavailable,
-        TooManyWaiters, ShuttingDown, NotReplicated, RequestTimeout,
+        MalformedBody, Unauthorized, Forbidden, LockHeld, NotOwner, LimitMismatch,
+        ModeConflict, BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidField,
+        BackendUnavailable, TooManyWaiters, ShuttingDown, NotReplicated, RequestTimeout,
 );
 
 problem_responses!(
@@ -177,10 +206,18 @@ problem_responses!(
 
 /// Take a lock, wait for it, or re-enter it; or hold it as a stream.
 ///
-/// With `wait_ms` > 0 the request waits on the server while another owner
-/// holds the lock: a release wakes it at once (Redis pub/sub, no polling), an
-/// expiry no later than the holder's remaining lease. A client that
+/// With `wait_ms` > 0 the request waits on the server while there is no
+/// place for it: a release wakes it at once (Redis pub/sub, no polling), an
+/// expiry no later than the earliest holder's remaining lease. A client that
 /// disconnects while waiting stops waiting and is granted nothing.
+///
+/// `mode` and `limit` make it a shared (read-write) or counting lock: any
+/// number of `shared` holders at once, an exclusive one alone, and while
+/// an exclusive request waits, new shared ones wait behind it; or up to
+/// `limit` exclusive holders. Each holder has its own token, lease, holds
+/// and fencing token. A held key must be asked for with the limit it was
+/// taken with (`409 limit-mismatch`), and re-entered in the mode it was
+/// taken in (`409 mode-conflict`).
 ///
 /// With `Accept: text/event-stream` the lock is held for as long as the
 /// response stays open: the gateway renews it every `ttl_ms / 3` and
@@ -228,6 +265,7 @@ pub async fn acquire(
 ) -> Result<Response, ApiError> {
     let request = AcquireRequest {
         key: LockKey::parse(&body.key)?,
+        kind: kind(body.mode.as_deref(), body.limit.as_ref())?,
         ttl: ttl(body.ttl_ms.as_ref(), limits)?,
         wait: wait(body.wait_ms.as_ref(), limits)?,
         token: body
@@ -371,7 +409,8 @@ pub async fn extend(
     }))
 }
 
-/// Inspect a lock: whether it is held, until when, and its fencing token.
+/// Inspect a lock: whether it is held, until when, its fencing token, its
+/// mode and limit, and how many hold it.
 #[utoipa::path(
     get,
     path = "/locks/{key}",
@@ -397,6 +436,29 @@ fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {
     Ttl::new(ms, limits).map_err(|range| ApiError::OutOfRange {
         field: "ttl_ms",
         range,
+    })
+}
+
+fn kind(mode: Option<&str>, limit: Option<&Number>) -> Result<LockKind, ApiError> {
+    let shared = match mode {
+        None | Some("exclusive") => false,
+        Some("shared") => true,
+        Some(_) => {
+            return Err(ApiError::invalid_field(
+                "mode",
+                "must be exclusive or shared",
+            ));
+        }
+    };
+    let limit = limit
+        .map(|number| whole_number("limit", number))
+        .transpose()?;
+    lock_kind(shared, limit).map_err(|err| match err {
+        InvalidKind::LimitWithShared => ApiError::invalid_field("limit", err),
+        InvalidKind::Limit(range) => ApiError::OutOfRange {
+            field: "limit",
+            range,
+        },
     })
 }
 

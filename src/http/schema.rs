@@ -30,3 +30,12 @@ pub struct NameText(String);
 #[derive(ToSchema)]
 #[schema(value_type = String, pattern = r"^[!-~]{1,128}$")]
 pub struct IdempotencyKeyText(String);
+
+/// How a lock is held: `exclusive` (alone, or as one of a counting lock's
+/// `limit` places) or `shared` (with any number of other shared holders).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum LockModeText {
+    Exclusive,
+    Shared,
+}

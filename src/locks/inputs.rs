@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::redis::locks::LockKind;
+
 /// The longest lock key, in characters.
 pub const MAX_KEY_LEN: usize = 200;
 
@@ -107,6 +109,33 @@ impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Token(<redacted>)")
     }
+}
+
+/// The most holders a counting lock may admit at once.
+pub const MAX_LIMIT: u64 = 10_000;
+
+/// How a request asks to hold a lock: `mode` (exclusive, the default, or
+/// shared) and `limit` (places of an exclusive lock, 1 by default).
+pub fn lock_kind(shared: bool, limit: Option<u64>) -> Result<LockKind, InvalidKind> {
+    match (shared, limit) {
+        (true, Some(_)) => Err(InvalidKind::LimitWithShared),
+        (true, None) => Ok(LockKind::Shared),
+        (false, None | Some(1)) => Ok(LockKind::Exclusive),
+        (false, Some(limit)) => {
+            let limit = within(limit, 1, MAX_LIMIT).map_err(InvalidKind::Limit)?;
+            // Within MAX_LIMIT, so it fits.
+            Ok(LockKind::Counted(u32::try_from(limit).unwrap_or(u32::MAX)))
+        }
+    }
+}
+
+/// Why a mode and limit name no kind of lock.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidKind {
+    #[error("a limit is for exclusive locks only: shared locks have no limit")]
+    LimitWithShared,
+    #[error(transparent)]
+    Limit(OutOfRange),
 }
 
 /// The bounds a deployment puts on leases and waits.
@@ -238,6 +267,28 @@ mod tests {
     fn token_debug_output_hides_the_secret() {
         let token = Token::generate();
         assert!(!format!("{token:?}").contains(&token.expose()[..8]));
+    }
+
+    #[test]
+    fn mode_and_limit_name_a_kind_of_lock() {
+        assert_eq!(lock_kind(false, None), Ok(LockKind::Exclusive));
+        assert_eq!(lock_kind(false, Some(1)), Ok(LockKind::Exclusive));
+        assert_eq!(lock_kind(false, Some(3)), Ok(LockKind::Counted(3)));
+        assert_eq!(
+            lock_kind(false, Some(MAX_LIMIT)),
+            Ok(LockKind::Counted(10_000))
+        );
+        assert_eq!(lock_kind(true, None), Ok(LockKind::Shared));
+        assert_eq!(lock_kind(true, Some(1)), Err(InvalidKind::LimitWithShared));
+        for limit in [0, MAX_LIMIT + 1] {
+            assert_eq!(
+                lock_kind(false, Some(limit)),
+                Err(InvalidKind::Limit(OutOfRange {
+                    min: 1,
+                    max: MAX_LIMIT
+                }))
+            );
+        }
     }
 
     #[test]

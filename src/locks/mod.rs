@@ -1,8 +1,10 @@
 //! The lock domain: acquire (or wait for), release, extend and inspect named locks held in Redis.
 //!
-//! A lock is a Redis hash (`owner`, `holds`, `fence`) whose TTL is the lease,
-//! so a crashed holder's lock frees itself. Every read-check-write is one Lua
-//! script (see `lua/`), and times come from the Redis clock.
+//! A plain lock is a Redis hash (`owner`, `holds`, `fence`) whose TTL is the
+//! lease, so a crashed holder's lock frees itself. A shared or counting lock
+//! keeps each holder's lease in a sorted set, and every script drops the
+//! holders whose lease ended (`lua/lib/holders.lua`). Every read-check-write
+//! is one Lua script (see `lua/`), and times come from the Redis clock.
 
 mod handover;
 mod inputs;
@@ -14,24 +16,27 @@ use std::time::{Duration, Instant};
 
 pub use handover::Handover;
 pub use inputs::{
-    InvalidKey, InvalidToken, LockKey, LockLimits, MAX_KEY_LEN, MIN_TTL_MS, OutOfRange, Token, Ttl,
-    WaitTime,
+    InvalidKey, InvalidKind, InvalidToken, LockKey, LockLimits, MAX_KEY_LEN, MAX_LIMIT, MIN_TTL_MS,
+    OutOfRange, Token, Ttl, WaitTime, lock_kind,
 };
 pub use streams::{LostReason, StreamEnd, StreamEvent, StreamedLock, Streams};
+use waiting::Ticket;
 pub use waiting::{WaitRefused, Waiting};
 
 use crate::metrics::{LockOutcome, Metrics};
-pub use crate::redis::locks::LockState;
 use crate::redis::locks::{
-    self as scripts, AcquireReply, ExtendReply, Holds, InspectReply, LockKeys, ReenterReply,
-    ReleaseReply,
+    self as scripts, AcquireReply, Attempt, ExtendReply, Holds, InspectReply, LockKeys,
+    ReenterReply, ReleaseReply,
 };
+pub use crate::redis::locks::{Inspection, LockKind, LockState};
 use crate::redis::{BackendError, Redis};
 
 /// A request to take (or re-enter) a lock.
 #[derive(Debug, Clone)]
 pub struct AcquireRequest {
     pub key: LockKey,
+    /// Exclusive (alone, or one of a counting lock's places) or shared.
+    pub kind: LockKind,
     pub ttl: Ttl,
     pub wait: WaitTime,
     /// Present when the client re-enters a lock it holds.
@@ -73,6 +78,10 @@ pub enum LockError {
     NotOwner { key: LockKey },
     #[error("there is no lock {key}: never taken, released, or expired")]
     NotFound { key: LockKey },
+    #[error("{key} is held with a limit of {limit}; ask with that limit, or wait until it is free")]
+    LimitMismatch { key: LockKey, limit: u64 },
+    #[error("the token holds {key} in the other mode; re-enter in the mode it was taken in")]
+    ModeConflict { key: LockKey },
     #[error(transparent)]
     CannotWait(#[from] WaitRefused),
     #[error("{}", not_replicated(key, *undone))]
@@ -112,8 +121,8 @@ impl Locks {
         self.0.waiting.count()
     }
 
-    /// Takes the lock for a new owner, waiting up to `request.wait` while
-    /// another owner holds it, or re-enters it with the holder's token.
+    /// Takes the lock for a new holder, waiting up to `request.wait` while
+    /// there is no place for it, or re-enters it with the holder's token.
     ///
     /// A new grant is guarded by its [`Handover`] from before the first
     /// attempt: if this future is dropped (the client disconnected while
@@ -129,12 +138,16 @@ impl Locks {
         }
 
         let token = Token::generate();
-        let handover = Handover::new(self.clone(), request.key.clone(), token);
+        let mut handover = Handover::new(self.clone(), request.key.clone(), token);
         let deadline = started + request.wait.as_duration();
-        match self
-            .acquire_by(&keys, &token, ttl_ms, deadline, request.confirmed)
-            .await
-        {
+        let wanted = Wanted {
+            keys: &keys,
+            kind: request.kind,
+            ttl_ms,
+            deadline,
+            confirmed: request.confirmed,
+        };
+        match self.acquire_by(wanted, &token, &mut handover).await {
             Ok((state, waited)) => {
                 self.0.metrics.lock(LockOutcome::Acquired);
                 if !waited.is_zero() {
@@ -160,6 +173,13 @@ impl Locks {
                     retry_after_ms: remaining_ms,
                 })
             }
+            Err(NoGrant::LimitMismatch { limit }) => {
+                handover.cancel();
+                Err(LockError::LimitMismatch {
+                    key: request.key,
+                    limit,
+                })
+            }
             Err(NoGrant::CannotWait(err)) => {
                 handover.cancel();
                 Err(err.into())
@@ -180,44 +200,73 @@ impl Locks {
         }
     }
 
-    /// Tries the acquire script; while the lock is held and `deadline` is
-    /// ahead, waits in the lock's queue and tries again when a release
-    /// message picks this waiter, when the holder's lease (as last reported)
+    /// Tries the acquire script; while there is no place and the deadline
+    /// is ahead, waits in the lock's queue and tries again when a release
+    /// message picks this waiter, when a holder's lease (as last reported)
     /// runs out, and once at the deadline. Never on a polling interval.
+    /// A grant that leaves room for more wakes the next local waiter.
     /// Returns the grant and how long it was waited for.
     async fn acquire_by(
         &self,
-        keys: &LockKeys,
+        wanted: Wanted<'_>,
         token: &Token,
-        ttl_ms: u64,
-        deadline: Instant,
-        confirmed: bool,
+        handover: &mut Handover,
     ) -> Result<(LockState, Duration), NoGrant> {
         let token = token.expose();
-        let mut ticket = None;
+        let mut ticket: Option<Ticket> = None;
         let mut refused_at = None;
         loop {
+            let attempt = Attempt {
+                token: &token,
+                ttl_ms: wanted.ttl_ms,
+                wait_left_ms: millis(wanted.deadline.saturating_duration_since(Instant::now())),
+                marked: handover.marked(),
+            };
             // Boxed: the round trip's state is large, and only lives while it
             // runs; a request waiting for a lock keeps only the small rest.
-            let attempt = Box::pin(self.try_acquire(keys, &token, ttl_ms, confirmed));
-            let remaining_ms = match attempt.await? {
-                AcquireReply::Granted(state) => {
+            let tried = Box::pin(self.try_acquire(wanted, attempt));
+            let remaining_ms = match tried.await? {
+                AcquireReply::Granted { state, room } => {
+                    handover.set_marked(false);
+                    if let (true, Some(ticket)) = (room, ticket.as_ref()) {
+                        ticket.wake_next();
+                    }
                     let waited = refused_at.map_or(Duration::ZERO, |at: Instant| at.elapsed());
                     return Ok((state, waited));
                 }
-                AcquireReply::Held { remaining_ms } => remaining_ms,
+                AcquireReply::Held {
+                    remaining_ms,
+                    marked,
+                    behind_writer,
+                } => {
+                    if marked {
+                        handover.set_marked(true);
+                    }
+                    // The key is free but for a waiting writer. The release
+                    // that freed it may have woken this reader instead of
+                    // that writer: pass the wake-up on to a local writer, or
+                    // it would sleep until its wait ends.
+                    if let (true, Some(ticket)) = (behind_writer, ticket.as_ref()) {
+                        ticket.wake_writer();
+                    }
+                    remaining_ms
+                }
+                AcquireReply::LimitMismatch { limit } => {
+                    return Err(NoGrant::LimitMismatch { limit });
+                }
             };
             let now = Instant::now();
             refused_at.get_or_insert(now);
-            if now >= deadline {
+            if now >= wanted.deadline {
                 return Err(NoGrant::Held { remaining_ms });
             }
             let Some(ticket) = ticket.as_mut() else {
                 // First refusal: join the queue, and try once more as soon as
                 // the subscription stands, so a release between the refusal
                 // and the subscription is not missed.
-                let mut joined = self.0.waiting.enter(&keys.channel)?;
-                let _ = tokio::time::timeout_at(deadline.into(), joined.subscribed()).await;
+                let writer = !wanted.kind.is_shared();
+                let mut joined = self.0.waiting.enter(&wanted.keys.channel, writer)?;
+                let _ = tokio::time::timeout_at(wanted.deadline.into(), joined.subscribed()).await;
                 ticket = Some(joined);
                 continue;
             };
@@ -225,7 +274,7 @@ impl Locks {
             let lease_ends = now + Duration::from_millis(remaining_ms.saturating_add(1));
             tokio::select! {
                 () = ticket.woken() => {}
-                () = tokio::time::sleep_until(lease_ends.min(deadline).into()) => {}
+                () = tokio::time::sleep_until(lease_ends.min(wanted.deadline).into()) => {}
                 () = ticket.closing() => return Err(WaitRefused::ShuttingDown.into()),
             }
         }
@@ -237,7 +286,9 @@ impl Locks {
         let keys = self.keys(&request.key);
         let mut conn = self.0.redis.confirming_connection().await?;
         let ttl_ms = request.ttl.as_millis();
-        match scripts::reenter(&mut conn, &keys, &token.expose(), ttl_ms).await? {
+        let reply =
+            scripts::reenter(&mut conn, &keys, request.kind, &token.expose(), ttl_ms).await?;
+        match reply {
             ReenterReply::Reentered(_)
                 if request.confirmed && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
             {
@@ -260,6 +311,11 @@ impl Locks {
                 })
             }
             ReenterReply::NotOwner => Err(LockError::NotOwner { key: request.key }),
+            ReenterReply::LimitMismatch { limit } => Err(LockError::LimitMismatch {
+                key: request.key,
+                limit,
+            }),
+            ReenterReply::ModeConflict => Err(LockError::ModeConflict { key: request.key }),
         }
     }
 
@@ -267,24 +323,35 @@ impl Locks {
     /// replicas to confirm a grant).
     async fn try_acquire(
         &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl_ms: u64,
-        confirmed: bool,
+        wanted: Wanted<'_>,
+        attempt: Attempt<'_>,
     ) -> Result<AcquireReply, NoGrant> {
-        let mut conn = if confirmed {
+        let mut conn = if wanted.confirmed {
             self.0.redis.confirming_connection().await?
         } else {
             self.0.redis.connection().await?
         };
-        let reply = scripts::acquire(&mut conn, keys, token, ttl_ms).await?;
-        if matches!(reply, AcquireReply::Granted(_))
-            && confirmed
-            && !self.0.redis.replicated(&mut conn, &keys.lock).await?
+        let reply = scripts::acquire(&mut conn, wanted.keys, wanted.kind, attempt).await?;
+        if matches!(reply, AcquireReply::Granted { .. })
+            && wanted.confirmed
+            && !self
+                .0
+                .redis
+                .replicated(&mut conn, &wanted.keys.lock)
+                .await?
         {
             return Err(NoGrant::NotReplicated);
         }
         Ok(reply)
+    }
+
+    /// Withdraws `token`'s mark as a waiting writer: the request stopped
+    /// waiting without the lock. Shared waiters are told.
+    pub(crate) async fn withdraw(&self, key: &LockKey, token: &Token) -> Result<(), LockError> {
+        let mut conn = self.0.redis.connection().await?;
+        let publish = self.0.redis.publish_command();
+        scripts::withdraw(&mut conn, &self.keys(key), &token.expose(), publish).await?;
+        Ok(())
     }
 
     /// Gives up one hold; the last one frees the lock and wakes its waiters.
@@ -342,8 +409,8 @@ impl Locks {
         }
     }
 
-    /// Reads the lock's state; never its token.
-    pub async fn inspect(&self, key: &LockKey) -> Result<LockState, LockError> {
+    /// Reads the lock's state; never a token.
+    pub async fn inspect(&self, key: &LockKey) -> Result<Inspection, LockError> {
         let mut conn = self.0.redis.connection().await?;
         match scripts::inspect(&mut conn, &self.keys(key)).await? {
             InspectReply::Held(state) => Ok(state),
@@ -352,10 +419,23 @@ impl Locks {
     }
 }
 
+/// What one acquisition wants, for every attempt it makes.
+#[derive(Clone, Copy)]
+struct Wanted<'a> {
+    keys: &'a LockKeys,
+    kind: LockKind,
+    ttl_ms: u64,
+    deadline: Instant,
+    confirmed: bool,
+}
+
 /// Why [`Locks::acquire_by`] ended without a grant.
 enum NoGrant {
     Held {
         remaining_ms: u64,
+    },
+    LimitMismatch {
+        limit: u64,
     },
     CannotWait(WaitRefused),
     /// Granted, but too few replicas confirmed it.
@@ -373,6 +453,10 @@ impl From<BackendError> for NoGrant {
     fn from(err: BackendError) -> Self {
         Self::Backend(err)
     }
+}
+
+fn millis(length: Duration) -> u64 {
+    u64::try_from(length.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The detail of [`LockError::NotReplicated`].

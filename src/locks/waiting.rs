@@ -46,6 +46,9 @@ struct Waiter {
     /// the next message picks someone else.
     woken: AtomicBool,
     notify: Notify,
+    /// An exclusive or counted request (one that shared requests wait
+    /// behind once it is marked as a waiting writer).
+    writer: bool,
 }
 
 impl Waiter {
@@ -77,8 +80,8 @@ impl Waiting {
     }
 
     /// Joins the queue of `channel`, subscribing it if this is its first
-    /// local waiter.
-    pub fn enter(&self, channel: &str) -> Result<Ticket, WaitRefused> {
+    /// local waiter; `writer` for a request that is not shared.
+    pub fn enter(&self, channel: &str, writer: bool) -> Result<Ticket, WaitRefused> {
         if self.closing.is_cancelled() {
             return Err(WaitRefused::ShuttingDown);
         }
@@ -90,6 +93,7 @@ impl Waiting {
         let waiter = Arc::new(Waiter {
             woken: AtomicBool::new(false),
             notify: Notify::new(),
+            writer,
         });
         // The request goes out while the lock is held, so the subscriber sees
         // subscribes and unsubscribes in the order the queues changed.
@@ -194,6 +198,33 @@ impl Ticket {
     /// Completes when the instance starts shutting down.
     pub async fn closing(&self) {
         self.waiting.closing.cancelled().await;
+    }
+
+    /// Wakes the longest-waiting other waiter not already awake: this one
+    /// was granted and there is room for more (a place of a counting lock,
+    /// or readers after a writer), so each grant passes the wake-up on
+    /// rather than one release waking everyone.
+    pub fn wake_next(&self) {
+        self.wake_first(|_| true);
+    }
+
+    /// Wakes the longest-waiting writer not already awake: this shared
+    /// request found the key free but for a waiting writer, and may have
+    /// taken the wake-up that was that writer's.
+    pub fn wake_writer(&self) {
+        self.wake_first(|waiter| waiter.writer);
+    }
+
+    fn wake_first(&self, wanted: impl Fn(&Waiter) -> bool) {
+        let queues = self.waiting.registry.lock();
+        if let Some(queue) = queues.get(&self.channel) {
+            let next = queue.iter().find(|w| {
+                !Arc::ptr_eq(w, &self.waiter) && !w.woken.load(Ordering::Acquire) && wanted(w)
+            });
+            if let Some(waiter) = next {
+                waiter.wake();
+            }
+        }
     }
 
     /// Completes when a release (or a reconnect) picks this waiter.

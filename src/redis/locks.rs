@@ -2,7 +2,7 @@
 
 use redis::ScriptInvocation;
 
-use super::scripts::{ACQUIRE, EXTEND, INSPECT, RELEASE};
+use super::scripts::{ACQUIRE, ACQUIRE_MANY, EXTEND, INSPECT, LuaScript, RELEASE, WITHDRAW};
 use super::{BackendError, Connection};
 
 /// How long a lock's fence counter outlives its lease. Fencing tokens stay
@@ -11,15 +11,22 @@ use super::{BackendError, Connection};
 /// short string per recently used lock name is cheap.
 const FENCE_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// The Redis names of one lock's state. All share the hash tag `{<key>}`, so in
-/// Redis Cluster one lock lives in one slot and its scripts run there.
+/// The Redis names of one lock's state (laid out in `lua/lib/holders.lua`).
+/// All share the hash tag `{<key>}`, so in Redis Cluster one lock lives in
+/// one slot and its scripts run there.
 #[derive(Debug, Clone)]
 pub struct LockKeys {
-    /// Hash: `owner`, `holds`, `fence`; its TTL is the lease.
+    /// Hash: `owner`, `holds`, `fence` for a plain lock; `mode`, `limit`
+    /// and each holder's holds and fence for one with many holders. Its TTL
+    /// is the (latest) lease.
     pub lock: String,
     /// String: the last fencing token issued for the key.
     pub fence: String,
-    /// Pub/sub channel told when the lock is freed.
+    /// Sorted set: a lock with many holders' tokens, by lease end.
+    pub holders: String,
+    /// Sorted set: exclusive requests waiting for shared holders to leave.
+    pub writers: String,
+    /// Pub/sub channel told when a place in the lock is freed.
     pub channel: String,
 }
 
@@ -29,8 +36,38 @@ impl LockKeys {
         Self {
             lock: format!("{prefix}lock:{{{key}}}"),
             fence: format!("{prefix}fence:{{{key}}}"),
+            holders: format!("{prefix}holders:{{{key}}}"),
+            writers: format!("{prefix}writers:{{{key}}}"),
             channel: format!("{prefix}released:{{{key}}}"),
         }
+    }
+}
+
+/// How a lock admits holders. The domain hands it on as it is
+/// (`locks::LockKind`), validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// One holder at a time: a plain lock (a mutex).
+    Exclusive,
+    /// Any number of holders at once, while no exclusive request waits
+    /// (a read lock).
+    Shared,
+    /// Up to this many holders at once, 2 or more (a semaphore).
+    Counted(u32),
+}
+
+impl LockKind {
+    /// How many may hold it at once; `None` for no bound (shared).
+    pub fn limit(self) -> Option<u32> {
+        match self {
+            Self::Exclusive => Some(1),
+            Self::Shared => None,
+            Self::Counted(limit) => Some(limit),
+        }
+    }
+
+    pub fn is_shared(self) -> bool {
+        self == Self::Shared
     }
 }
 
@@ -45,18 +82,45 @@ pub struct LockState {
     pub expires_at_ms: u64,
 }
 
-/// What `acquire.lua` did for a new owner.
+/// A lock as `inspect.lua` sees it: its state (the newest fencing token,
+/// every holder's holds together, the latest lease), its kind, and how many
+/// hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcquireReply {
-    Granted(LockState),
-    Held { remaining_ms: u64 },
+pub struct Inspection {
+    pub state: LockState,
+    pub kind: LockKind,
+    pub holders: u64,
 }
 
-/// What `acquire.lua` did for a holder re-entering with its token.
+/// What an acquire script did for a new holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// Granted; `room` when another request could be admitted now too.
+    Granted { state: LockState, room: bool },
+    /// No place now: one may free in `remaining_ms`. `marked` when the
+    /// request was marked as a waiting writer (the grant, or a withdrawal,
+    /// must remove it). `behind_writer` when nobody holds the key and only
+    /// a waiting writer keeps this shared request out.
+    Held {
+        remaining_ms: u64,
+        marked: bool,
+        behind_writer: bool,
+    },
+    /// The key is held with another limit.
+    LimitMismatch { limit: u64 },
+}
+
+/// What an acquire script did for a holder re-entering with its token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReenterReply {
     Reentered(LockState),
     NotOwner,
+    /// The key is held with another limit.
+    LimitMismatch {
+        limit: u64,
+    },
+    /// The token holds the lock in the other mode (shared or exclusive).
+    ModeConflict,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,62 +140,136 @@ pub enum ExtendReply {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InspectReply {
-    Held(LockState),
+    Held(Inspection),
     NotFound,
 }
 
-/// Runs `acquire.lua` for a new owner with the fresh `token`.
+/// One attempt of a new holder: who, for how long, how long it may still
+/// wait, and whether an earlier attempt marked it as a waiting writer.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    pub token: &'a str,
+    pub ttl_ms: u64,
+    pub wait_left_ms: u64,
+    pub marked: bool,
+}
+
+/// Runs the acquire script of `kind` for a new holder.
 pub async fn acquire(
     conn: &mut Connection,
     keys: &LockKeys,
-    token: &str,
-    ttl_ms: u64,
+    kind: LockKind,
+    attempt: Attempt<'_>,
 ) -> Result<AcquireReply, BackendError> {
-    let reply = run_acquire(conn, keys, token, ttl_ms, false).await?;
+    let script = script_of(kind);
+    let reply = run_acquire(conn, keys, kind, attempt, false).await?;
     match reply.first() {
-        Some(1) => grant(&reply).map(AcquireReply::Granted),
-        Some(0) => field(&reply, 3).map(|remaining_ms| AcquireReply::Held { remaining_ms }),
+        Some(1) => grant(&reply).map(|state| AcquireReply::Granted {
+            state,
+            room: reply.get(5) == Some(&1),
+        }),
+        Some(0) => field(&reply, 3).map(|remaining_ms| AcquireReply::Held {
+            remaining_ms,
+            marked: reply.get(2) == Some(&1),
+            behind_writer: reply.get(2) == Some(&2),
+        }),
+        Some(-2) => field(&reply, 1).map(|limit| AcquireReply::LimitMismatch { limit }),
         _ => None,
     }
-    .ok_or_else(|| ACQUIRE.unexpected(reply.clone()))
+    .ok_or_else(|| script.unexpected(reply.clone()))
 }
 
-/// Runs `acquire.lua` to re-enter with the holder's `token`.
+/// Runs the acquire script of `kind` to re-enter with the holder's `token`.
 pub async fn reenter(
     conn: &mut Connection,
     keys: &LockKeys,
+    kind: LockKind,
     token: &str,
     ttl_ms: u64,
 ) -> Result<ReenterReply, BackendError> {
-    let reply = run_acquire(conn, keys, token, ttl_ms, true).await?;
+    let script = script_of(kind);
+    let attempt = Attempt {
+        token,
+        ttl_ms,
+        wait_left_ms: 0,
+        marked: false,
+    };
+    let reply = run_acquire(conn, keys, kind, attempt, true).await?;
     match reply.first() {
         Some(2) => grant(&reply).map(ReenterReply::Reentered),
         Some(-1) => Some(ReenterReply::NotOwner),
+        Some(-2) => field(&reply, 1).map(|limit| ReenterReply::LimitMismatch { limit }),
+        Some(-3) => Some(ReenterReply::ModeConflict),
         _ => None,
     }
-    .ok_or_else(|| ACQUIRE.unexpected(reply.clone()))
+    .ok_or_else(|| script.unexpected(reply.clone()))
+}
+
+/// A plain lock has its own, shorter script: the common case pays for
+/// nothing it does not use.
+fn script_of(kind: LockKind) -> &'static LuaScript {
+    match kind {
+        LockKind::Exclusive => &ACQUIRE,
+        LockKind::Shared | LockKind::Counted(_) => &ACQUIRE_MANY,
+    }
 }
 
 async fn run_acquire(
     conn: &mut Connection,
     keys: &LockKeys,
-    token: &str,
-    ttl_ms: u64,
+    kind: LockKind,
+    attempt: Attempt<'_>,
     reenter: bool,
 ) -> Result<Vec<i64>, BackendError> {
-    ACQUIRE
+    let script = script_of(kind);
+    let mut invocation = script.prepare();
+    invocation
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.holders)
+        .key(&keys.writers)
+        .arg(attempt.token)
+        .arg(attempt.ttl_ms)
+        .arg(if reenter { "1" } else { "0" })
+        .arg(FENCE_RETENTION_MS);
+    match kind {
+        LockKind::Exclusive => {}
+        LockKind::Shared => {
+            invocation.arg("shared").arg(0);
+        }
+        LockKind::Counted(limit) => {
+            invocation.arg("counted").arg(limit);
+        }
+    }
+    invocation
+        .arg(attempt.wait_left_ms)
+        .arg(if attempt.marked { "1" } else { "0" });
+    script.run(&invocation, conn).await
+}
+
+/// Runs `withdraw.lua`: `token` stopped waiting without the lock, so its
+/// mark as a waiting writer goes, and the lock's waiters are told.
+pub async fn withdraw(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    token: &str,
+    publish: &str,
+) -> Result<(), BackendError> {
+    let reply = WITHDRAW
         .run(
-            ACQUIRE
+            WITHDRAW
                 .prepare()
-                .key(&keys.lock)
-                .key(&keys.fence)
+                .key(&keys.writers)
                 .arg(token)
-                .arg(ttl_ms)
-                .arg(if reenter { "1" } else { "0" })
-                .arg(FENCE_RETENTION_MS),
+                .arg(&keys.channel)
+                .arg(publish),
             conn,
         )
-        .await
+        .await?;
+    match reply.first() {
+        Some(0 | 1) => Ok(()),
+        _ => Err(WITHDRAW.unexpected(reply)),
+    }
 }
 
 /// How much of a holder's claim a release gives up.
@@ -192,6 +330,7 @@ fn release_of<'a>(
     let mut invocation = RELEASE.prepare();
     invocation
         .key(&keys.lock)
+        .key(&keys.holders)
         .arg(token)
         .arg(&keys.channel)
         .arg(publish)
@@ -240,6 +379,7 @@ fn extension<'a>(keys: &LockKeys, token: &str, ttl_ms: u64) -> ScriptInvocation<
     invocation
         .key(&keys.lock)
         .key(&keys.fence)
+        .key(&keys.holders)
         .arg(token)
         .arg(ttl_ms)
         .arg(FENCE_RETENTION_MS);
@@ -265,9 +405,24 @@ fn extend_reply(reply: &[i64], ttl_ms: u64) -> Result<ExtendReply, BackendError>
 
 /// Runs `inspect.lua`.
 pub async fn inspect(conn: &mut Connection, keys: &LockKeys) -> Result<InspectReply, BackendError> {
-    let reply = INSPECT.run(INSPECT.prepare().key(&keys.lock), conn).await?;
+    let reply = INSPECT
+        .run(INSPECT.prepare().key(&keys.lock).key(&keys.holders), conn)
+        .await?;
     match reply.first() {
-        Some(1) => grant(&reply).map(InspectReply::Held),
+        Some(1) => grant(&reply).and_then(|state| {
+            let limit = field(&reply, 6)?;
+            let kind = match (reply.get(5), limit) {
+                (Some(1), _) => LockKind::Shared,
+                (Some(0), 1) => LockKind::Exclusive,
+                (Some(0), limit) => LockKind::Counted(u32::try_from(limit).ok()?),
+                _ => return None,
+            };
+            Some(InspectReply::Held(Inspection {
+                state,
+                kind,
+                holders: field(&reply, 7)?,
+            }))
+        }),
         Some(0) => Some(InspectReply::NotFound),
         _ => None,
     }

@@ -23,6 +23,14 @@ pub enum Refused {
     Unavailable(String),
 }
 
+/// How to hold the lock: shared, or as one of `limit` places (neither: a
+/// plain exclusive lock).
+#[derive(Debug, Clone, Copy)]
+pub struct LockKind {
+    pub shared: bool,
+    pub limit: Option<u64>,
+}
+
 /// The grant, as the `acquired` event reports it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Grant {
@@ -65,10 +73,17 @@ impl Gateway {
     pub async fn acquire(
         &self,
         key: &str,
+        kind: LockKind,
         ttl: Duration,
         wait: Duration,
     ) -> Result<(Grant, LockStream), Refused> {
-        let body = json!({"key": key, "ttl_ms": millis(ttl), "wait_ms": millis(wait)});
+        let mut body = json!({"key": key, "ttl_ms": millis(ttl), "wait_ms": millis(wait)});
+        if kind.shared {
+            body["mode"] = json!("shared");
+        }
+        if let Some(limit) = kind.limit {
+            body["limit"] = json!(limit);
+        }
         let response = self
             .request(reqwest::Method::POST, "/locks")
             .header(reqwest::header::ACCEPT, "text/event-stream")

@@ -23,7 +23,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use child::Group;
-use gateway::{Gateway, Grant, LockEvent, LockStream, Refused};
+use gateway::{Gateway, Grant, LockEvent, LockKind, LockStream, Refused};
 
 /// The exit status when the gateway cannot be reached or refuses (EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
@@ -91,6 +91,17 @@ pub struct RunArgs {
     /// The lease; the gateway renews it every third of it while the command runs.
     #[arg(long, value_name = "SECONDS", default_value = "30")]
     pub ttl: Seconds,
+
+    /// Hold the lock shared, beside any number of other shared holders (a
+    /// read lock); a holder without --shared (a writer) waits for them all,
+    /// and while it waits new shared holders wait behind it.
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
+
+    /// Hold one of N places of a counting lock (a semaphore): up to N run at
+    /// once. Every holder of KEY must name the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limit: Option<u64>,
 
     /// Grace between SIGTERM and SIGKILL when the lock is lost.
     #[arg(long, value_name = "SECONDS", default_value = "5")]
@@ -272,7 +283,11 @@ async fn acquire(gateway: &Gateway, args: &RunArgs) -> Result<(Grant, LockStream
             (false, None) => longest,
         }
         .min(longest);
-        match gateway.acquire(&args.key, args.ttl.0, wait).await {
+        let kind = LockKind {
+            shared: args.shared,
+            limit: args.limit,
+        };
+        match gateway.acquire(&args.key, kind, args.ttl.0, wait).await {
             Ok(granted) => return Ok(granted),
             Err(Refused::Held)
                 if !args.nonblock && deadline.is_none_or(|at| Instant::now() < at) => {}

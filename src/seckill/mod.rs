@@ -23,7 +23,7 @@ pub use inputs::{
 pub use rate::{RateDecision, RatePolicy};
 use sold_out::SoldOutFlags;
 
-use crate::locks::{AcquireRequest, LockError, LockKey, Locks, Ttl, WaitTime};
+use crate::locks::{AcquireRequest, LockError, LockKey, LockKind, Locks, Ttl, WaitTime};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::seckill::{
@@ -327,6 +327,7 @@ impl Sales {
     ) -> Result<T, SaleError> {
         let request = AcquireRequest {
             key: key.clone(),
+            kind: LockKind::Exclusive,
             ttl: Ttl::fixed(SALE_LOCK_TTL),
             wait,
             token: None,

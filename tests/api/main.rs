@@ -11,6 +11,7 @@ mod fencing;
 mod helpers;
 mod layers;
 mod limits;
+mod lock_kinds;
 mod locks;
 mod observability;
 mod openapi;

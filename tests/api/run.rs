@@ -111,6 +111,49 @@ async fn the_command_gets_the_key_its_token_and_fencing_token() {
     );
 }
 
+/// Starts `runs` `lockgate run` of KEY with `kind_args` at once, each
+/// command marking its start and end in one log; returns the most that ran
+/// at the same time.
+async fn most_at_once(app: &TestApp, kind_args: &[&str], runs: usize) -> usize {
+    let dir = TempDir::new().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo + >> {log}; sleep 0.6; echo - >> {log}",
+        log = log.display()
+    );
+    let mut children = Vec::new();
+    for _ in 0..runs {
+        let mut args = kind_args.to_vec();
+        args.extend(["-w", "20", "pool", "--", "sh", "-c", &script]);
+        children.push(lockgate_run(app, &args).spawn().unwrap());
+    }
+    for child in children {
+        let output = child.wait_with_output().await.unwrap();
+        assert!(output.status.success(), "{output:?}");
+    }
+    let (mut now, mut most) = (0_usize, 0);
+    for mark in std::fs::read_to_string(&log).unwrap().lines() {
+        if mark == "+" {
+            now += 1;
+            most = most.max(now);
+        } else {
+            now -= 1;
+        }
+    }
+    most
+}
+
+#[tokio::test]
+async fn shared_runs_overlap_and_counted_ones_up_to_their_limit() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    assert_eq!(most_at_once(&app, &["--shared"], 3).await, 3);
+    assert_eq!(most_at_once(&app, &["--limit", "2"], 3).await, 2);
+    assert_eq!(most_at_once(&app, &[], 2).await, 1);
+    assert_eq!(app.get("/locks/pool").await.status(), StatusCode::NOT_FOUND);
+}
+
 #[tokio::test]
 async fn a_held_lock_exits_with_the_conflict_code_and_runs_nothing() {
     let redis = RedisServer::start().await;

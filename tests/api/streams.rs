@@ -206,6 +206,44 @@ async fn another_holders_release_does_not_end_a_stream() {
 }
 
 #[tokio::test]
+async fn shared_streamed_locks_are_renewed_and_released_each_on_its_own() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let body = json!({"key": "feed", "ttl_ms": 600, "mode": "shared"});
+    let mut first = EventStream::of(app.stream(body.clone()).await);
+    let mut second = EventStream::of(app.stream(body).await);
+    let first_grant = first.until("acquired", Duration::from_secs(5)).await;
+    let second_grant = second.until("acquired", Duration::from_secs(5)).await;
+    assert_ne!(first_grant.data["token"], second_grant.data["token"]);
+    let holders = |status: Value| status["holders"].as_u64();
+    let status: Value = app.get("/locks/feed").await.json().await.unwrap();
+    assert_eq!(holders(status), Some(2));
+
+    // Each lease is renewed past its first end.
+    first.until("renewed", Duration::from_secs(2)).await;
+    second.until("renewed", Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    // One client leaves: its place is freed, the other stream goes on.
+    drop(first);
+    let one_left = eventually(Duration::from_secs(2), || async {
+        let status: Value = app.get("/locks/feed").await.json().await.unwrap();
+        holders(status) == Some(1)
+    })
+    .await;
+    assert!(one_left, "the closed stream's place was not freed");
+    assert_no_end(second.read_for(Duration::from_millis(300)).await);
+
+    let token = second_grant.data["token"].as_str().unwrap();
+    assert_eq!(
+        app.release("feed", token).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let released = second.until("released", Duration::from_secs(2)).await;
+    assert_eq!(released.data, json!({"key": "feed"}));
+}
+
+#[tokio::test]
 async fn a_lock_deleted_in_redis_is_lost_at_the_next_renewal() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn(&redis).await;

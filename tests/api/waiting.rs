@@ -381,9 +381,13 @@ async fn killing_the_subscription_loses_no_wake_up() {
         .arg("NUMSUB")
         .arg(channel("ledger"))
         .cmd("EVAL")
-        .arg(include_str!("../../lua/release.lua"))
-        .arg(1)
+        .arg(concat!(
+            include_str!("../../lua/lib/holders.lua"),
+            include_str!("../../lua/release.lua")
+        ))
+        .arg(2)
         .arg("lockgate:lock:{ledger}")
+        .arg("lockgate:holders:{ledger}")
         .arg(&holder.token)
         .arg(channel("ledger"))
         .arg("PUBLISH")

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use reqwest::Response;
 use serde_json::Value;
 
-pub use app::TestApp;
+pub use app::{Grant, TestApp};
 pub use cases::{Case, case};
 pub use events::{Event, EventStream};
 pub use nginx::{Nginx, NginxSettings};

@@ -382,16 +382,23 @@ impl RedisServer {
     /// `/locks`): for locks no client can take over HTTP. Returns the token.
     pub async fn take_lock(&self, namespace: &str, key: &str, ttl_ms: u64) -> String {
         let token = uuid::Uuid::new_v4().to_string();
-        let reply: Vec<i64> = redis::Script::new(include_str!("../../../lua/acquire.lua"))
-            .key(format!("{namespace}lock:{{{key}}}"))
-            .key(format!("{namespace}fence:{{{key}}}"))
-            .arg(&token)
-            .arg(ttl_ms)
-            .arg("0")
-            .arg(60_000)
-            .invoke_async(&mut self.connection().await)
-            .await
-            .unwrap();
+        let reply: Vec<i64> = redis::Script::new(concat!(
+            include_str!("../../../lua/lib/holders.lua"),
+            include_str!("../../../lua/acquire.lua")
+        ))
+        .key(format!("{namespace}lock:{{{key}}}"))
+        .key(format!("{namespace}fence:{{{key}}}"))
+        .key(format!("{namespace}holders:{{{key}}}"))
+        .key(format!("{namespace}writers:{{{key}}}"))
+        .arg(&token)
+        .arg(ttl_ms)
+        .arg("0")
+        .arg(60_000)
+        .arg(0)
+        .arg("0")
+        .invoke_async(&mut self.connection().await)
+        .await
+        .unwrap();
         assert_eq!(reply[0], 1, "{key} was not granted: {reply:?}");
         token
     }
@@ -400,15 +407,19 @@ impl RedisServer {
     /// gateway's own `release.lua` (which tells the waiters).
     pub async fn release_lock(&self, namespace: &str, key: &str, token: &str) {
         let publish = if self.cluster { "SPUBLISH" } else { "PUBLISH" };
-        let reply: Vec<i64> = redis::Script::new(include_str!("../../../lua/release.lua"))
-            .key(format!("{namespace}lock:{{{key}}}"))
-            .arg(token)
-            .arg(format!("{namespace}released:{{{key}}}"))
-            .arg(publish)
-            .arg("one")
-            .invoke_async(&mut self.connection().await)
-            .await
-            .unwrap();
+        let reply: Vec<i64> = redis::Script::new(concat!(
+            include_str!("../../../lua/lib/holders.lua"),
+            include_str!("../../../lua/release.lua")
+        ))
+        .key(format!("{namespace}lock:{{{key}}}"))
+        .key(format!("{namespace}holders:{{{key}}}"))
+        .arg(token)
+        .arg(format!("{namespace}released:{{{key}}}"))
+        .arg(publish)
+        .arg("one")
+        .invoke_async(&mut self.connection().await)
+        .await
+        .unwrap();
         assert_eq!(reply[0], 1, "{key} was not released: {reply:?}");
     }
 
