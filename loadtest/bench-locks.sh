@@ -5,8 +5,10 @@
 #   loadtest/bench-locks.sh        (or: make bench)
 #
 # Starts its own Redis (no persistence) and a release build of the gateway
-# on free loopback ports, drives them with loadtest/lockbench.rs (one
-# thread, raw HTTP/1.1), and prints a table: lock cycles, contention (plain,
+# (logging at its default level) on free loopback ports, drives them with loadtest/lockbench.rs (one
+# thread, raw HTTP/1.1), and prints a table: lock cycles (beside the floor,
+# loadtest/floor.rs: the same stack and scripts with nothing of the
+# gateway's, and beside the three ways to reach Redis), contention (plain,
 # read-write and counting locks), waiters' memory, and how many streamed
 # locks one gateway keeps renewed.
 # BENCH_SECONDS sets each run's length (default 10).
@@ -31,9 +33,10 @@ rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
 "$root/scripts/ensure-tools.sh" rust redis
 echo "building (release)..." >&2
-(cd "$root" && cargo build --release --locked --quiet --bin lockgate --example lockbench)
+(cd "$root" && cargo build --release --locked --quiet --bin lockgate --example lockbench --example floor)
 lockgate="$root/target/release/lockgate"
 lockbench="$root/target/release/examples/lockbench"
+floor="$root/target/release/examples/floor"
 
 redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
@@ -43,7 +46,7 @@ redis_pid=$!
 wait_for redis-cli -p "$redis_port" ping
 
 gateway_port="$(free_port)"
-RUST_LOG=warn "$lockgate" serve --listen "127.0.0.1:$gateway_port" \
+"$lockgate" serve --listen "127.0.0.1:$gateway_port" \
   --redis-url "redis://127.0.0.1:$redis_port" >"$work/gateway.log" 2>&1 &
 pids+=($!)
 gateway_pid=$!
@@ -59,6 +62,36 @@ g1=$(cpu_ms "$gateway_pid"); r1=$(cpu_ms "$redis_pid")
 requests="$(field "$cycles" requests)"
 gateway_us=$(( (g1 - g0) * 1000 / requests ))
 redis_us=$(( (r1 - r0) * 1000 / requests ))
+
+# Uncontended cycles against a server started by "$@" on $port: cycles/s
+# and the server's CPU per request (µs), as JSON.
+measure_cycles() {
+  local port; port="$(free_port)"
+  "$@" >"$work/measured.log" 2>&1 &
+  local pid=$!
+  wait_for curl -s -o /dev/null "http://127.0.0.1:$port/locks"
+  local c0; c0=$(cpu_ms "$pid")
+  local run; run="$("$lockbench" cycles --url "http://127.0.0.1:$port" --clients 50 --seconds "$seconds")"
+  local c1; c1=$(cpu_ms "$pid")
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  python3 -c "import json, sys; r = json.loads(sys.argv[1]); print(json.dumps({'per_second': r['per_second'], 'cpu_us': round(($c1 - $c0) * 1000 / r['requests'])}))" "$run"
+}
+# Servers for measure_cycles, on the $port it chose; exec, so that the pid
+# it measures is the server's own.
+gateway_with() {
+  exec "$lockgate" serve --listen "127.0.0.1:$port" --redis-url "redis://127.0.0.1:$redis_port" "$@"
+}
+floor_server() {
+  exec "$floor" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$redis_port"
+}
+
+echo "the floor: the same stack and scripts with nothing of the gateway's (${seconds}s)..." >&2
+floor_run="$(measure_cycles floor_server)"
+echo "the three ways to reach Redis (${seconds}s each)..." >&2
+pool_shared="$(measure_cycles gateway_with --redis-pool shared)"
+pool_checkout="$(measure_cycles gateway_with --redis-pool checkout)"
+pool_deadpool="$(measure_cycles gateway_with --redis-pool deadpool-redis)"
+floor_ratio="$(python3 -c "print(f'{$(field "$cycles" per_second) / $(field "$floor_run" per_second):.0%}')")"
 
 echo "the same scripts by redis-benchmark..." >&2
 # As the gateway loads them: the lock scripts' shared functions first.
@@ -103,7 +136,7 @@ echo "uncontended cycles against a three-master Redis Cluster (${seconds}s)..." 
 # Without persistence, like the single Redis above.
 cluster_nodes="$(REDIS_EXTRA_ARGS="--appendonly no" "$root/scripts/redis-cluster.sh" start "$work/redis-cluster")"
 cluster_gateway_port="$(free_port)"
-RUST_LOG=warn "$lockgate" serve --listen "127.0.0.1:$cluster_gateway_port" \
+"$lockgate" serve --listen "127.0.0.1:$cluster_gateway_port" \
   --redis-cluster-nodes "$cluster_nodes" >"$work/gateway-cluster.log" 2>&1 &
 pids+=($!)
 wait_for curl -sf "http://127.0.0.1:$cluster_gateway_port/readyz"
@@ -122,7 +155,7 @@ echo "streamed locks, ttl_ms 3000 (${seconds}s each)..." >&2
 stream_rows="" stream_results="" kept=0
 for count in 1000 5000 10000 15000; do
   port="$(free_port)"
-  RUST_LOG=warn "$lockgate" serve --listen "127.0.0.1:$port" \
+  "$lockgate" serve --listen "127.0.0.1:$port" \
     --redis-url "redis://127.0.0.1:$redis_port" >"$work/gateway-streams.log" 2>&1 &
   stream_gateway=$!
   wait_for curl -sf "http://127.0.0.1:$port/readyz"
@@ -152,6 +185,9 @@ lockgate lock benchmark: $(nproc) cores, $(date -u +%Y-%m-%d), ${seconds}s per r
 | measurement | lockgate | comparison |
 |---|---|---|
 | uncontended lock cycles/s (acquire + release, 50 clients, distinct keys) | $(field "$cycles" per_second) | redis-benchmark, same scripts by EVALSHA: $raw_cycles |
+| the same against the floor (loadtest/floor.rs: axum, hyper, tokio, redis-rs, the same scripts and connections, nothing else) | $floor_ratio of the floor | floor: $(field "$floor_run" per_second) cycles/s |
+| CPU per uncontended request (µs), gateway / floor | $gateway_us / $(field "$floor_run" cpu_us) | |
+| uncontended cycles/s by way to Redis (gateway CPU per request, µs) | shared connections (the default): $(field "$pool_shared" per_second) ($(field "$pool_shared" cpu_us)) | checkout pool: $(field "$pool_checkout" per_second) ($(field "$pool_checkout" cpu_us)); deadpool-redis as it ships: $(field "$pool_deadpool" per_second) ($(field "$pool_deadpool" cpu_us)) |
 | the same, one gateway on a three-master Redis Cluster on the same machine | $(field "$on_cluster" per_second) | |
 | contended acquisitions/s (8 clients, one key, hold 1 ms, work 5 ms) | $(field "$contended" per_second) | 20 ms sleep-and-poll SETNX lock: $(field "$poll" per_second) |
 | contended wait p50 / p99 (ms) | $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | $(field "$poll" wait_p50_ms) / $(field "$poll" wait_p99_ms) |
@@ -170,6 +206,8 @@ are granted): the most kept renewed on time, with nothing lost, is $kept.
 $stream_rows
 raw lockbench results:
 $cycles
+floor $floor_run
+pools: shared $pool_shared, checkout $pool_checkout, deadpool-redis $pool_deadpool
 $on_cluster
 $contended
 $poll

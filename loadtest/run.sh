@@ -11,7 +11,9 @@
 # 3. chaos: seckill.js again while one instance is killed (SIGKILL) midway;
 #    nginx routes around it, the invariants still hold, and only requests in
 #    flight on that instance may fail.
-# Summaries (k6 JSON) land in $LOADTEST_OUT (default .run/loadtest).
+# Summaries (k6 JSON) and k6's HTML report of each run (its web dashboard,
+# exported when the run ends: NAME.html, to open in a browser) land in
+# $LOADTEST_OUT (default .run/loadtest).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -46,7 +48,10 @@ status=0
 run_k6() {
   local name="$1"; shift
   echo "== $name" >&2
-  if ! env "$@" k6 run --quiet "$root/loadtest/${name%%-*}.js" 2> >(grep -v 'level=warn' >&2); then
+  # The dashboard serves nothing (port -1): it only writes the report.
+  if ! env K6_WEB_DASHBOARD=true K6_WEB_DASHBOARD_PORT=-1 \
+    K6_WEB_DASHBOARD_EXPORT="$out/$name.html" "$@" \
+    k6 run --quiet "$root/loadtest/${name%%-*}.js" 2> >(grep -v 'level=warn' >&2); then
     echo "== $name FAILED" >&2
     status=1
   fi
@@ -63,7 +68,7 @@ run_k6 seckill-chaos SKU=k6-chaos RATE="$rate" MAX_FAILED=25 SUMMARY_FILE="$out/
 wait "$killer"
 
 if [ "$status" -eq 0 ]; then
-  echo "load tests passed; summaries in $out" >&2
+  echo "load tests passed; summaries and HTML reports in $out" >&2
 else
   echo "load tests FAILED; logs in $CLUSTER_DIR were removed, summaries in $out" >&2
 fi

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::http::{ConnectionLimits, RequestLimits};
 use crate::locks::{LockLimits, MIN_TTL_MS};
-use crate::redis::{RedisSettings, Replication, Topology};
+use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
 
@@ -163,10 +163,22 @@ pub struct Config {
     #[arg(long, env = "LOCKGATE_MAX_WAITERS", default_value_t = 20_000)]
     pub max_waiters: usize,
 
-    /// Redis connections in the pool (waiters use none of them).
-    #[arg(long, env = "LOCKGATE_REDIS_POOL_SIZE", default_value_t = 16,
+    /// How requests get a connection to one Redis: `shared` (a few
+    /// multiplexed connections every request shares, taken in turn),
+    /// `checkout` (a connection per request out of a pool), or
+    /// `deadpool-redis` (that crate's pool as it ships). `make bench`
+    /// measures the three.
+    #[arg(long, env = "LOCKGATE_REDIS_POOL", default_value = "shared",
+          value_parser = ["shared", "checkout", "deadpool-redis"])]
+    pub redis_pool: String,
+
+    /// Redis connections: shared by every request (`shared`, default 1:
+    /// the fewer, the more requests' commands leave in one write), or at
+    /// most this many checked out at once (default 16). Waiting requests use
+    /// none of them.
+    #[arg(long, env = "LOCKGATE_REDIS_POOL_SIZE",
           value_parser = clap::value_parser!(u64).range(1..=1024))]
-    pub redis_pool_size: u64,
+    pub redis_pool_size: Option<u64>,
 
     /// Bound on connecting to Redis, waiting for a pooled connection, and each
     /// command, in milliseconds; past it the request answers 503.
@@ -295,10 +307,23 @@ impl Config {
                 nodes: self.redis_cluster_nodes.clone(),
             }
         };
+        let pool = match self.redis_pool.as_str() {
+            "checkout" => PoolKind::Checkout,
+            "deadpool-redis" => PoolKind::DeadpoolRedis,
+            // The value parser allows only these three.
+            _ => PoolKind::Shared,
+        };
         RedisSettings {
             topology,
+            pool,
             // The value parser keeps this within 1..=1024.
-            pool_size: usize::try_from(self.redis_pool_size).unwrap_or(16),
+            pool_size: self
+                .redis_pool_size
+                .and_then(|size| usize::try_from(size).ok())
+                .unwrap_or(match pool {
+                    PoolKind::Shared => 1,
+                    PoolKind::Checkout | PoolKind::DeadpoolRedis => 16,
+                }),
             timeout: Duration::from_millis(self.redis_timeout_ms),
             replication: (self.redis_wait_replicas > 0).then(|| Replication {
                 replicas: self.redis_wait_replicas,

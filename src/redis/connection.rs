@@ -1,4 +1,4 @@
-//! A connection for one request: out of the pool (one Redis) or a handle on the shared cluster connection.
+//! A connection for one request: a handle on a shared connection (one Redis, or the cluster's), or one out of a pool.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -10,14 +10,15 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
-use super::pool::{ClusterManager, LeanManager};
+use super::pool::{ClusterManager, LeanManager, LiveConnection};
 use super::scripts;
 use crate::metrics::Metrics;
 
 /// A connection for one request. Every command's latency and failure go to
-/// the metrics. A pooled connection whose command failed at the connection
-/// level (an I/O error, a timeout) is detached when dropped, and the pool
-/// opens a fresh one when needed; the cluster connection mends itself.
+/// the metrics. A connection whose command failed at the connection level
+/// (an I/O error, a timeout) is given up when dropped (detached from its
+/// pool, or marked dead in its shared slot), and a fresh one is opened when
+/// needed; the cluster connection mends itself.
 pub struct Connection {
     link: Link,
     broken: bool,
@@ -25,8 +26,13 @@ pub struct Connection {
 }
 
 enum Link {
+    /// One of the shared multiplexed connections to one Redis.
+    Shared(LiveConnection),
     /// `None` only once `drop` has taken it.
     Pooled(Option<Object<LeanManager>>),
+    /// Out of deadpool-redis's pool (the `deadpool-redis` setting, kept to
+    /// be measured against the others); `None` only once `drop` has taken it.
+    Deadpool(Option<deadpool_redis::Connection>),
     /// The shared cluster connection; or, with `lease`, one of those kept
     /// apart for replica-confirmed writes, held for this request alone.
     Cluster {
@@ -36,6 +42,22 @@ enum Link {
 }
 
 impl Connection {
+    pub(super) fn shared(live: LiveConnection, metrics: Arc<Metrics>) -> Self {
+        Self {
+            link: Link::Shared(live),
+            broken: false,
+            metrics,
+        }
+    }
+
+    pub(super) fn deadpool(connection: deadpool_redis::Connection, metrics: Arc<Metrics>) -> Self {
+        Self {
+            link: Link::Deadpool(Some(connection)),
+            broken: false,
+            metrics,
+        }
+    }
+
     pub(super) fn pooled(object: Object<LeanManager>, metrics: Arc<Metrics>) -> Self {
         Self {
             link: Link::Pooled(Some(object)),
@@ -67,18 +89,21 @@ impl Connection {
     }
 
     /// Another handle on the same cluster connection, to run commands beside
-    /// this one; `None` for a pooled connection, which is one request's.
+    /// this one (a pipeline cannot span nodes); `None` with one Redis, where
+    /// one pipeline on this connection does better.
     pub(super) fn fork(&self) -> Option<Self> {
         match &self.link {
             Link::Cluster { connection, .. } => {
                 Some(Self::cluster(connection.clone(), self.metrics.clone()))
             }
-            Link::Pooled(_) => None,
+            Link::Shared(_) | Link::Pooled(_) | Link::Deadpool(_) => None,
         }
     }
 
     fn inner(&mut self) -> &mut (dyn ConnectionLike + Send) {
         match &mut self.link {
+            Link::Shared(live) => live.connection(),
+            Link::Deadpool(connection) => connection.as_mut().expect("a live pooled connection"),
             Link::Pooled(object) => object
                 .as_mut()
                 .expect("a live pooled connection")
@@ -167,6 +192,8 @@ impl ConnectionLike for Connection {
 
     fn get_db(&self) -> i64 {
         match &self.link {
+            Link::Shared(live) => live.get_db(),
+            Link::Deadpool(connection) => connection.as_ref().map_or(0, |c| c.get_db()),
             Link::Pooled(object) => object.as_ref().map_or(0, |object| object.get_db()),
             Link::Cluster { connection, .. } => connection.get_db(),
         }
@@ -179,9 +206,15 @@ impl Drop for Connection {
             return;
         }
         match &mut self.link {
+            Link::Shared(live) => live.discard(),
             Link::Pooled(object) => {
                 if let Some(object) = object.take() {
                     drop(Object::take(object));
+                }
+            }
+            Link::Deadpool(connection) => {
+                if let Some(connection) = connection.take() {
+                    drop(deadpool_redis::Connection::take(connection));
                 }
             }
             Link::Cluster { lease, .. } => {

@@ -16,7 +16,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use crate::metrics::Metrics;
-use pool::{ClusterManager, ClusterPool, LeanManager, Pool, PoolError};
+use pool::{ClusterManager, ClusterPool, LeanManager, Pool, PoolError, SharedConnections};
 use pubsub::Subscriber;
 
 pub use connection::Connection;
@@ -25,6 +25,10 @@ pub use connection::Connection;
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
     pub topology: Topology,
+    /// How requests get a connection to one Redis.
+    pub pool: PoolKind,
+    /// Connections: shared by every request, or at most this many checked
+    /// out at once.
     pub pool_size: usize,
     /// Bounds connecting, waiting for a pooled connection, and each command,
     /// so a stalled Redis yields a prompt 503 instead of a hung request.
@@ -43,6 +47,36 @@ pub enum Topology {
     Cluster {
         nodes: Vec<String>,
     },
+}
+
+impl RedisSettings {
+    /// The size of the pool of connections a request has to itself: the
+    /// `checkout` setting's, or the one kept for replica-confirmed writes
+    /// beside shared connections.
+    fn checkout_size(&self) -> usize {
+        match self.pool {
+            PoolKind::Checkout => self.pool_size,
+            PoolKind::Shared | PoolKind::DeadpoolRedis => CONFIRMING_CONNECTIONS,
+        }
+    }
+}
+
+/// The most replica-confirmed writes in flight at once beside shared
+/// connections: each holds a connection while `WAIT` blocks it.
+const CONFIRMING_CONNECTIONS: usize = 16;
+
+/// How requests get a connection to one Redis; `make bench` measures each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolKind {
+    /// `pool_size` multiplexed connections, each shared by any number of
+    /// requests, taken in turn with no checkout.
+    Shared,
+    /// Each request checks a connection out of a pool of `pool_size`, whose
+    /// liveness is known without a round trip.
+    Checkout,
+    /// deadpool-redis as it ships: a checkout pool that sends `UNWATCH` and
+    /// `PING` on every checkout.
+    DeadpoolRedis,
 }
 
 /// How many replicas must confirm a write (`WAIT`), and how long to wait.
@@ -100,7 +134,11 @@ struct Shared {
 
 enum Backend {
     Single {
-        pool: Pool,
+        connections: SingleConnections,
+        /// Connections a request has to itself: the `checkout` setting's,
+        /// and those for replica-confirmed writes (`WAIT` blocks the
+        /// connection it runs on).
+        checkout: Pool,
         client: redis::Client,
     },
     /// A pool would add nothing: the cluster connection multiplexes every
@@ -116,6 +154,13 @@ enum Backend {
     },
 }
 
+/// Where requests to one Redis get their connection ([`PoolKind`]).
+enum SingleConnections {
+    Shared(Box<SharedConnections>),
+    Checkout,
+    DeadpoolRedis(deadpool_redis::Pool),
+}
+
 impl Redis {
     /// Builds the pool (or the cluster client). Nothing connects until the
     /// first command, so the gateway can start, and answer 503, while Redis
@@ -124,8 +169,21 @@ impl Redis {
         let backend = match &settings.topology {
             Topology::Single { url } => {
                 let client = redis::Client::open(url.as_str())?;
+                let connections = match settings.pool {
+                    PoolKind::Shared => {
+                        SingleConnections::Shared(Box::new(SharedConnections::new(
+                            LeanManager::new(client.clone(), settings.timeout),
+                            settings.pool_size,
+                        )))
+                    }
+                    PoolKind::Checkout => SingleConnections::Checkout,
+                    PoolKind::DeadpoolRedis => {
+                        SingleConnections::DeadpoolRedis(deadpool_pool(url, settings)?)
+                    }
+                };
                 Backend::Single {
-                    pool: single_pool(&client, settings)?,
+                    connections,
+                    checkout: single_pool(&client, settings)?,
                     client,
                 }
             }
@@ -182,11 +240,27 @@ impl Redis {
     pub async fn connection(&self) -> Result<Connection, BackendError> {
         let metrics = self.0.metrics.clone();
         let opened = match &self.0.backend {
-            Backend::Single { pool, .. } => pool
-                .get()
-                .await
-                .map(|object| Connection::pooled(object, metrics))
-                .map_err(BackendError::from),
+            Backend::Single {
+                connections,
+                checkout,
+                ..
+            } => match connections {
+                SingleConnections::Shared(shared) => shared
+                    .get()
+                    .await
+                    .map(|live| Connection::shared(live, metrics))
+                    .map_err(BackendError::from),
+                SingleConnections::Checkout => checkout
+                    .get()
+                    .await
+                    .map(|object| Connection::pooled(object, metrics))
+                    .map_err(BackendError::from),
+                SingleConnections::DeadpoolRedis(pool) => pool
+                    .get()
+                    .await
+                    .map(|connection| Connection::deadpool(connection, metrics))
+                    .map_err(BackendError::from),
+            },
             Backend::Cluster {
                 client, connection, ..
             } => connection
@@ -202,23 +276,34 @@ impl Redis {
     }
 
     /// A connection for a write that replicas must confirm (`WAIT`, see
-    /// [`Redis::replicated`]): `WAIT` blocks the connection it runs on, and
-    /// confirms only that connection's writes. With one Redis every pooled
-    /// connection is one request's already; in a cluster, where every other
-    /// request shares one connection per node, one of a set kept apart.
+    /// [`Redis::replicated`]): `WAIT` blocks the connection it runs on, so
+    /// it is one this request has to itself, out of a pool kept apart from
+    /// the connections every other request shares.
     pub async fn confirming_connection(&self) -> Result<Connection, BackendError> {
-        let Backend::Cluster {
-            confirming: Some(pool),
-            ..
-        } = &self.0.backend
-        else {
+        if self.0.replication.is_none() {
             return self.connection().await;
+        }
+        let metrics = self.0.metrics.clone();
+        let leased = match &self.0.backend {
+            Backend::Single { checkout, .. } => checkout
+                .get()
+                .await
+                .map(|object| Connection::pooled(object, metrics)),
+            Backend::Cluster {
+                confirming: Some(pool),
+                ..
+            } => pool
+                .get()
+                .await
+                .map(|object| Connection::cluster_leased(object, metrics)),
+            Backend::Cluster {
+                confirming: None, ..
+            } => return self.connection().await,
         };
-        let leased = pool.get().await;
         if leased.is_err() {
             self.0.metrics.redis_error("pool");
         }
-        Ok(Connection::cluster_leased(leased?, self.0.metrics.clone()))
+        Ok(leased?)
     }
 
     /// After a write to `key` on `conn`: whether enough replicas confirmed it
@@ -251,10 +336,21 @@ impl Redis {
         Ok(())
     }
 
-    /// Closes the pool: idle connections are dropped, new requests fail.
+    /// Closes the pools (idle connections are dropped, new requests fail)
+    /// and drops the shared connections.
     pub fn close(&self) {
-        if let Backend::Single { pool, .. } = &self.0.backend {
-            pool.close();
+        if let Backend::Single {
+            connections,
+            checkout,
+            ..
+        } = &self.0.backend
+        {
+            checkout.close();
+            match connections {
+                SingleConnections::Shared(shared) => shared.close(),
+                SingleConnections::Checkout => {}
+                SingleConnections::DeadpoolRedis(pool) => pool.close(),
+            }
         }
     }
 }
@@ -264,6 +360,27 @@ fn single_pool(
     settings: &RedisSettings,
 ) -> Result<Pool, redis::RedisError> {
     Pool::builder(LeanManager::new(client.clone(), settings.timeout))
+        .max_size(settings.checkout_size())
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(settings.timeout))
+        .create_timeout(Some(settings.timeout))
+        .recycle_timeout(Some(settings.timeout))
+        .build()
+        .map_err(|err| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "cannot build the connection pool",
+                err.to_string(),
+            ))
+        })
+}
+
+/// deadpool-redis as it ships, with the gateway's pool size and timeouts.
+fn deadpool_pool(
+    url: &str,
+    settings: &RedisSettings,
+) -> Result<deadpool_redis::Pool, redis::RedisError> {
+    deadpool_redis::Pool::builder(deadpool_redis::Manager::new(url)?)
         .max_size(settings.pool_size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(settings.timeout))
@@ -284,7 +401,7 @@ fn confirming_pool(
     settings: &RedisSettings,
 ) -> Result<ClusterPool, redis::RedisError> {
     ClusterPool::builder(ClusterManager::new(client.clone(), settings.timeout))
-        .max_size(settings.pool_size)
+        .max_size(settings.checkout_size())
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(settings.timeout))
         .create_timeout(Some(settings.timeout))

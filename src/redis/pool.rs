@@ -1,15 +1,22 @@
-//! The connection pool: deadpool over multiplexed connections whose liveness is known without a round trip.
+//! Connections to one Redis: a fixed set of shared multiplexed connections, or a pool to check them out of.
 //!
-//! deadpool-redis checks every connection with `PING` each time it leaves the
-//! pool, which doubles the Redis round trips of a one-script request. Here
-//! the pool opens each connection itself and runs its driver task, which
-//! ends the moment the socket closes (Redis restarted, the connection was
-//! killed): a connection is handed out only while its driver lives. One
+//! The gateway's requests share a few multiplexed connections, taken in
+//! turn with no checkout ([`SharedConnections`]): commands of concurrent
+//! requests leave in one write and their replies come back in one read,
+//! which is what makes it the fastest of the three ways measured by `make
+//! bench` (see the README's dependency notes). A connection a request must
+//! have to itself (`WAIT` blocks the connection it runs on) comes from the
+//! checkout pool ([`Pool`]), which is also the `checkout` setting.
+//!
+//! Every connection here is opened by [`LeanManager`], which runs its driver
+//! task, and the driver ends the moment the socket closes (Redis restarted,
+//! the connection was killed): liveness is known without a round trip,
+//! where deadpool-redis sends `UNWATCH` and `PING` on every checkout. One
 //! whose command failed at the connection level (an I/O error, a timeout) is
-//! thrown away instead of being returned (see `Connection`).
+//! thrown away (see `Connection`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool::managed::{self, RecycleError, RecycleResult};
@@ -64,7 +71,9 @@ impl LeanManager {
     }
 }
 
-/// A multiplexed connection, and whether its driver still runs.
+/// A multiplexed connection, and whether its driver still runs (cleared
+/// too when a command on it failed at the connection level).
+#[derive(Clone)]
 pub struct LiveConnection {
     conn: MultiplexedConnection,
     alive: Arc<AtomicBool>,
@@ -101,7 +110,7 @@ impl managed::Manager for LeanManager {
         conn: &mut LiveConnection,
         _: &managed::Metrics,
     ) -> RecycleResult<RedisError> {
-        if conn.alive.load(Ordering::Acquire) {
+        if conn.is_alive() {
             Ok(())
         } else {
             Err(RecycleError::message("the connection was closed"))
@@ -110,6 +119,72 @@ impl managed::Manager for LeanManager {
 }
 
 pub type Pool = managed::Pool<LeanManager>;
+
+/// A fixed set of multiplexed connections, handed out in turn: a request
+/// clones a handle on one (no checkout, no wait), and any number of
+/// requests share each. A dead one is reopened by the next request that
+/// picks it; only that request waits for the reconnect.
+pub struct SharedConnections {
+    manager: LeanManager,
+    slots: Box<[Slot]>,
+    next: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Slot {
+    current: Mutex<Option<LiveConnection>>,
+    /// Held while the slot reconnects, so one request opens the connection
+    /// and the others that picked the slot meanwhile use it.
+    opening: tokio::sync::Mutex<()>,
+}
+
+impl SharedConnections {
+    /// `size` slots (at least one); nothing connects until the first use.
+    pub fn new(manager: LeanManager, size: usize) -> Self {
+        Self {
+            manager,
+            slots: (0..size.max(1)).map(|_| Slot::default()).collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next connection in turn, opened first if it is not alive.
+    pub async fn get(&self) -> Result<LiveConnection, RedisError> {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let slot = &self.slots[turn];
+        if let Some(live) = slot.live() {
+            return Ok(live);
+        }
+        let timeout = self.manager.timeout;
+        let _opening = tokio::time::timeout(timeout, slot.opening.lock())
+            .await
+            .map_err(timed_out)?;
+        if let Some(live) = slot.live() {
+            return Ok(live);
+        }
+        let opened = managed::Manager::create(&self.manager).await?;
+        *slot.lock() = Some(opened.clone());
+        Ok(opened)
+    }
+
+    /// Drops every connection; the next use reconnects.
+    pub fn close(&self) {
+        for slot in &self.slots {
+            slot.lock().take();
+        }
+    }
+}
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LiveConnection>> {
+        // Every change is one assignment: a poisoned slot is still whole.
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn live(&self) -> Option<LiveConnection> {
+        self.lock().as_ref().filter(|live| live.is_alive()).cloned()
+    }
+}
 pub type PoolError = managed::PoolError<RedisError>;
 
 /// Opens cluster connections for writes whose replicas must confirm them:
@@ -152,6 +227,16 @@ pub type ClusterPool = managed::Pool<ClusterManager>;
 impl LiveConnection {
     pub(super) fn connection(&mut self) -> &mut MultiplexedConnection {
         &mut self.conn
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Marks it dead: a command on it failed at the connection level, so
+    /// the next request to pick its slot opens a fresh one.
+    pub(super) fn discard(&self) {
+        self.alive.store(false, Ordering::Release);
     }
 
     pub(super) fn get_db(&self) -> i64 {

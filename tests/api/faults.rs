@@ -1,4 +1,4 @@
-//! Redis faults under load: a frozen Redis gets prompt 503s and service resumes; a crashed one comes back from its AOF with every sale invariant intact.
+//! Redis faults under load: a frozen Redis gets prompt 503s and service resumes; a crashed one comes back from its AOF with every sale invariant intact; killed connections are replaced, whichever way the gateway reaches Redis.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -248,4 +248,54 @@ async fn a_sale_crashed_mid_load_comes_back_from_the_aof_with_every_invariant() 
         confirmed.len(),
         orders.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_to_reach_redis_replaces_a_killed_connection() {
+    let redis = RedisServer::start().await;
+    for pool in ["shared", "checkout", "deadpool-redis"] {
+        let app = TestApp::spawn_with(&redis, &["--redis-pool", pool]).await;
+        let key = format!("kill-{pool}");
+        let grant = app.take(&key, 30_000).await;
+        app.release(&key, &grant.token).await;
+
+        // Every connection of the gateway but the subscriber's: the next
+        // requests must find the dead ones and open new ones.
+        let killed: u64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut redis.connection().await)
+            .await
+            .unwrap();
+        assert!(killed > 0, "{pool}: no connection to kill");
+
+        // A request already on its way to a dying connection may fail once;
+        // after that, every cycle must succeed.
+        let mut failed = 0;
+        for round in 0..20 {
+            let response = app.acquire(json!({"key": key, "ttl_ms": 30_000})).await;
+            if response.status() == StatusCode::SERVICE_UNAVAILABLE && round == 0 {
+                failed += 1;
+                continue;
+            }
+            assert_eq!(
+                response.status(),
+                StatusCode::CREATED,
+                "{pool}, round {round}"
+            );
+            let token = response.json::<Value>().await.unwrap()["token"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            assert_eq!(
+                app.release(&key, &token).await.status(),
+                StatusCode::NO_CONTENT,
+                "{pool}, round {round}"
+            );
+        }
+        assert!(failed <= 1, "{pool}");
+    }
 }

@@ -1,0 +1,143 @@
+//! The floor of the lock benchmark: the same stack as the gateway with nothing of the gateway in it.
+//!
+//! axum on hyper, tokio, redis-rs with the gateway's connection strategy (a
+//! few multiplexed connections shared by every request, taken in turn), and
+//! jemalloc; `POST /locks` and `DELETE /locks/{key}` run the gateway's own
+//! acquire and release scripts, and that is all: no validation, metrics,
+//! logs, problem documents or request ids. `make bench` drives it with the
+//! same load as the gateway and reports the gateway's cycles as a share of
+//! the floor's.
+//!
+//!   floor --listen 127.0.0.1:8081 --redis redis://127.0.0.1:6379 [--connections 1]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, post};
+use redis::aio::MultiplexedConnection;
+use serde::Deserialize;
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+const PRELUDE: &str = include_str!("../lua/lib/holders.lua");
+const ACQUIRE: &str = include_str!("../lua/acquire.lua");
+const RELEASE: &str = include_str!("../lua/release.lua");
+
+struct Floor {
+    connections: Vec<MultiplexedConnection>,
+    next: AtomicUsize,
+    acquire: redis::Script,
+    release: redis::Script,
+}
+
+impl Floor {
+    fn connection(&self) -> MultiplexedConnection {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        self.connections[turn].clone()
+    }
+}
+
+#[derive(Deserialize)]
+struct Acquire {
+    key: String,
+    ttl_ms: u64,
+}
+
+async fn acquire(State(floor): State<Arc<Floor>>, body: axum::Json<Acquire>) -> Response {
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let key = &body.key;
+    let reply: redis::RedisResult<Vec<i64>> = floor
+        .acquire
+        .key(format!("lockgate:lock:{{{key}}}"))
+        .key(format!("lockgate:fence:{{{key}}}"))
+        .key(format!("lockgate:holders:{{{key}}}"))
+        .key(format!("lockgate:writers:{{{key}}}"))
+        .arg(&token)
+        .arg(body.ttl_ms)
+        .arg("0")
+        .arg(86_400_000)
+        .arg(0)
+        .arg("0")
+        .invoke_async(&mut floor.connection())
+        .await;
+    match reply.as_deref() {
+        Ok([1, fence, ..]) => (
+            StatusCode::CREATED,
+            [("content-type", "application/json")],
+            format!(r#"{{"token":"{token}","fencing_token":{fence}}}"#),
+        )
+            .into_response(),
+        Ok(_) => StatusCode::CONFLICT.into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+async fn release(
+    State(floor): State<Arc<Floor>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> StatusCode {
+    let Some(token) = headers.get("lock-token").and_then(|t| t.to_str().ok()) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    let reply: redis::RedisResult<Vec<i64>> = floor
+        .release
+        .key(format!("lockgate:lock:{{{key}}}"))
+        .key(format!("lockgate:holders:{{{key}}}"))
+        .arg(token)
+        .arg(format!("lockgate:released:{{{key}}}"))
+        .arg("PUBLISH")
+        .arg("one")
+        .invoke_async(&mut floor.connection())
+        .await;
+    match reply.as_deref() {
+        Ok([1 | 2, ..]) => StatusCode::NO_CONTENT,
+        Ok(_) => StatusCode::CONFLICT,
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+fn flag(args: &[String], name: &str, default: &str) -> String {
+    args.iter()
+        .position(|arg| arg == name)
+        .and_then(|at| args.get(at + 1))
+        .map_or_else(|| default.to_owned(), Clone::clone)
+}
+
+#[tokio::main]
+async fn main() -> redis::RedisResult<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let listen = flag(&args, "--listen", "127.0.0.1:8081");
+    // TCP_NODELAY, as the gateway sets it: many requests' commands share
+    // each connection, and none may wait for Nagle's timer.
+    let info = redis::IntoConnectionInfo::into_connection_info(flag(
+        &args,
+        "--redis",
+        "redis://127.0.0.1:6379",
+    ))?;
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    let client = redis::Client::open(info.set_tcp_settings(tcp))?;
+    let count: usize = flag(&args, "--connections", "1").parse().unwrap_or(1);
+    let mut connections = Vec::with_capacity(count);
+    for _ in 0..count.max(1) {
+        connections.push(client.get_multiplexed_async_connection().await?);
+    }
+    let floor = Arc::new(Floor {
+        connections,
+        next: AtomicUsize::new(0),
+        acquire: redis::Script::new(&format!("{PRELUDE}{ACQUIRE}")),
+        release: redis::Script::new(&format!("{PRELUDE}{RELEASE}")),
+    });
+    let app = Router::new()
+        .route("/locks", post(acquire))
+        .route("/locks/{key}", delete(release))
+        .with_state(floor);
+    let listener = tokio::net::TcpListener::bind(&listen).await?;
+    axum::serve(listener, app).await?;
+    Ok(())
+}
