@@ -18,11 +18,12 @@ use utoipa::ToSchema;
 use super::auth::ApiKeyAccess;
 use super::error::ApiError;
 use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number, whole_number_or};
+use super::grant::LockGrant;
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockModeText, TokenText};
 use super::stream::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
-    AcquireRequest, Handover, Inspection, InvalidKind, Lease, LockKey, LockKind, LockLimits, Locks,
+    AcquireRequest, Handover, Inspection, InvalidKind, LockKey, LockKind, LockLimits, Locks,
     Released, Streams, Token, Ttl, WaitTime, lock_kind,
 };
 
@@ -53,44 +54,6 @@ pub struct AcquireBody {
     /// key must name the limit it was taken with. Not with `shared`.
     #[schema(value_type = Option<u64>, minimum = 1, maximum = 10000, default = 1, example = 1)]
     limit: Option<Number>,
-}
-
-/// A granted (or re-entered) lock. The token is shown only here.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LockGrant {
-    #[schema(example = "orders:42")]
-    key: String,
-    /// The owner's secret, needed to release, renew or re-enter.
-    #[schema(format = Uuid)]
-    token: String,
-    /// Strictly increases with every new acquisition of this key; unchanged
-    /// by re-entry. Hand it to the resource you guard.
-    #[schema(example = 1_763_800_000_000_000_u64)]
-    fencing_token: u64,
-    #[schema(example = 30000)]
-    ttl_ms: u64,
-    /// When the lease ends, in Unix ms by the Redis clock.
-    expires_at_ms: u64,
-    /// Re-entrant holds, 1 for a new acquisition.
-    #[schema(example = 1)]
-    holds: u64,
-    /// How long the request waited for the lock.
-    #[schema(example = 0)]
-    waited_ms: u64,
-}
-
-impl From<&Lease> for LockGrant {
-    fn from(lease: &Lease) -> Self {
-        Self {
-            key: lease.key.to_string(),
-            token: lease.token.expose(),
-            fencing_token: lease.state.fencing_token,
-            ttl_ms: lease.state.ttl_ms,
-            expires_at_ms: lease.state.expires_at_ms,
-            holds: lease.state.holds,
-            waited_ms: u64::try_from(lease.waited.as_millis()).unwrap_or(u64::MAX),
-        }
-    }
 }
 
 /// `PUT /locks/{key}/ttl`: the owner's token and the new lease length.

@@ -4,6 +4,7 @@ mod auth;
 mod buyer;
 mod error;
 mod extract;
+mod grant;
 mod locks;
 mod observe;
 mod ops;

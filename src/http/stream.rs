@@ -14,7 +14,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
-use super::locks::LockGrant;
+use super::grant::LockGrant;
 use crate::locks::{AcquireRequest, StreamEnd, StreamEvent, StreamedLock, Streams};
 
 /// How often an idle event stream gets a comment, so that proxies keep it
