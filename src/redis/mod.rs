@@ -359,20 +359,8 @@ fn single_pool(
     client: &redis::Client,
     settings: &RedisSettings,
 ) -> Result<Pool, redis::RedisError> {
-    Pool::builder(LeanManager::new(client.clone(), settings.timeout))
-        .max_size(settings.checkout_size())
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(settings.timeout))
-        .create_timeout(Some(settings.timeout))
-        .recycle_timeout(Some(settings.timeout))
-        .build()
-        .map_err(|err| {
-            redis::RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "cannot build the connection pool",
-                err.to_string(),
-            ))
-        })
+    let manager = LeanManager::new(client.clone(), settings.timeout);
+    build_pool(manager, settings.checkout_size(), settings.timeout)
 }
 
 /// deadpool-redis as it ships, with the gateway's pool size and timeouts.
@@ -380,32 +368,35 @@ fn deadpool_pool(
     url: &str,
     settings: &RedisSettings,
 ) -> Result<deadpool_redis::Pool, redis::RedisError> {
-    deadpool_redis::Pool::builder(deadpool_redis::Manager::new(url)?)
-        .max_size(settings.pool_size)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(settings.timeout))
-        .create_timeout(Some(settings.timeout))
-        .recycle_timeout(Some(settings.timeout))
-        .build()
-        .map_err(|err| {
-            redis::RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "cannot build the connection pool",
-                err.to_string(),
-            ))
-        })
+    let manager = deadpool_redis::Manager::new(url)?;
+    build_pool(manager, settings.pool_size, settings.timeout)
 }
 
 fn confirming_pool(
     client: &ClusterClient,
     settings: &RedisSettings,
 ) -> Result<ClusterPool, redis::RedisError> {
-    ClusterPool::builder(ClusterManager::new(client.clone(), settings.timeout))
-        .max_size(settings.checkout_size())
+    let manager = ClusterManager::new(client.clone(), settings.timeout);
+    build_pool(manager, settings.checkout_size(), settings.timeout)
+}
+
+/// A deadpool pool of `size` over `manager` (its objects wrapped as `W`),
+/// every wait bounded by `timeout`.
+fn build_pool<M, W>(
+    manager: M,
+    size: usize,
+    timeout: Duration,
+) -> Result<deadpool::managed::Pool<M, W>, redis::RedisError>
+where
+    M: deadpool::managed::Manager,
+    W: From<deadpool::managed::Object<M>>,
+{
+    deadpool::managed::Pool::<M, W>::builder(manager)
+        .max_size(size)
         .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(settings.timeout))
-        .create_timeout(Some(settings.timeout))
-        .recycle_timeout(Some(settings.timeout))
+        .wait_timeout(Some(timeout))
+        .create_timeout(Some(timeout))
+        .recycle_timeout(Some(timeout))
         .build()
         .map_err(|err| {
             redis::RedisError::from((
