@@ -13,6 +13,7 @@ mod rate;
 mod sold_out;
 
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,6 +129,22 @@ impl Checkout {
         Self {
             result: Err(err),
             rate,
+        }
+    }
+
+    /// The rate check's outcome: go on with the decision to report with
+    /// the purchase, or stop with the answer when it refuses (or cannot be
+    /// made).
+    fn admitted(
+        admitted: Result<Option<RateDecision>, SaleError>,
+    ) -> ControlFlow<Self, Option<RateDecision>> {
+        match admitted {
+            Err(err) => ControlFlow::Break(Self::refused(err, None)),
+            Ok(Some(decision)) if !decision.allowed => ControlFlow::Break(Self::refused(
+                Refusal::RateLimited(decision).into(),
+                Some(decision),
+            )),
+            Ok(rate) => ControlFlow::Continue(rate),
         }
     }
 }
@@ -271,19 +288,11 @@ impl Sales {
         if self.settings.user_lock {
             return self.checkout_locked(&order, client).await;
         }
-        let rate = match self.admit(&order.user, client).await {
-            Ok(rate) => rate,
-            Err(err) => {
-                return Checkout {
-                    result: Err(err),
-                    rate: None,
-                };
-            }
+        let rate = match Checkout::admitted(self.admit(&order.user, client).await) {
+            ControlFlow::Continue(rate) => rate,
+            ControlFlow::Break(refused) => return refused,
         };
-        let result = match rate {
-            Some(decision) if !decision.allowed => Err(Refusal::RateLimited(decision).into()),
-            _ => self.purchase(&order, PurchaseMode::Buy).await,
-        };
+        let result = self.purchase(&order, PurchaseMode::Buy).await;
         Checkout { result, rate }
     }
 
@@ -307,36 +316,19 @@ impl Sales {
         };
         let admit = pin!(self.admit(&order.user, client));
         let acquire = pin!(self.locks.acquire(request));
-        let refused = |rate: Option<RateDecision>| match rate {
-            Some(decision) if !decision.allowed => Some(Refusal::RateLimited(decision).into()),
-            _ => None,
-        };
         let (rate, lease) = match select(admit, acquire).await {
-            Either::Left((admitted, acquire)) => match admitted {
-                Err(err) => return Checkout::refused(err, None),
-                Ok(rate) => match refused(rate) {
-                    Some(err) => return Checkout::refused(err, rate),
-                    None => (rate, acquire.await),
-                },
+            Either::Left((admitted, acquire)) => match Checkout::admitted(admitted) {
+                // Dropping the attempt releases a grant it got (its handover).
+                ControlFlow::Break(refused) => return refused,
+                ControlFlow::Continue(rate) => (rate, acquire.await),
             },
-            Either::Right((lease, admit)) => {
-                let admitted = admit.await;
-                let refusal = match &admitted {
-                    Err(_) => None,
-                    Ok(rate) => refused(*rate),
-                };
-                match (admitted, refusal) {
-                    (Err(err), _) => {
-                        self.release_later(lease.ok());
-                        return Checkout::refused(err, None);
-                    }
-                    (Ok(rate), Some(err)) => {
-                        self.release_later(lease.ok());
-                        return Checkout::refused(err, rate);
-                    }
-                    (Ok(rate), None) => (rate, lease),
+            Either::Right((lease, admit)) => match Checkout::admitted(admit.await) {
+                ControlFlow::Break(refused) => {
+                    self.release_later(lease.ok());
+                    return refused;
                 }
-            }
+                ControlFlow::Continue(rate) => (rate, lease),
+            },
         };
         let lease = match lease {
             Ok(lease) => lease,
