@@ -8,11 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::helpers::{GatewayProcess, RedisServer, assert_problem, send_signal};
 
 async fn gateway_connections(redis: &RedisServer) -> usize {
-    let clients: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(&mut redis.connection().await)
-        .await
-        .unwrap();
+    let clients: String = redis.client_list().await;
     // This query's own connection is the one running CLIENT LIST.
     clients
         .lines()

@@ -423,6 +423,17 @@ impl RedisServer {
         assert_eq!(reply[0], 1, "{key} was not released: {reply:?}");
     }
 
+    /// `CLIENT LIST` of the one Redis (the node the test's connection
+    /// reaches, for a cluster): a line per connection, this query's own
+    /// among them (`cmd=client`).
+    pub async fn client_list(&self) -> String {
+        redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut self.connection().await)
+            .await
+            .unwrap()
+    }
+
     /// The one Redis's URL (the first node's, for a cluster).
     pub fn url(&self) -> String {
         self.node(0).url()
