@@ -26,6 +26,22 @@ async fn impatient_cluster(redis: &RedisServer) -> ([TestApp; 3], Nginx) {
     (apps, nginx)
 }
 
+/// `POST /locks` with `body` through nginx; the grant's JSON.
+async fn take_through(http: &reqwest::Client, nginx: &Nginx, body: Value) -> Value {
+    let response = http
+        .post(nginx.url("/locks"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        reqwest::StatusCode::CREATED,
+        "taking {body}"
+    );
+    response.json().await.unwrap()
+}
+
 /// How many requests of `method` on `route` the instances served, together.
 async fn served(apps: &[TestApp], route: &str, method: &str) -> f64 {
     let series = format!(
@@ -64,15 +80,7 @@ async fn a_change_that_times_out_at_nginx_is_not_sent_again() {
     let redis = RedisServer::start_single_with(&["--enable-debug-command", "yes"]).await;
     let (apps, nginx) = impatient_cluster(&redis).await;
     let http = reqwest::Client::new();
-    let grant: Value = http
-        .post(nginx.url("/locks"))
-        .json(&json!({"key": "twice", "ttl_ms": 60_000}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let grant = take_through(&http, &nginx, json!({"key": "twice", "ttl_ms": 60_000})).await;
     let token = grant["token"].as_str().unwrap();
     let reentered = http
         .post(nginx.url("/locks"))
@@ -117,9 +125,15 @@ async fn a_change_that_times_out_at_nginx_is_not_sent_again() {
             "POST",
         ),
     ];
+    // Each timeout takes its instance out of nginx's rotation for the
+    // template's fail_timeout (2 s): the next change waits it out, or three
+    // timeouts in a row leave nginx no instance to send the fourth to.
+    let mut live_again = tokio::time::Instant::now();
     for (change, route, method) in changes {
+        tokio::time::sleep_until(live_again).await;
         let before = served(&apps, route, method).await;
         let sleeping = slow_redis(&redis).await;
+        live_again = tokio::time::Instant::now() + Duration::from_millis(2100);
         let answer = change.send().await.unwrap();
         assert_eq!(
             answer.status(),
@@ -159,15 +173,7 @@ async fn no_owner_token_reaches_nginxs_access_log() {
     )
     .await;
     let http = reqwest::Client::new();
-    let grant: Value = http
-        .post(nginx.url("/locks"))
-        .json(&json!({"key": "logged"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let grant = take_through(&http, &nginx, json!({"key": "logged"})).await;
     let token = grant["token"].as_str().unwrap();
 
     let released = http
