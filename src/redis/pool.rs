@@ -128,6 +128,8 @@ pub struct SharedConnections {
     manager: LeanManager,
     slots: Box<[Slot]>,
     next: AtomicUsize,
+    /// Set by `close`: no connection is opened any more.
+    closed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -145,11 +147,13 @@ impl SharedConnections {
             manager,
             slots: (0..size.max(1)).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
     /// The next connection in turn, opened first if it is not alive.
     pub async fn get(&self) -> Result<LiveConnection, RedisError> {
+        self.open_for_use()?;
         let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let slot = &self.slots[turn];
         if let Some(live) = slot.live() {
@@ -163,12 +167,25 @@ impl SharedConnections {
             return Ok(live);
         }
         let opened = managed::Manager::create(&self.manager).await?;
+        // Closed while it connected: it is not kept.
+        self.open_for_use()?;
         *slot.lock() = Some(opened.clone());
         Ok(opened)
     }
 
-    /// Drops every connection; the next use reconnects.
+    fn open_for_use(&self) -> Result<(), RedisError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "the Redis connections are closed",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Drops every connection; later uses fail, as from a closed pool.
     pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         for slot in &self.slots {
             slot.lock().take();
         }
