@@ -48,11 +48,18 @@ status=0
 run_k6() {
   local name="$1"; shift
   echo "== $name" >&2
-  # The dashboard serves nothing (port -1): it only writes the report.
-  if ! env K6_WEB_DASHBOARD=true K6_WEB_DASHBOARD_PORT=-1 \
+  # The dashboard serves nothing (port -1): it only writes the report. It
+  # samples every second, since k6 skips the report of a run shorter than
+  # a few samples (its default is one per 10 s).
+  rm -f "$out/$name.html"
+  if ! env K6_WEB_DASHBOARD=true K6_WEB_DASHBOARD_PORT=-1 K6_WEB_DASHBOARD_PERIOD=1s \
     K6_WEB_DASHBOARD_EXPORT="$out/$name.html" "$@" \
     k6 run --quiet "$root/loadtest/${name%%-*}.js" 2> >(grep -v 'level=warn' >&2); then
     echo "== $name FAILED" >&2
+    status=1
+  fi
+  if [ ! -s "$out/$name.html" ]; then
+    echo "== $name: k6 wrote no HTML report" >&2
     status=1
   fi
 }
