@@ -17,11 +17,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// environment still overrides them): freed pages go back to the system at
 /// once, not after ten seconds. With no background thread, pages freed
 /// before a quiet spell (10 000 requests arriving, then waiting) would
-/// otherwise stay resident until the next burst of work. In `make bench`,
-/// 10 000 waiting requests took 154 MiB without this and 127 MiB with it
-/// (a background thread with a 1 s decay: 154 MiB). It costs a system call
-/// (`madvise`) every other request, which did not move the uncontended lock
-/// cycle's CPU per request (39 µs either way).
+/// otherwise stay resident until the next burst of work. Measured with
+/// `lockbench waiters --clients 10000` (as `make bench` runs it) and this
+/// setting overridden by `_RJEM_MALLOC_CONF`: 154 MiB without it, 127 MiB
+/// with it, 154 MiB with a background thread and a 1 s decay instead. It
+/// costs a system call (`madvise`) every other request, which did not move
+/// `lockbench cycles`' CPU per request (39 µs either way).
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: &[u8; 34] = b"dirty_decay_ms:0,muzzy_decay_ms:0\0";
 
