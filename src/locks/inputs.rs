@@ -132,7 +132,7 @@ pub fn lock_kind(shared: bool, limit: Option<u64>) -> Result<LockKind, InvalidKi
 /// Why a mode and limit name no kind of lock.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidKind {
-    #[error("a limit is for exclusive locks only: shared locks have no limit")]
+    #[error("is for exclusive locks only: shared locks have no limit")]
     LimitWithShared,
     #[error(transparent)]
     Limit(OutOfRange),
