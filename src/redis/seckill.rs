@@ -1,6 +1,6 @@
 //! Typed wrappers for the flash-sale scripts and reads, and the Redis names of one sale's state.
 
-use redis::Value;
+use redis::{ScriptInvocation, Value};
 
 use super::scripts::{PURCHASE, RATE_LIMIT, RESET_SALE};
 use super::{BackendError, Connection};
@@ -31,6 +31,20 @@ impl SaleKeys {
             by_user: format!("{sale}:by-user"),
             sale,
         }
+    }
+
+    /// Adds the five keys in the order `purchase.lua` and `reset_sale.lua`
+    /// both declare them (`KEYS[1]` to `KEYS[5]`).
+    fn bind<'a, 'i>(
+        &self,
+        invocation: &'a mut ScriptInvocation<'i>,
+    ) -> &'a mut ScriptInvocation<'i> {
+        invocation
+            .key(&self.sale)
+            .key(&self.users)
+            .key(&self.idempotency)
+            .key(&self.orders)
+            .key(&self.by_user)
     }
 }
 
@@ -107,13 +121,7 @@ pub async fn purchase(
 ) -> Result<PurchaseReply, BackendError> {
     let reply: Vec<Value> = PURCHASE
         .run_as(
-            PURCHASE
-                .prepare()
-                .key(&keys.sale)
-                .key(&keys.users)
-                .key(&keys.idempotency)
-                .key(&keys.orders)
-                .key(&keys.by_user)
+            keys.bind(&mut PURCHASE.prepare())
                 .arg(user_id)
                 .arg(quantity)
                 .arg(idempotency_key.unwrap_or(""))
@@ -161,13 +169,7 @@ pub async fn reset(
 ) -> Result<u64, BackendError> {
     let epoch: i64 = RESET_SALE
         .run_as(
-            RESET_SALE
-                .prepare()
-                .key(&keys.sale)
-                .key(&keys.users)
-                .key(&keys.idempotency)
-                .key(&keys.orders)
-                .key(&keys.by_user)
+            keys.bind(&mut RESET_SALE.prepare())
                 .arg(stock)
                 .arg(per_user_limit)
                 .arg(channel)

@@ -45,6 +45,13 @@ impl TestApp {
         request.send().await.unwrap()
     }
 
+    /// [`buy`](Self::buy) that must create an order; the order.
+    async fn bought(&self, sku: &str, user: &str, quantity: u64, key: Option<&str>) -> Value {
+        let response = self.buy(sku, user, quantity, key).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        response.json().await.unwrap()
+    }
+
     async fn sale(&self, sku: &str) -> Value {
         self.get(&format!("/seckill/{sku}"))
             .await
@@ -372,12 +379,7 @@ async fn a_replay_after_the_sale_sold_out_still_returns_the_original_order() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn_sale(&redis, &[]).await;
     app.reset_sale("watch", 1, 1).await;
-    let first: Value = app
-        .buy("watch", "w", 1, Some("key-1"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let first = app.bought("watch", "w", 1, Some("key-1")).await;
     assert_problem(
         app.buy("watch", "x", 1, Some("key-2")).await,
         409,
@@ -402,12 +404,7 @@ async fn a_reset_clears_the_old_sales_orders_counts_and_keys() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn_sale(&redis, &[]).await;
     app.reset_sale("bike", 10, 1).await;
-    let old: Value = app
-        .buy("bike", "rider", 1, Some("ride-1"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let old = app.bought("bike", "rider", 1, Some("ride-1")).await;
     assert_problem(
         app.buy("bike", "rider", 1, None).await,
         409,
