@@ -160,6 +160,41 @@ async fn closing_the_stream_gives_back_every_hold_of_its_token() {
 }
 
 #[tokio::test]
+async fn idle_streamed_locks_hold_no_redis_connection() {
+    // One Redis, so that its client list shows every connection the gateway has.
+    let redis = RedisServer::start_single().await;
+    // Two pooled connections: were a stream to keep one, the third could not
+    // be granted (it would wait for a connection, then answer 503).
+    let app = TestApp::spawn_with(
+        &redis,
+        &["--redis-pool", "checkout", "--redis-pool-size", "2"],
+    )
+    .await;
+    let mut streams = Vec::new();
+    for n in 0..20 {
+        streams.push(streamed(&app, &format!("idle:{n}"), 600).await.0);
+    }
+    // Every lease is renewed meanwhile, each renewal borrowing a connection.
+    for stream in &mut streams {
+        stream.until("renewed", Duration::from_secs(2)).await;
+    }
+
+    let clients = redis.client_list().await;
+    let gateway: Vec<&str> = clients
+        .lines()
+        // This query's own connection is the one running CLIENT LIST.
+        .filter(|line| !line.contains("cmd=client"))
+        .collect();
+    // The two pooled connections and the pub/sub one.
+    assert!(gateway.len() <= 3, "{clients}");
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("lockgate_streamed_locks 20\n"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
 async fn a_release_with_the_token_ends_the_stream_with_released() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn(&redis).await;
