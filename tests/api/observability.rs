@@ -271,3 +271,15 @@ async fn no_token_key_or_secret_reaches_the_logs() {
         );
     }
 }
+
+#[tokio::test]
+async fn text_logs_written_to_a_file_carry_no_colour_codes() {
+    let redis = RedisServer::start().await;
+    // Its output goes to a file, as under a service manager or `> log`.
+    let gateway = GatewayProcess::spawn(&redis, &[], &[("RUST_LOG", "debug")]).await;
+    GatewayProcess::granted(gateway.acquire(&json!({"key": "plain"}))).await;
+
+    let logs = gateway.logs();
+    assert!(logs.contains("lockgate serving"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "colour codes in the log:\n{logs}");
+}
