@@ -204,7 +204,8 @@ impl WaitTime {
     }
 }
 
-fn millis(length: Duration) -> u64 {
+/// Whole milliseconds, saturating (a `Duration` holds more than a `u64` of them).
+pub(super) fn millis(length: Duration) -> u64 {
     u64::try_from(length.as_millis()).unwrap_or(u64::MAX)
 }
 

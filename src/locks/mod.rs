@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use handover::Handover;
+use inputs::millis;
 pub use inputs::{
     InvalidKey, InvalidKind, InvalidToken, LockKey, LockLimits, MAX_KEY_LEN, MAX_LIMIT, MIN_TTL_MS,
     OutOfRange, Token, Ttl, WaitTime, lock_kind,
@@ -453,10 +454,6 @@ impl From<BackendError> for NoGrant {
     fn from(err: BackendError) -> Self {
         Self::Backend(err)
     }
-}
-
-fn millis(length: Duration) -> u64 {
-    u64::try_from(length.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The detail of [`LockError::NotReplicated`].
