@@ -11,12 +11,12 @@ use crate::config::LogFormat;
 /// change nothing.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Colours only for a terminal (and not with NO_COLOR set): a log file
-    // or a collector gets plain text.
-    let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colour);
+    let mut builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // A log file or a collector gets plain text. On a terminal the default
+    // stays: colours, unless NO_COLOR is set (tracing-subscriber reads it).
+    if !std::io::stdout().is_terminal() {
+        builder = builder.with_ansi(false);
+    }
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
