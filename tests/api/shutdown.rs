@@ -7,15 +7,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{GatewayProcess, RedisServer, assert_problem, send_signal};
 
-async fn gateway_connections(redis: &RedisServer) -> usize {
-    let clients: String = redis.client_list().await;
-    // This query's own connection is the one running CLIENT LIST.
-    clients
-        .lines()
-        .filter(|line| !line.contains("cmd=client"))
-        .count()
-}
-
 #[tokio::test]
 async fn sigterm_drains_ends_waits_with_503_and_exits_cleanly() {
     let redis = RedisServer::start().await;
@@ -39,7 +30,7 @@ async fn sigterm_drains_ends_waits_with_503_and_exits_cleanly() {
     slow.write_all(&body.as_bytes()[..4]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        gateway_connections(&redis).await >= 2,
+        redis.other_clients().await.len() >= 2,
         "the gateway holds no Redis connections?"
     );
 
@@ -70,7 +61,7 @@ async fn sigterm_drains_ends_waits_with_503_and_exits_cleanly() {
         .expect("lockgate did not exit");
     assert!(status.success(), "{status}\n{}", gateway.logs());
     assert_eq!(
-        gateway_connections(&redis).await,
+        redis.other_clients().await.len(),
         0,
         "Redis connections left open"
     );

@@ -179,14 +179,9 @@ async fn idle_streamed_locks_hold_no_redis_connection() {
         stream.until("renewed", Duration::from_secs(2)).await;
     }
 
-    let clients = redis.client_list().await;
-    let gateway: Vec<&str> = clients
-        .lines()
-        // This query's own connection is the one running CLIENT LIST.
-        .filter(|line| !line.contains("cmd=client"))
-        .collect();
+    let gateway = redis.other_clients().await;
     // The two pooled connections and the pub/sub one.
-    assert!(gateway.len() <= 3, "{clients}");
+    assert!(gateway.len() <= 3, "{gateway:#?}");
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(
         metrics.contains("lockgate_streamed_locks 20\n"),

@@ -434,6 +434,17 @@ impl RedisServer {
             .unwrap()
     }
 
+    /// The [`client_list`](Self::client_list) lines of every connection but
+    /// this query's own: the gateway's, when nothing else is connected.
+    pub async fn other_clients(&self) -> Vec<String> {
+        self.client_list()
+            .await
+            .lines()
+            .filter(|line| !line.contains("cmd=client"))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The one Redis's URL (the first node's, for a cluster).
     pub fn url(&self) -> String {
         self.node(0).url()
