@@ -8,7 +8,13 @@
 //! same load as the gateway and reports the gateway's cycles as a share of
 //! the floor's.
 //!
+//! With `--pool deadpool-redis`, each request checks a connection out of
+//! deadpool-redis's pool as that crate ships (it sends `UNWATCH` and `PING`
+//! on every checkout), so `make bench` measures what that dependency would
+//! cost with nothing else changed.
+//!
 //!   floor --listen 127.0.0.1:8081 --redis redis://127.0.0.1:6379 [--connections 1]
+//!         [--pool shared|deadpool-redis]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,17 +35,63 @@ const ACQUIRE: &str = include_str!("../lua/acquire.lua");
 const RELEASE: &str = include_str!("../lua/release.lua");
 
 struct Floor {
-    connections: Vec<MultiplexedConnection>,
-    next: AtomicUsize,
+    pool: Pool,
     acquire: redis::Script,
     release: redis::Script,
 }
 
+/// How a request gets its connection.
+enum Pool {
+    /// A few multiplexed connections, taken in turn (the gateway's way).
+    Shared {
+        connections: Vec<MultiplexedConnection>,
+        next: AtomicUsize,
+    },
+    /// deadpool-redis as it ships: a checkout per request.
+    Deadpool(deadpool_redis::Pool),
+}
+
 impl Floor {
-    fn connection(&self) -> MultiplexedConnection {
-        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
-        self.connections[turn].clone()
+    /// Runs `invocation` on a connection of the pool.
+    async fn run(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> redis::RedisResult<redis::Value> {
+        match &self.pool {
+            Pool::Shared { connections, next } => {
+                let turn = next.fetch_add(1, Ordering::Relaxed) % connections.len();
+                invocation
+                    .invoke_async(&mut connections[turn].clone())
+                    .await
+            }
+            Pool::Deadpool(pool) => {
+                let mut conn = pool.get().await.map_err(|err| {
+                    redis::RedisError::from((redis::ErrorKind::Io, "pool", err.to_string()))
+                })?;
+                invocation.invoke_async(&mut conn).await
+            }
+        }
     }
+}
+
+/// The code of a script's reply (`{code, name, value, ...}`) and its
+/// `fence` field, if it has one.
+fn code_and_fence(reply: &redis::Value) -> Option<(String, Option<i64>)> {
+    let redis::Value::Array(items) = reply else {
+        return None;
+    };
+    let text = |value: &redis::Value| match value {
+        redis::Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        _ => None,
+    };
+    let code = text(items.first()?)?;
+    let fence = items
+        .windows(2)
+        .find_map(|pair| match (text(&pair[0]), &pair[1]) {
+            (Some(name), redis::Value::Int(fence)) if name == "fence" => Some(*fence),
+            _ => None,
+        });
+    Some((code, fence))
 }
 
 #[derive(Deserialize)]
@@ -51,8 +103,8 @@ struct Acquire {
 async fn acquire(State(floor): State<Arc<Floor>>, body: axum::Json<Acquire>) -> Response {
     let token = uuid::Uuid::new_v4().simple().to_string();
     let key = &body.key;
-    let reply: redis::RedisResult<Vec<i64>> = floor
-        .acquire
+    let mut invocation = floor.acquire.prepare_invoke();
+    invocation
         .key(format!("lockgate:lock:{{{key}}}"))
         .key(format!("lockgate:fence:{{{key}}}"))
         .key(format!("lockgate:holders:{{{key}}}"))
@@ -62,11 +114,10 @@ async fn acquire(State(floor): State<Arc<Floor>>, body: axum::Json<Acquire>) -> 
         .arg("0")
         .arg(86_400_000)
         .arg(0)
-        .arg("0")
-        .invoke_async(&mut floor.connection())
-        .await;
-    match reply.as_deref() {
-        Ok([1, fence, ..]) => (
+        .arg("0");
+    let reply = floor.run(&invocation).await;
+    match reply.as_ref().map(code_and_fence) {
+        Ok(Some((code, Some(fence)))) if code == "granted" => (
             StatusCode::CREATED,
             [("content-type", "application/json")],
             format!(r#"{{"token":"{token}","fencing_token":{fence}}}"#),
@@ -85,18 +136,17 @@ async fn release(
     let Some(token) = headers.get("lock-token").and_then(|t| t.to_str().ok()) else {
         return StatusCode::BAD_REQUEST;
     };
-    let reply: redis::RedisResult<Vec<i64>> = floor
-        .release
+    let mut invocation = floor.release.prepare_invoke();
+    invocation
         .key(format!("lockgate:lock:{{{key}}}"))
         .key(format!("lockgate:holders:{{{key}}}"))
         .arg(token)
         .arg(format!("lockgate:released:{{{key}}}"))
         .arg("PUBLISH")
-        .arg("one")
-        .invoke_async(&mut floor.connection())
-        .await;
-    match reply.as_deref() {
-        Ok([1 | 2, ..]) => StatusCode::NO_CONTENT,
+        .arg("one");
+    let reply = floor.run(&invocation).await;
+    match reply.as_ref().map(code_and_fence) {
+        Ok(Some((code, _))) if code == "released" || code == "holds-left" => StatusCode::NO_CONTENT,
         Ok(_) => StatusCode::CONFLICT,
         Err(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
@@ -123,13 +173,33 @@ async fn main() -> redis::RedisResult<()> {
     let tcp = info.tcp_settings().clone().set_nodelay(true);
     let client = redis::Client::open(info.set_tcp_settings(tcp))?;
     let count: usize = flag(&args, "--connections", "1").parse().unwrap_or(1);
-    let mut connections = Vec::with_capacity(count);
-    for _ in 0..count.max(1) {
-        connections.push(client.get_multiplexed_async_connection().await?);
-    }
+    let pool = if flag(&args, "--pool", "shared") == "deadpool-redis" {
+        let url = flag(&args, "--redis", "redis://127.0.0.1:6379");
+        let config = deadpool_redis::Config::from_url(url);
+        let pool = config
+            .builder()
+            .map_err(|err| {
+                redis::RedisError::from((redis::ErrorKind::Io, "pool", err.to_string()))
+            })?
+            .max_size(16)
+            .runtime(deadpool_redis::Runtime::Tokio1)
+            .build()
+            .map_err(|err| {
+                redis::RedisError::from((redis::ErrorKind::Io, "pool", err.to_string()))
+            })?;
+        Pool::Deadpool(pool)
+    } else {
+        let mut connections = Vec::with_capacity(count);
+        for _ in 0..count.max(1) {
+            connections.push(client.get_multiplexed_async_connection().await?);
+        }
+        Pool::Shared {
+            connections,
+            next: AtomicUsize::new(0),
+        }
+    };
     let floor = Arc::new(Floor {
-        connections,
-        next: AtomicUsize::new(0),
+        pool,
         acquire: redis::Script::new(&format!("{PRELUDE}{ACQUIRE}")),
         release: redis::Script::new(&format!("{PRELUDE}{RELEASE}")),
     });

@@ -15,17 +15,19 @@
 -- ARGV[6]  "1" when an earlier attempt of this request left that mark (the
 --          grant removes it), else "0"
 --
--- Returns {code, fencing_token, holds, ttl_ms, expires_at_ms}:
---   code  1  granted to a new owner (holds = 1, a new fencing token)
---   code  2  re-entered: holds + 1, lease reset, fencing token unchanged
---   code  0  held by others; ttl_ms is how long until the holder's lease
---            ends (the earliest lease, with many holders); holds is 1 when
---            the request was marked as a waiting writer
---   code -1  re-entry asked with a token that does not hold the lock
---   code -2  a counted lock holds the key: fencing_token is its limit
---   code -3  re-entry asked with a token that holds the lock shared
--- expires_at_ms is the lease's end in Unix ms; the fields a code does not
--- name are 0.
+-- Returns {code, field, value, ...}, by code:
+--   granted         a new owner: fence (a new fencing token), holds (1),
+--                   ttl_ms, expires_at_ms (the lease's end, Unix ms), room
+--                   (0: a plain lock admits nobody else)
+--   reentered       fence (unchanged), holds (one more), ttl_ms,
+--                   expires_at_ms (the lease reset)
+--   held            held by others: remaining_ms (until the holder's lease,
+--                   the earliest with many holders, ends), marked (1 when
+--                   the request was marked as a waiting writer, else 0),
+--                   behind_writer (0)
+--   not-owner       re-entry asked with a token that does not hold the lock
+--   limit-mismatch  a counted lock holds the key: limit (its places)
+--   mode-conflict   re-entry asked with a token that holds the lock shared
 
 local lock, fence_key, holders, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, reenter = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
@@ -37,32 +39,36 @@ if owner == token then
   local holds = redis.call('HINCRBY', lock, 'holds', 1)
   redis.call('PEXPIRE', lock, ttl)
   local fence = tonumber(redis.call('HGET', lock, 'fence'))
-  return {2, fence, holds, ttl, redis.call('PEXPIRETIME', lock)}
+  return {'reentered', 'fence', fence, 'holds', holds, 'ttl_ms', ttl,
+    'expires_at_ms', redis.call('PEXPIRETIME', lock)}
 end
 if owner then
-  local code = reenter and -1 or 0
-  return {code, 0, 0, redis.call('PTTL', lock), 0}
+  if reenter then
+    return {'not-owner'}
+  end
+  return {'held', 'remaining_ms', redis.call('PTTL', lock), 'marked', 0, 'behind_writer', 0}
 end
 if mode then
   local now = now_ms()
   if drop_ended(lock, holders, now) > 0 then
     if mode == 'counted' then
-      return {-2, tonumber(redis.call('HGET', lock, 'limit')), 0, 0, 0}
+      return {'limit-mismatch', 'limit', tonumber(redis.call('HGET', lock, 'limit'))}
     end
     if reenter then
       local shared = redis.call('HEXISTS', lock, 'h:' .. token) == 1
-      return {shared and -3 or -1, 0, 0, 0, 0}
+      return {shared and 'mode-conflict' or 'not-owner'}
     end
     local writer = 0
     if wait_ms > 0 then
       mark_writer(writers, token, now, wait_ms)
       writer = 1
     end
-    return {0, 0, writer, earliest_end(holders) - now, 0}
+    return {'held', 'remaining_ms', earliest_end(holders) - now, 'marked', writer,
+      'behind_writer', 0}
   end
 end
 if reenter then
-  return {-1, 0, 0, 0, 0}
+  return {'not-owner'}
 end
 
 local fence, fence_text = next_fence(fence_key, ttl + fence_retention)
@@ -71,4 +77,5 @@ redis.call('PEXPIRE', lock, ttl)
 if marked then
   redis.call('ZREM', writers, token)
 end
-return {1, fence, 1, ttl, redis.call('PEXPIRETIME', lock)}
+return {'granted', 'fence', fence, 'holds', 1, 'ttl_ms', ttl,
+  'expires_at_ms', redis.call('PEXPIRETIME', lock), 'room', 0}

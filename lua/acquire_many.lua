@@ -18,22 +18,21 @@
 -- ARGV[8]  "1" when an earlier attempt of this request left that mark (the
 --          grant removes it), else "0"
 --
--- Returns {code, fencing_token, holds, ttl_ms, expires_at_ms, room}:
---   code  1  granted: a new holder (holds = 1, a new fencing token); room is
---            1 when another request could be admitted now, else 0
---   code  2  re-entered: the holder's holds + 1, its lease reset, its
---            fencing token unchanged
---   code  0  no place now; ttl_ms is how long until a place may free (the
---            earliest lease end, or the earliest waiting writer's wait);
---            holds is 1 when the request was marked as a waiting writer, 2
---            when nobody holds the key and only a waiting writer keeps this
---            shared request out (that writer should be woken)
---   code -1  re-entry asked with a token that does not hold the lock
---   code -2  held with another limit: fencing_token is that limit (1 for a
---            plain lock)
---   code -3  re-entry asked in the other mode than the token holds it
--- expires_at_ms is the holder's lease end in Unix ms; the fields a code does
--- not name are 0.
+-- Returns {code, field, value, ...}, by code:
+--   granted         a new holder: fence (a new fencing token), holds (1),
+--                   ttl_ms, expires_at_ms (its lease's end, Unix ms), room
+--                   (1 when another request could be admitted now, else 0)
+--   reentered       fence (the holder's, unchanged), holds (the holder's,
+--                   one more), ttl_ms, expires_at_ms (its lease reset)
+--   held            no place now: remaining_ms (until a place may free: the
+--                   earliest lease end, or the earliest waiting writer's
+--                   wait), marked (1 when the request was marked as a
+--                   waiting writer), behind_writer (1 when nobody holds the
+--                   key and only a waiting writer keeps this shared request
+--                   out: that writer should be woken)
+--   not-owner       re-entry asked with a token that does not hold the lock
+--   limit-mismatch  held with another limit: limit (1 for a plain lock)
+--   mode-conflict   re-entry asked in the other mode than the token holds it
 
 local lock, fence_key, holders, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, reenter = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
@@ -46,12 +45,15 @@ local owner, held_mode, held_limit = state[1], state[2], tonumber(state[3])
 if owner then
   -- A plain lock: one exclusive place.
   if counted then
-    return {-2, 1, 0, 0, 0, 0}
+    return {'limit-mismatch', 'limit', 1}
   end
   if owner == token then
-    return {-3, 0, 0, 0, 0, 0}
+    return {'mode-conflict'}
   end
-  return {reenter and -1 or 0, 0, 0, redis.call('PTTL', lock), 0, 0}
+  if reenter then
+    return {'not-owner'}
+  end
+  return {'held', 'remaining_ms', redis.call('PTTL', lock), 'marked', 0, 'behind_writer', 0}
 end
 
 local now = now_ms()
@@ -62,22 +64,22 @@ end
 
 if count > 0 then
   if counted and held_mode == 'counted' and held_limit ~= limit then
-    return {-2, held_limit, 0, 0, 0, 0}
+    return {'limit-mismatch', 'limit', held_limit}
   end
   local holds = redis.call('HGET', lock, 'h:' .. token)
   if holds then
     if held_mode ~= mode then
-      return {-3, 0, 0, 0, 0, 0}
+      return {'mode-conflict'}
     end
     holds = redis.call('HINCRBY', lock, 'h:' .. token, 1)
     redis.call('HINCRBY', lock, 'holds', 1)
     redis.call('ZADD', holders, now + ttl, token)
     expire_with_latest(lock, holders)
     local fence = tonumber(redis.call('HGET', lock, 'f:' .. token))
-    return {2, fence, holds, ttl, now + ttl, 0}
+    return {'reentered', 'fence', fence, 'holds', holds, 'ttl_ms', ttl, 'expires_at_ms', now + ttl}
   end
   if reenter then
-    return {-1, 0, 0, 0, 0, 0}
+    return {'not-owner'}
   end
   local full = held_mode ~= mode or (counted and count >= limit)
   if full then
@@ -86,10 +88,11 @@ if count > 0 then
       mark_writer(writers, token, now, wait_ms)
       writer = 1
     end
-    return {0, 0, writer, earliest_end(holders) - now, 0, 0}
+    return {'held', 'remaining_ms', earliest_end(holders) - now, 'marked', writer,
+      'behind_writer', 0}
   end
 elseif reenter then
-  return {-1, 0, 0, 0, 0, 0}
+  return {'not-owner'}
 end
 
 if not counted then
@@ -97,12 +100,12 @@ if not counted then
   local writer_until = writer_waiting(writers, now)
   if writer_until then
     local wait = writer_until - now
-    local free = 2
+    local free = 1
     if count > 0 then
       wait = math.min(wait, earliest_end(holders) - now)
       free = 0
     end
-    return {0, 0, free, wait, 0, 0}
+    return {'held', 'remaining_ms', wait, 'marked', 0, 'behind_writer', free}
   end
 end
 
@@ -124,4 +127,5 @@ local room = 1
 if counted and count + 1 >= limit then
   room = 0
 end
-return {1, fence, 1, ttl, now + ttl, room}
+return {'granted', 'fence', fence, 'holds', 1, 'ttl_ms', ttl, 'expires_at_ms', now + ttl,
+  'room', room}

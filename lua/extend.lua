@@ -8,12 +8,11 @@
 -- ARGV[2]  new lease in milliseconds
 -- ARGV[3]  how long the fence counter outlives the lease, in milliseconds
 --
--- Returns {code, fencing_token, holds, expires_at_ms}:
---   code  1  extended
---   code  0  no such lock: the lease was lost
---   code -1  held under other tokens
--- fencing_token and holds are the holder's own; expires_at_ms is the
--- lease's new end in Unix ms; all but the code are 0 for codes 0 and -1.
+-- Returns {code, field, value, ...}, by code:
+--   extended   fence and holds (the holder's own), expires_at_ms (the
+--              lease's new end, Unix ms)
+--   not-found  no such lock: the lease was lost
+--   not-owner  held under other tokens
 
 local lock, fence_key, holders = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, fence_retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -22,22 +21,23 @@ local state = redis.call('HMGET', lock, 'owner', 'mode')
 local owner, mode = state[1], state[2]
 if owner then
   if owner ~= token then
-    return {-1, 0, 0, 0}
+    return {'not-owner'}
   end
   redis.call('PEXPIRE', lock, ttl)
   -- Keep the fence counter alive at least as long as the lock it fences.
   redis.call('PEXPIRE', fence_key, ttl + fence_retention)
   local held = redis.call('HMGET', lock, 'fence', 'holds')
-  return {1, tonumber(held[1]), tonumber(held[2]), redis.call('PEXPIRETIME', lock)}
+  return {'extended', 'fence', tonumber(held[1]), 'holds', tonumber(held[2]),
+    'expires_at_ms', redis.call('PEXPIRETIME', lock)}
 end
 local now = now_ms()
 if not mode or drop_ended(lock, holders, now) == 0 then
-  return {0, 0, 0, 0}
+  return {'not-found'}
 end
 
 local held = redis.call('HMGET', lock, 'h:' .. token, 'f:' .. token)
 if not held[1] then
-  return {-1, 0, 0, 0}
+  return {'not-owner'}
 end
 redis.call('ZADD', holders, now + ttl, token)
 expire_with_latest(lock, holders)
@@ -45,4 +45,5 @@ expire_with_latest(lock, holders)
 if redis.call('PTTL', fence_key) < ttl + fence_retention then
   redis.call('PEXPIRE', fence_key, ttl + fence_retention)
 end
-return {1, tonumber(held[2]), tonumber(held[1]), now + ttl}
+return {'extended', 'fence', tonumber(held[2]), 'holds', tonumber(held[1]),
+  'expires_at_ms', now + ttl}

@@ -13,15 +13,17 @@
 -- ARGV[5]  "replay" to only replay an order recorded under the key (a sale
 --          this instance believes sold out: it buys nothing new), else "buy"
 --
--- Returns {code, order_id, quantity, stock_left, epoch}:
---   code  1  ordered: stock and the user's count updated, order recorded
---   code  2  replay: the key was used before with the same user and
---            quantity; the original order_id, quantity and stock_left
---   code  0  sold out: not enough stock for quantity (stock_left = stock)
---   code -1  the user would exceed per_user_limit (stock_left = stock)
---   code -2  no such sale
---   code -3  the key was used before for a different user or quantity
---   code  3  "replay", and no order is recorded under the key
+-- Returns {code, field, value, ...}, by code:
+--   ordered         stock and the user's count updated, order recorded:
+--                   order_id, quantity, stock_left, epoch (the sale's)
+--   replayed        the key was used before with the same user and
+--                   quantity: the original order_id, quantity, stock_left;
+--                   epoch
+--   sold-out        not enough stock for quantity: stock, epoch
+--   limit-exceeded  the user would exceed per_user_limit
+--   no-sale         no such sale
+--   key-reused      the key was used before for a different user or quantity
+--   not-recorded    "replay", and no order is recorded under the key
 -- Every check and change is this one script, so no interleaving of
 -- requests on any number of gateways can oversell, exceed a cap, or record
 -- an order twice.
@@ -32,7 +34,7 @@ local replay_only = ARGV[5] == 'replay'
 
 local state = redis.call('HMGET', sale, 'stock', 'per_user_limit', 'epoch')
 if not state[1] then
-  return {-2, '', 0, 0, 0}
+  return {'no-sale'}
 end
 local stock, limit, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
 
@@ -44,21 +46,22 @@ if key ~= '' then
       -- Written again, unchanged: a write that replicates after the order
       -- it replays, so confirming this one (WAIT) confirms the order too.
       redis.call('HSET', idem, key, recorded)
-      return {2, id, tonumber(qty), tonumber(left), epoch}
+      return {'replayed', 'order_id', id, 'quantity', tonumber(qty), 'stock_left', tonumber(left),
+        'epoch', epoch}
     end
-    return {-3, '', 0, stock, epoch}
+    return {'key-reused'}
   end
 end
 if replay_only then
-  return {3, '', 0, stock, epoch}
+  return {'not-recorded'}
 end
 
 if stock < quantity then
-  return {0, '', 0, stock, epoch}
+  return {'sold-out', 'stock', stock, 'epoch', epoch}
 end
 local bought = tonumber(redis.call('HGET', users, user) or '0')
 if bought + quantity > limit then
-  return {-1, '', 0, stock, epoch}
+  return {'limit-exceeded'}
 end
 
 local left = redis.call('HINCRBY', sale, 'stock', -quantity)
@@ -73,4 +76,4 @@ redis.call('HSET', by_user, user, (mine and mine .. ',' or '') .. order_id .. ':
 if key ~= '' then
   redis.call('HSET', idem, key, order_id .. '|' .. user .. '|' .. quantity .. '|' .. left)
 end
-return {1, order_id, quantity, left, epoch}
+return {'ordered', 'order_id', order_id, 'quantity', quantity, 'stock_left', left, 'epoch', epoch}

@@ -5,11 +5,11 @@
 -- ARGV[1]  emission interval in µs (1 000 000 / rate per second)
 -- ARGV[2]  burst: how many requests may arrive at once
 --
--- Returns {allowed, remaining, retry_after_ms, reset_ms}:
---   allowed         1 if this request is admitted (and counted), else 0
---   remaining       requests that would be admitted right after this one
---   retry_after_ms  when a refused request may be admitted (0 if allowed)
---   reset_ms        when the bucket is full again
+-- Returns {code, field, value, ...}, by code:
+--   allowed  admitted and counted: remaining (requests that would be
+--            admitted right after this one), reset_ms (when the bucket is
+--            full again)
+--   refused  retry_after_ms (when it may be admitted), reset_ms
 -- One clock (Redis TIME) and one key per bucket, so the quota holds across
 -- every gateway instance.
 
@@ -24,9 +24,10 @@ end
 local next_tat = tat + interval
 local allow_at = next_tat - burst * interval
 if now < allow_at then
-  return {0, 0, math.ceil((allow_at - now) / 1000), math.ceil((tat - now) / 1000)}
+  return {'refused', 'retry_after_ms', math.ceil((allow_at - now) / 1000),
+    'reset_ms', math.ceil((tat - now) / 1000)}
 end
 local reset_ms = math.ceil((next_tat - now) / 1000)
 -- %d, not tostring: tostring would print 1.7e+15 for a number this large.
 redis.call('SET', KEYS[1], string.format('%d', next_tat), 'PX', reset_ms)
-return {1, math.floor((now - allow_at) / interval), 0, reset_ms}
+return {'allowed', 'remaining', math.floor((now - allow_at) / interval), 'reset_ms', reset_ms}

@@ -10,12 +10,11 @@
 -- ARGV[4]  "all" to give up every hold at once (a streamed lock whose client
 --          left), else "one"
 --
--- Returns {code, holds}:
---   code  1  released: the holder's place is free and waiters were told
---            (holds = 0)
---   code  2  one re-entrant hold released; holds is what the holder has left
---   code  0  no such lock (never taken, released, or expired)
---   code -1  held under other tokens
+-- Returns {code, field, value, ...}, by code:
+--   released    the holder's place is free and waiters were told
+--   holds-left  one re-entrant hold released: holds (what the holder has left)
+--   not-found   no such lock (never taken, released, or expired)
+--   not-owner   held under other tokens
 -- The message on the channel is the released holder's fencing token, so a
 -- streamed lock can tell its own release from another holder's.
 
@@ -27,26 +26,26 @@ local state = redis.call('HMGET', lock, 'owner', 'fence', 'mode')
 local owner, fence, mode = state[1], state[2], state[3]
 if owner then
   if owner ~= token then
-    return {-1, 0}
+    return {'not-owner'}
   end
   if not all then
     local holds = redis.call('HINCRBY', lock, 'holds', -1)
     if holds > 0 then
-      return {2, holds}
+      return {'holds-left', 'holds', holds}
     end
   end
   redis.call('DEL', lock)
   redis.call(publish, channel, fence)
-  return {1, 0}
+  return {'released'}
 end
 if not mode or drop_ended(lock, holders, now_ms()) == 0 then
-  return {0, 0}
+  return {'not-found'}
 end
 
 local held = redis.call('HMGET', lock, 'h:' .. token, 'f:' .. token)
 local holds, own_fence = tonumber(held[1]), held[2]
 if not holds then
-  return {-1, 0}
+  return {'not-owner'}
 end
 local given_back = holds
 if not all and holds > 1 then
@@ -54,7 +53,7 @@ if not all and holds > 1 then
 end
 redis.call('HINCRBY', lock, 'holds', -given_back)
 if given_back < holds then
-  return {2, redis.call('HINCRBY', lock, 'h:' .. token, -1)}
+  return {'holds-left', 'holds', redis.call('HINCRBY', lock, 'h:' .. token, -1)}
 end
 redis.call('HDEL', lock, 'h:' .. token, 'f:' .. token)
 redis.call('ZREM', holders, token)
@@ -64,4 +63,4 @@ else
   expire_with_latest(lock, holders)
 end
 redis.call(publish, channel, own_fence)
-return {1, 0}
+return {'released'}

@@ -10,7 +10,8 @@
 -- ARGV[3]  the channel told of resets (every instance drops its sold-out flag)
 -- ARGV[4]  the sku, as the message
 --
--- Returns the new epoch: one more than the old sale's, 1 for a new sale.
+-- Returns {code, field, value}:
+--   reset  epoch (the new one: one more than the old sale's, 1 for a new sale)
 -- The old sale's orders, per-user counts and idempotency records go with it.
 
 local sale, users, idem, orders, by_user = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -21,4 +22,4 @@ redis.call('UNLINK', users, idem, orders, by_user)
 redis.call('HSET', sale, 'stock', stock, 'initial_stock', stock, 'sold', 0,
   'per_user_limit', limit, 'epoch', epoch, 'orders', 0)
 redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. epoch)
-return epoch
+return {'reset', 'epoch', epoch}

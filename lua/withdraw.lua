@@ -8,14 +8,14 @@
 -- ARGV[3]  PUBLISH, or SPUBLISH in a Redis Cluster
 --
 -- Returns {code}:
---   code  1  the mark was removed and the waiters told
---   code  0  there was no such mark (nothing changed)
+--   withdrawn   the mark was removed and the waiters told
+--   not-marked  there was no such mark (nothing changed)
 -- The message is "0", a fencing token no holder has.
 
 local writers, token, channel, publish = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 
 if redis.call('ZREM', writers, token) == 0 then
-  return {0}
+  return {'not-marked'}
 end
 redis.call(publish, channel, '0')
-return {1}
+return {'withdrawn'}

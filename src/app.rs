@@ -1,4 +1,4 @@
-//! Start-up and shutdown: build the state from the config, bind, serve until the shutdown signal.
+//! Start-up and shutdown: build the gateway from the config in named steps, bind, serve until the shutdown signal, drain.
 
 use std::future::Future;
 use std::io;
@@ -12,15 +12,13 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::http::{
-    self, AdminToken, ApiKeys, AppState, BuyerKey, BuyerTokens, ConnectionLimits, StreamKeepAlive,
-    TrustedProxies,
-};
+use crate::http::{self, AppState};
 use crate::locks::{Locks, Streams, Waiting};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::{BackendError, Redis};
 use crate::seckill::Sales;
+use crate::server::{self, ConnectionLimits};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -40,50 +38,134 @@ pub enum StartError {
 /// A bound, ready-to-serve gateway instance.
 pub struct Gateway {
     listener: TcpListener,
+    addr: SocketAddr,
+    instance_id: String,
     router: Router,
     redis: Redis,
     subscriber: Subscriber,
-    waiting: Waiting,
-    streams: Streams,
+    domains: Domains,
     connection_limits: ConnectionLimits,
     drain_timeout: Duration,
-    addr: SocketAddr,
-    instance_id: String,
+}
+
+/// The domains of one instance, built in one place: the locks clients
+/// take, the streamed locks it renews, the sales, and the waiting room
+/// they share.
+struct Domains {
+    locks: Locks,
+    streams: Streams,
+    sales: Sales,
+    waiting: Waiting,
 }
 
 impl Gateway {
-    /// Connects the pool, loads the scripts, binds the listener and builds the
-    /// routes. Redis being down is not fatal (requests answer 503 until it is
-    /// back); a script Redis refuses to compile is.
+    /// Connects Redis, binds the listener and builds the domains and the
+    /// routes. Redis being down is not fatal (requests answer 503 until it
+    /// is back); a script Redis refuses to compile is.
     pub async fn bind(config: &Config) -> Result<Self, StartError> {
         let metrics = Arc::new(Metrics::default());
-        let redis =
-            Redis::new(&config.redis_settings(), metrics.clone()).map_err(StartError::RedisUrl)?;
-        match redis.load_scripts().await {
-            Ok(()) => {}
-            Err(err) if err.is_script_rejection() => return Err(StartError::Script(err)),
-            Err(err) => {
-                tracing::warn!(error = %err, "Redis is not ready yet; serving 503 until it is")
-            }
-        }
-
-        let bind_error = |source| StartError::Bind {
-            addr: config.listen,
-            source,
-        };
-        let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
-        let addr = listener.local_addr().map_err(bind_error)?;
-        let instance_id = config.instance_id.clone().unwrap_or_else(|| {
-            format!(
-                "{}:{}",
-                gethostname::gethostname().to_string_lossy(),
-                addr.port()
-            )
-        });
+        let redis = connect_redis(config, &metrics).await?;
+        let (listener, addr) = listen(config).await?;
+        let instance_id = config.instance_id(addr);
         let instance_header = HeaderValue::try_from(instance_id.as_str())
             .map_err(|_| StartError::InstanceId(instance_id.clone()))?;
-
         let subscriber = redis.subscriber().map_err(StartError::RedisUrl)?;
+        let domains = Domains::build(config, &redis, &subscriber, &metrics);
+        warn_of_open_doors(config);
+        let routes = config.route_settings().map_err(StartError::BuyerKey)?;
+        let state = AppState::new(domains.handed_to_routes(&redis, metrics), routes);
+        let router =
+            server::application(http::api(), state, config.request_settings(instance_header));
+        Ok(Self {
+            listener,
+            addr,
+            instance_id,
+            router,
+            redis,
+            subscriber,
+            domains,
+            connection_limits: config.connection_limits(),
+            drain_timeout: Duration::from_millis(config.shutdown_timeout_ms),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until `shutdown` completes, then drains: no new connections,
+    /// idle ones closed, waiting lock requests answer 503 `shutting-down` at
+    /// once, streamed locks are released and their streams end with `lost`,
+    /// other in-flight requests may finish within the drain timeout. Then
+    /// the Redis connections close.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        tracing::info!(addr = %self.addr, instance = %self.instance_id, "lockgate serving");
+        let stopping = CancellationToken::new();
+        let serving = server::serve(
+            self.listener,
+            self.router,
+            self.connection_limits,
+            &self.instance_id,
+            stopping.clone(),
+        );
+        tokio::pin!(serving);
+        tokio::select! {
+            () = &mut serving => {}
+            () = shutdown => {}
+        }
+        tracing::info!("shutting down: refusing new connections, ending waits and streamed locks");
+        stopping.cancel();
+        self.domains.waiting.close();
+        self.domains.streams.close().await;
+        let drain_limit = self.drain_timeout;
+        if tokio::time::timeout(drain_limit, serving).await.is_err() {
+            tracing::warn!(
+                ?drain_limit,
+                "requests still in flight after the drain timeout; stopping anyway"
+            );
+        }
+        self.subscriber.stop();
+        self.redis.close();
+        tracing::info!(instance = %self.instance_id, "lockgate stopped");
+        Ok(())
+    }
+}
+
+/// Builds the Redis handle and loads every script.
+async fn connect_redis(config: &Config, metrics: &Arc<Metrics>) -> Result<Redis, StartError> {
+    let redis =
+        Redis::new(&config.redis_settings(), metrics.clone()).map_err(StartError::RedisUrl)?;
+    match redis.load_scripts().await {
+        Ok(()) => {}
+        Err(err) if err.is_script_rejection() => return Err(StartError::Script(err)),
+        Err(err) => {
+            tracing::warn!(error = %err, "Redis is not ready yet; serving 503 until it is")
+        }
+    }
+    Ok(redis)
+}
+
+/// Binds the listening socket; returns it with the address it got.
+async fn listen(config: &Config) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bind_error = |source| StartError::Bind {
+        addr: config.listen,
+        source,
+    };
+    let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, addr))
+}
+
+impl Domains {
+    fn build(
+        config: &Config,
+        redis: &Redis,
+        subscriber: &Subscriber,
+        metrics: &Arc<Metrics>,
+    ) -> Self {
         let waiting = Waiting::new(subscriber.clone(), config.max_waiters);
         let locks = Locks::new(
             redis.clone(),
@@ -104,109 +186,43 @@ impl Gateway {
             redis.clone(),
             sale_locks,
             &config.key_prefix,
-            &subscriber,
+            subscriber,
             config.sale_settings(),
             metrics.clone(),
         );
-        if config.admin_token.is_none() {
-            tracing::warn!(
-                "no admin token is set: sale administration (PUT /seckill/{{sku}}) is refused; \
-                 set LOCKGATE_ADMIN_TOKEN to enable it"
-            );
-        }
-        let buyer_key = match (&config.buyer_jwt_secret, &config.buyer_jwt_public_key) {
-            (Some(secret), _) => Some(BuyerKey::secret(secret)),
-            (None, Some(pem)) => Some(BuyerKey::public_key(pem).map_err(StartError::BuyerKey)?),
-            (None, None) => {
-                tracing::warn!(
-                    "no buyer token key is set (LOCKGATE_BUYER_JWT_SECRET or \
-                     LOCKGATE_BUYER_JWT_PUBLIC_KEY): a purchase's buyer is whatever its body says"
-                );
-                None
-            }
-        };
-        let state = AppState {
+        Self {
             locks,
-            streams: streams.clone(),
-            sales,
-            redis: redis.clone(),
-            limits: config.lock_limits(),
-            stream_keep_alive: StreamKeepAlive(Duration::from_millis(config.stream_keep_alive_ms)),
-            metrics,
-            admin_token: AdminToken(config.admin_token.as_deref().map(Into::into)),
-            api_keys: ApiKeys(
-                config
-                    .api_keys
-                    .iter()
-                    .filter(|key| !key.is_empty())
-                    .map(|key| key.as_str().into())
-                    .collect(),
-            ),
-            trusted_proxies: TrustedProxies(config.trusted_proxies.clone().into()),
-            buyer_tokens: BuyerTokens(buyer_key.map(Arc::new)),
-        };
-        let router = http::router(
-            state,
-            instance_header,
-            config.body_limit_bytes,
-            config.request_limits(),
-        );
-        Ok(Self {
-            listener,
-            router,
-            redis,
-            subscriber,
-            waiting,
             streams,
-            connection_limits: config.connection_limits(),
-            drain_timeout: Duration::from_millis(config.shutdown_timeout_ms),
-            addr,
-            instance_id,
-        })
+            sales,
+            waiting,
+        }
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    /// What the routes are given of the domains.
+    fn handed_to_routes(&self, redis: &Redis, metrics: Arc<Metrics>) -> http::Domains {
+        http::Domains {
+            locks: self.locks.clone(),
+            streams: self.streams.clone(),
+            sales: self.sales.clone(),
+            redis: redis.clone(),
+            metrics,
+        }
     }
+}
 
-    /// Serves until `shutdown` completes, then drains: no new connections,
-    /// idle ones closed, waiting lock requests answer 503 `shutting-down` at
-    /// once, streamed locks are released and their streams end with `lost`,
-    /// other in-flight requests may finish within the drain timeout. Then
-    /// the Redis connections close.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> io::Result<()> {
-        tracing::info!(addr = %self.addr, instance = %self.instance_id, "lockgate serving");
-        let stopping = CancellationToken::new();
-        let server = http::serve(
-            self.listener,
-            self.router,
-            self.connection_limits,
-            &self.instance_id,
-            stopping.clone(),
+/// Says at start-up which doors the settings leave open.
+fn warn_of_open_doors(config: &Config) {
+    if config.admin_token.is_none() {
+        tracing::warn!(
+            "no admin token is set: sale administration (PUT /seckill/{{sku}}) is refused; \
+             set LOCKGATE_ADMIN_TOKEN to enable it"
         );
-        tokio::pin!(server);
-        tokio::select! {
-            () = &mut server => {}
-            () = shutdown => {}
-        }
-        tracing::info!("shutting down: refusing new connections, ending waits and streamed locks");
-        stopping.cancel();
-        self.waiting.close();
-        self.streams.close().await;
-        let drain_limit = self.drain_timeout;
-        if tokio::time::timeout(drain_limit, server).await.is_err() {
-            tracing::warn!(
-                ?drain_limit,
-                "requests still in flight after the drain timeout; stopping anyway"
-            );
-        }
-        self.subscriber.stop();
-        self.redis.close();
-        tracing::info!(instance = %self.instance_id, "lockgate stopped");
-        Ok(())
+    }
+    if config.buyer_jwt_secret.is_none() && config.buyer_jwt_public_key.is_none() {
+        tracing::warn!(
+            "no buyer token key is set (LOCKGATE_BUYER_JWT_SECRET or \
+             LOCKGATE_BUYER_JWT_PUBLIC_KEY): a purchase's buyer is whatever its body says"
+        );
     }
 }
 

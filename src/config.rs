@@ -1,15 +1,21 @@
 //! Command line and settings: every setting of `serve` is a flag and a `LOCKGATE_*` variable (`run` has its own, in `run`).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::http::{ConnectionLimits, RequestLimits};
+use axum::http::HeaderValue;
+
+use crate::http::{
+    AdminToken, ApiKeys, BuyerKey, BuyerTokens, RouteSettings, StreamKeepAlive, TrustedProxies,
+};
 use crate::locks::{LockLimits, MIN_TTL_MS};
 use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
+use crate::server::{ConnectionLimits, RequestLimits, RequestSettings};
 
 /// lockgate: distributed locks on Redis over plain HTTP.
 #[derive(Debug, Parser)]
@@ -143,7 +149,8 @@ pub struct Config {
 
     /// Run each purchase under its per-(sku, user) lock. The purchase script
     /// alone prevents overselling; the lock serialises one user's requests.
-    /// `false` only to measure what the lock costs.
+    /// `false` only to measure what the lock costs (a `bench` build only).
+    #[cfg(feature = "bench")]
     #[arg(long, env = "LOCKGATE_SECKILL_USER_LOCK", default_value_t = true,
           action = clap::ArgAction::Set)]
     pub seckill_user_lock: bool,
@@ -164,13 +171,11 @@ pub struct Config {
     pub max_waiters: usize,
 
     /// How requests get a connection to one Redis: `shared` (a few
-    /// multiplexed connections every request shares, taken in turn),
-    /// `checkout` (a connection per request out of a pool), or
-    /// `deadpool-redis` (that crate's pool as it ships). `make bench`
-    /// measures the three.
-    #[arg(long, env = "LOCKGATE_REDIS_POOL", default_value = "shared",
-          value_parser = ["shared", "checkout", "deadpool-redis"])]
-    pub redis_pool: String,
+    /// multiplexed connections every request shares, taken in turn) or
+    /// `checkout` (a connection per request out of a pool). `make bench`
+    /// measures both.
+    #[arg(long, env = "LOCKGATE_REDIS_POOL", value_enum, default_value_t = PoolKind::Shared)]
+    pub redis_pool: PoolKind,
 
     /// Redis connections: shared by every request (`shared`, default 1:
     /// the fewer, the more requests' commands leave in one write), or at
@@ -273,18 +278,60 @@ impl Config {
                 .seckill_client_rate
                 .zip(client_burst)
                 .and_then(|(rate, burst)| RatePolicy::new(rate, burst)),
+            #[cfg(feature = "bench")]
             user_lock: self.seckill_user_lock,
             lock_wait: Duration::from_millis(self.seckill_lock_wait_ms),
         }
     }
 
-    pub fn request_limits(&self) -> RequestLimits {
+    /// The instance's id: the configured one, or `<hostname>:<port>`.
+    pub fn instance_id(&self, addr: SocketAddr) -> String {
+        self.instance_id.clone().unwrap_or_else(|| {
+            format!(
+                "{}:{}",
+                gethostname::gethostname().to_string_lossy(),
+                addr.port()
+            )
+        })
+    }
+
+    /// What the routes enforce: lease and wait bounds, and the access rules
+    /// (admin token, API keys, buyer tokens, trusted proxies). Fails when
+    /// the buyer token key cannot be read.
+    pub fn route_settings(&self) -> Result<RouteSettings, String> {
+        let buyer_key = match (&self.buyer_jwt_secret, &self.buyer_jwt_public_key) {
+            (Some(secret), _) => Some(BuyerKey::secret(secret)),
+            (None, Some(pem)) => Some(BuyerKey::public_key(pem)?),
+            (None, None) => None,
+        };
+        Ok(RouteSettings {
+            limits: self.lock_limits(),
+            stream_keep_alive: StreamKeepAlive(Duration::from_millis(self.stream_keep_alive_ms)),
+            admin_token: AdminToken(self.admin_token.as_deref().map(Into::into)),
+            api_keys: ApiKeys(
+                self.api_keys
+                    .iter()
+                    .filter(|key| !key.is_empty())
+                    .map(|key| key.as_str().into())
+                    .collect(),
+            ),
+            buyer_tokens: BuyerTokens(buyer_key.map(Arc::new)),
+            trusted_proxies: TrustedProxies(self.trusted_proxies.clone().into()),
+        })
+    }
+
+    /// What every request is held to, and answered with (`instance_id`).
+    pub fn request_settings(&self, instance_id: HeaderValue) -> RequestSettings {
         let timeout = self
             .request_timeout_ms
             .unwrap_or(self.max_wait_ms.saturating_add(10_000));
-        RequestLimits {
-            header_bytes: self.header_limit_bytes,
-            timeout: Duration::from_millis(timeout),
+        RequestSettings {
+            limits: RequestLimits {
+                header_bytes: self.header_limit_bytes,
+                timeout: Duration::from_millis(timeout),
+            },
+            instance_id,
+            body_limit: self.body_limit_bytes,
         }
     }
 
@@ -307,12 +354,7 @@ impl Config {
                 nodes: self.redis_cluster_nodes.clone(),
             }
         };
-        let pool = match self.redis_pool.as_str() {
-            "checkout" => PoolKind::Checkout,
-            "deadpool-redis" => PoolKind::DeadpoolRedis,
-            // The value parser allows only these three.
-            _ => PoolKind::Shared,
-        };
+        let pool = self.redis_pool;
         RedisSettings {
             topology,
             pool,
@@ -320,10 +362,7 @@ impl Config {
             pool_size: self
                 .redis_pool_size
                 .and_then(|size| usize::try_from(size).ok())
-                .unwrap_or(match pool {
-                    PoolKind::Shared => 1,
-                    PoolKind::Checkout | PoolKind::DeadpoolRedis => 16,
-                }),
+                .unwrap_or(pool.default_size()),
             timeout: Duration::from_millis(self.redis_timeout_ms),
             replication: (self.redis_wait_replicas > 0).then(|| Replication {
                 replicas: self.redis_wait_replicas,

@@ -22,10 +22,13 @@
 
 pub mod app;
 pub mod config;
+pub mod duration;
 pub mod http;
 pub mod locks;
 pub mod metrics;
 pub mod redis;
 pub mod run;
 pub mod seckill;
+pub mod server;
+pub mod sync;
 pub mod telemetry;

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sync::lock;
 use std::time::Duration;
 
 /// Histogram bucket bounds, in seconds: from half a millisecond (a Redis
@@ -69,10 +71,7 @@ struct LabelledCounters(Mutex<BTreeMap<String, u64>>);
 
 impl LabelledCounters {
     fn add(&self, label: &str) {
-        let mut counters = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut counters = lock(&self.0);
         match counters.get_mut(label) {
             Some(count) => *count += 1,
             None => {
@@ -83,10 +82,7 @@ impl LabelledCounters {
 
     fn render(&self, out: &mut String, name: &str, help: &str, label: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        let counters = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let counters = lock(&self.0);
         for (value, count) in counters.iter() {
             let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
         }
@@ -100,10 +96,7 @@ struct LabelledHistograms(Mutex<BTreeMap<String, Histogram>>);
 
 impl LabelledHistograms {
     fn observe(&self, label: &str, elapsed: Duration) {
-        let mut histograms = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut histograms = lock(&self.0);
         match histograms.get(label) {
             Some(histogram) => histogram.observe(elapsed),
             None => histograms
@@ -115,10 +108,7 @@ impl LabelledHistograms {
 
     /// Renders each series with `labels_of(value)` as its labels.
     fn render(&self, out: &mut String, name: &str, labels_of: impl Fn(&str) -> String) {
-        let histograms = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let histograms = lock(&self.0);
         for (value, histogram) in histograms.iter() {
             histogram.render(out, name, &labels_of(value));
         }
@@ -135,10 +125,7 @@ type Answers = Vec<(String, u16, Histogram)>;
 
 impl RequestHistograms {
     fn observe(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
-        let mut routes = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut routes = lock(&self.0);
         if !routes.contains_key(route) {
             routes.insert(route.to_owned(), Vec::new());
         }
@@ -160,10 +147,7 @@ impl RequestHistograms {
     }
 
     fn render(&self, out: &mut String, name: &str) {
-        let routes = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let routes = lock(&self.0);
         for (route, answers) in routes.iter() {
             for (method, status, histogram) in answers {
                 let labels = format!("route=\"{route}\",method=\"{method}\",status=\"{status}\"");

@@ -3,6 +3,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::duration::millis;
 use crate::locks::Lease;
 
 /// A granted (or re-entered) lock. The token is shown only here.
@@ -38,7 +39,7 @@ impl From<&Lease> for LockGrant {
             ttl_ms: lease.state.ttl_ms,
             expires_at_ms: lease.state.expires_at_ms,
             holds: lease.state.holds,
-            waited_ms: u64::try_from(lease.waited.as_millis()).unwrap_or(u64::MAX),
+            waited_ms: millis(lease.waited),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The HTTP layer: routes, extractors, middleware, and the OpenAPI document built from the same routes.
+//! The API surface: routes, extractors, problem answers, and the OpenAPI document built from the same routes.
 
 mod auth;
 mod buyer;
@@ -6,40 +6,33 @@ mod error;
 mod extract;
 mod grant;
 mod locks;
-mod observe;
 mod ops;
+mod problems;
 mod responses;
 mod schema;
 mod seckill;
-mod server;
 mod state;
 mod stream;
 
 use std::sync::LazyLock;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, HeaderValue, Uri};
+use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
-use tower::ServiceBuilder;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
-use error::{ApiError, Problem};
+use error::Problem;
 use schema::{IdempotencyKeyText, LockKeyText, NameText, TokenText};
 
 pub use auth::{AdminToken, ApiKeys};
 pub use buyer::{BuyerKey, BuyerTokens};
+pub use error::{ApiError, FailureCause, PROBLEM_JSON};
 pub use extract::TrustedProxies;
-pub use observe::RequestLimits;
-pub use server::{ConnectionLimits, serve};
-pub use state::AppState;
+pub use state::{AppState, Domains, RouteSettings};
 pub use stream::StreamKeepAlive;
-
-/// The header naming the instance that answered.
-pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
 
 #[derive(OpenApi)]
 #[openapi(
@@ -121,14 +114,10 @@ pub fn openapi_json() -> &'static str {
     &DOCUMENT
 }
 
-/// The whole application: routes, fallbacks for unknown paths and methods,
-/// Swagger UI, and the middleware every response passes through.
-pub fn router(
-    state: AppState,
-    instance_id: HeaderValue,
-    body_limit: usize,
-    limits: RequestLimits,
-) -> Router {
+/// The API: every route, Swagger UI, and the answers for unknown paths and
+/// methods. The transport (the `server` module) adds the layer every request
+/// passes through and the state.
+pub fn api() -> Router<AppState> {
     let (routes, _) = api_routes().split_for_parts();
     let docs = SwaggerUi::new("/docs").config(
         utoipa_swagger_ui::Config::from("/openapi.json")
@@ -139,20 +128,6 @@ pub fn router(
         .merge(docs)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        // One layer, added once: axum boxes each layer's future per request.
-        // The observer is outside the body limit, so a 413 is counted too.
-        .layer(
-            ServiceBuilder::new()
-                .layer(observe::Observer {
-                    metrics: state.metrics.clone(),
-                    limits,
-                    instance_id,
-                })
-                .layer(DefaultBodyLimit::max(body_limit)),
-        )
-        // Turns every handler into its final service now, once, rather than
-        // per connection or request.
-        .with_state(state)
 }
 
 async fn route_not_found(uri: Uri) -> Response {

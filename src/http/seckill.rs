@@ -17,7 +17,7 @@ use super::extract::{
 use super::responses::problem_responses;
 use super::schema::{IdempotencyKeyText, NameText};
 use crate::seckill::{
-    Cursor, Order, OrderEntry, OrderRequest, OrdersPage, PageLimit, Purchase, Quantity,
+    Cursor, Order, OrderEntry, OrderRequest, OrdersQuery, PageLimit, Purchase, Quantity,
     RateDecision, SaleState, SaleTerms, Sales, Sku, UserId,
 };
 
@@ -120,7 +120,7 @@ pub struct OrderList {
 
 /// Which orders `GET /seckill/{sku}/orders` lists.
 #[derive(Debug, Deserialize, IntoParams)]
-pub struct OrdersQuery {
+pub struct OrdersParams {
     /// Only this user's orders (found without reading anyone else's). With
     /// buyer tokens, a buyer's token lists only its own.
     #[param(value_type = Option<NameText>)]
@@ -260,15 +260,15 @@ pub async fn purchase(
         quantity: Quantity::new(quantity)?,
         idempotency_key,
     };
-    let checkout = sales.checkout(order, client).await;
-    let mut response = match checkout.result {
+    let answer = sales.buy(order, client).await;
+    let mut response = match answer.result {
         Ok(Purchase::Created(order)) => {
             (StatusCode::CREATED, Json(OrderView::from(order))).into_response()
         }
         Ok(Purchase::Replayed(order)) => Json(OrderView::from(order)).into_response(),
         Err(err) => ApiError::from(err).into_response(),
     };
-    if let Some(decision) = checkout.rate {
+    if let Some(decision) = answer.rate {
         add_rate_headers(response.headers_mut(), &decision);
     }
     Ok(response)
@@ -284,7 +284,7 @@ pub async fn purchase(
     path = "/seckill/{sku}/orders",
     tag = "seckill",
     security((), ("buyer" = []), ("admin" = [])),
-    params(("sku" = NameText, Path, description = "The product"), OrdersQuery),
+    params(("sku" = NameText, Path, description = "The product"), OrdersParams),
     responses(
         (status = 200, description = "A page of orders", body = OrderList),
         OrdersProblems,
@@ -296,7 +296,7 @@ pub async fn orders(
     SkuPath(sku): SkuPath,
     uri: Uri,
 ) -> Result<Json<OrderList>, ApiError> {
-    let Query(query) = Query::<OrdersQuery>::try_from_uri(&uri)
+    let Query(query) = Query::<OrdersParams>::try_from_uri(&uri)
         .map_err(|_| ApiError::invalid_field("query", "takes each parameter at most once"))?;
     let named = query.user_id.as_deref().map(UserId::parse).transpose()?;
     let user = match (reader, named) {
@@ -318,7 +318,7 @@ pub async fn orders(
     let page = sales
         .orders(
             &sku,
-            OrdersPage {
+            OrdersQuery {
                 user,
                 cursor,
                 limit,

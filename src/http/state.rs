@@ -21,11 +21,65 @@ pub struct AppState {
     pub streams: Streams,
     pub sales: Sales,
     pub redis: Redis,
+    pub metrics: Arc<Metrics>,
     pub limits: LockLimits,
     pub stream_keep_alive: StreamKeepAlive,
-    pub metrics: Arc<Metrics>,
     pub admin_token: AdminToken,
     pub api_keys: ApiKeys,
     pub buyer_tokens: BuyerTokens,
     pub trusted_proxies: TrustedProxies,
+}
+
+/// The settings the routes enforce: bounds on leases and waits, and who
+/// may use which route.
+#[derive(Clone)]
+pub struct RouteSettings {
+    pub limits: LockLimits,
+    pub stream_keep_alive: StreamKeepAlive,
+    pub admin_token: AdminToken,
+    pub api_keys: ApiKeys,
+    pub buyer_tokens: BuyerTokens,
+    pub trusted_proxies: TrustedProxies,
+}
+
+/// The domains (and the Redis handle `/readyz` pings) that serve the routes.
+pub struct Domains {
+    pub locks: Locks,
+    pub streams: Streams,
+    pub sales: Sales,
+    pub redis: Redis,
+    pub metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    pub fn new(domains: Domains, settings: RouteSettings) -> Self {
+        let Domains {
+            locks,
+            streams,
+            sales,
+            redis,
+            metrics,
+        } = domains;
+        let RouteSettings {
+            limits,
+            stream_keep_alive,
+            admin_token,
+            api_keys,
+            buyer_tokens,
+            trusted_proxies,
+        } = settings;
+        Self {
+            locks,
+            streams,
+            sales,
+            redis,
+            metrics,
+            limits,
+            stream_keep_alive,
+            admin_token,
+            api_keys,
+            buyer_tokens,
+            trusted_proxies,
+        }
+    }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::duration::millis;
 use crate::redis::locks::LockKind;
 
 /// The longest lock key, in characters.
@@ -202,11 +203,6 @@ impl WaitTime {
     pub fn is_zero(self) -> bool {
         self.0 == 0
     }
-}
-
-/// Whole milliseconds, saturating (a `Duration` holds more than a `u64` of them).
-pub(super) fn millis(length: Duration) -> u64 {
-    u64::try_from(length.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn within(ms: u64, min: u64, max: u64) -> Result<u64, OutOfRange> {

@@ -6,6 +6,7 @@
 //! holders whose lease ended (`lua/lib/holders.lua`). Every read-check-write
 //! is one Lua script (see `lua/`), and times come from the Redis clock.
 
+mod acquire;
 mod handover;
 mod inputs;
 mod streams;
@@ -14,20 +15,18 @@ pub mod waiting;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use acquire::{AcquireTerms, Acquisition, NoGrant};
 pub use handover::Handover;
-use inputs::millis;
 pub use inputs::{
     InvalidKey, InvalidKind, InvalidToken, LockKey, LockLimits, MAX_KEY_LEN, MAX_LIMIT, MIN_TTL_MS,
     OutOfRange, Token, Ttl, WaitTime, lock_kind,
 };
 pub use streams::{LostReason, StreamEnd, StreamEvent, StreamedLock, Streams};
-use waiting::Ticket;
 pub use waiting::{WaitRefused, Waiting};
 
 use crate::metrics::{LockOutcome, Metrics};
 use crate::redis::locks::{
-    self as scripts, AcquireReply, Attempt, ExtendReply, Holds, InspectReply, LockKeys,
-    ReenterReply, ReleaseReply,
+    self as scripts, ExtendReply, Holds, InspectReply, LockKeys, ReenterReply, ReleaseReply,
 };
 pub use crate::redis::locks::{Inspection, LockKind, LockState};
 use crate::redis::{BackendError, Redis};
@@ -94,9 +93,9 @@ pub enum LockError {
 /// The lock operations, shared by every request of one gateway instance
 /// (and cloned for each, so they are one shared allocation).
 #[derive(Clone)]
-pub struct Locks(Arc<Shared>);
+pub struct Locks(Arc<LocksState>);
 
-struct Shared {
+struct LocksState {
     redis: Redis,
     prefix: Box<str>,
     waiting: Waiting,
@@ -105,7 +104,7 @@ struct Shared {
 
 impl Locks {
     pub fn new(redis: Redis, prefix: &str, waiting: Waiting, metrics: Arc<Metrics>) -> Self {
-        Self(Arc::new(Shared {
+        Self(Arc::new(LocksState {
             redis,
             prefix: prefix.into(),
             waiting,
@@ -130,25 +129,25 @@ impl Locks {
     /// waiting) or the lease is dropped before the handover completes, the
     /// grant is released, so a client that went away holds nothing.
     pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, LockError> {
-        let started = Instant::now();
-        let keys = self.keys(&request.key);
-        let ttl_ms = request.ttl.as_millis();
         if let Some(token) = request.token {
-            // Boxed, like every round trip here: see `acquire_by`.
+            // Boxed, like every round trip here: see `Acquisition::run`.
             return Box::pin(self.reenter(request, token)).await;
         }
-
+        let started = Instant::now();
+        let keys = self.keys(&request.key);
         let token = Token::generate();
         let mut handover = Handover::new(self.clone(), request.key.clone(), token);
-        let deadline = started + request.wait.as_duration();
-        let wanted = Wanted {
+        let terms = AcquireTerms {
             keys: &keys,
             kind: request.kind,
-            ttl_ms,
-            deadline,
+            ttl_ms: request.ttl.as_millis(),
+            deadline: started + request.wait.as_duration(),
             confirmed: request.confirmed,
         };
-        match self.acquire_by(wanted, &token, &mut handover).await {
+        match Acquisition::new(self, terms, &token, &mut handover)
+            .run()
+            .await
+        {
             Ok((state, waited)) => {
                 self.0.metrics.lock(LockOutcome::Acquired);
                 if !waited.is_zero() {
@@ -163,121 +162,53 @@ impl Locks {
                     handover: Some(handover),
                 })
             }
-            Err(NoGrant::Held { remaining_ms }) => {
-                handover.cancel();
-                self.0.metrics.lock(LockOutcome::Conflict);
-                if !request.wait.is_zero() {
-                    self.0.metrics.lock_wait(started.elapsed());
-                }
-                Err(LockError::Held {
-                    key: request.key,
-                    retry_after_ms: remaining_ms,
-                })
+            Err(refused) => {
+                let waited = (!request.wait.is_zero()).then(|| started.elapsed());
+                let grant = (request.key, token, handover);
+                Err(self.not_granted(refused, grant, waited).await)
             }
-            Err(NoGrant::LimitMismatch { limit }) => {
-                handover.cancel();
-                Err(LockError::LimitMismatch {
-                    key: request.key,
-                    limit,
-                })
-            }
-            Err(NoGrant::CannotWait(err)) => {
-                handover.cancel();
-                Err(err.into())
-            }
-            Err(NoGrant::NotReplicated) => {
-                // Undo the grant now, so the answer is true when it is read;
-                // if that fails, the handover keeps trying in the background.
-                if Box::pin(self.release(&request.key, &token)).await.is_ok() {
-                    handover.cancel();
-                }
-                Err(LockError::NotReplicated {
-                    key: request.key,
-                    undone: true,
-                })
-            }
-            // Not cancelled: the script may have run before the failure.
-            Err(NoGrant::Backend(err)) => Err(err.into()),
         }
     }
 
-    /// Tries the acquire script; while there is no place and the deadline
-    /// is ahead, waits in the lock's queue and tries again when a release
-    /// message picks this waiter, when a holder's lease (as last reported)
-    /// runs out, and once at the deadline. Never on a polling interval.
-    /// A grant that leaves room for more wakes the next local waiter.
-    /// Returns the grant and how long it was waited for.
-    async fn acquire_by(
+    /// The error for an acquisition that ended without a grant, once what
+    /// it left behind is undone: a waiting writer's mark, or a grant too few
+    /// replicas confirmed.
+    async fn not_granted(
         &self,
-        wanted: Wanted<'_>,
-        token: &Token,
-        handover: &mut Handover,
-    ) -> Result<(LockState, Duration), NoGrant> {
-        let token = token.expose();
-        let mut ticket: Option<Ticket> = None;
-        let mut refused_at = None;
-        loop {
-            let attempt = Attempt {
-                token: &token,
-                ttl_ms: wanted.ttl_ms,
-                wait_left_ms: millis(wanted.deadline.saturating_duration_since(Instant::now())),
-                marked: handover.marked(),
-            };
-            // Boxed: the round trip's state is large, and only lives while it
-            // runs; a request waiting for a lock keeps only the small rest.
-            let tried = Box::pin(self.try_acquire(wanted, attempt));
-            let remaining_ms = match tried.await? {
-                AcquireReply::Granted { state, room } => {
-                    handover.set_marked(false);
-                    if let (true, Some(ticket)) = (room, ticket.as_ref()) {
-                        ticket.wake_next();
-                    }
-                    let waited = refused_at.map_or(Duration::ZERO, |at: Instant| at.elapsed());
-                    return Ok((state, waited));
+        refused: NoGrant,
+        (key, token, handover): (LockKey, Token, Handover),
+        waited: Option<Duration>,
+    ) -> LockError {
+        match refused {
+            NoGrant::Held { remaining_ms } => {
+                handover.cancel();
+                self.0.metrics.lock(LockOutcome::Conflict);
+                if let Some(waited) = waited {
+                    self.0.metrics.lock_wait(waited);
                 }
-                AcquireReply::Held {
-                    remaining_ms,
-                    marked,
-                    behind_writer,
-                } => {
-                    if marked {
-                        handover.set_marked(true);
-                    }
-                    // The key is free but for a waiting writer. The release
-                    // that freed it may have woken this reader instead of
-                    // that writer: pass the wake-up on to a local writer, or
-                    // it would sleep until its wait ends.
-                    if let (true, Some(ticket)) = (behind_writer, ticket.as_ref()) {
-                        ticket.wake_writer();
-                    }
-                    remaining_ms
+                LockError::Held {
+                    key,
+                    retry_after_ms: remaining_ms,
                 }
-                AcquireReply::LimitMismatch { limit } => {
-                    return Err(NoGrant::LimitMismatch { limit });
-                }
-            };
-            let now = Instant::now();
-            refused_at.get_or_insert(now);
-            if now >= wanted.deadline {
-                return Err(NoGrant::Held { remaining_ms });
             }
-            let Some(ticket) = ticket.as_mut() else {
-                // First refusal: join the queue, and try once more as soon as
-                // the subscription stands, so a release between the refusal
-                // and the subscription is not missed.
-                let writer = !wanted.kind.is_shared();
-                let mut joined = self.0.waiting.enter(&wanted.keys.channel, writer)?;
-                let _ = tokio::time::timeout_at(wanted.deadline.into(), joined.subscribed()).await;
-                ticket = Some(joined);
-                continue;
-            };
-            // One millisecond past the lease, so that the key has expired.
-            let lease_ends = now + Duration::from_millis(remaining_ms.saturating_add(1));
-            tokio::select! {
-                () = ticket.woken() => {}
-                () = tokio::time::sleep_until(lease_ends.min(wanted.deadline).into()) => {}
-                () = ticket.closing() => return Err(WaitRefused::ShuttingDown.into()),
+            NoGrant::LimitMismatch { limit } => {
+                handover.cancel();
+                LockError::LimitMismatch { key, limit }
             }
+            NoGrant::CannotWait(err) => {
+                handover.cancel();
+                err.into()
+            }
+            NoGrant::NotReplicated => {
+                // Undo the grant now, so the answer is true when it is read;
+                // if that fails, the handover keeps trying in the background.
+                if Box::pin(self.release(&key, &token)).await.is_ok() {
+                    handover.cancel();
+                }
+                LockError::NotReplicated { key, undone: true }
+            }
+            // Not cancelled: the script may have run before the failure.
+            NoGrant::Backend(err) => err.into(),
         }
     }
 
@@ -318,32 +249,6 @@ impl Locks {
             }),
             ReenterReply::ModeConflict => Err(LockError::ModeConflict { key: request.key }),
         }
-    }
-
-    /// Runs the acquire script once (and, when `confirmed`, waits for the
-    /// replicas to confirm a grant).
-    async fn try_acquire(
-        &self,
-        wanted: Wanted<'_>,
-        attempt: Attempt<'_>,
-    ) -> Result<AcquireReply, NoGrant> {
-        let mut conn = if wanted.confirmed {
-            self.0.redis.confirming_connection().await?
-        } else {
-            self.0.redis.connection().await?
-        };
-        let reply = scripts::acquire(&mut conn, wanted.keys, wanted.kind, attempt).await?;
-        if matches!(reply, AcquireReply::Granted { .. })
-            && wanted.confirmed
-            && !self
-                .0
-                .redis
-                .replicated(&mut conn, &wanted.keys.lock)
-                .await?
-        {
-            return Err(NoGrant::NotReplicated);
-        }
-        Ok(reply)
     }
 
     /// Withdraws `token`'s mark as a waiting writer: the request stopped
@@ -417,42 +322,6 @@ impl Locks {
             InspectReply::Held(state) => Ok(state),
             InspectReply::NotFound => Err(LockError::NotFound { key: key.clone() }),
         }
-    }
-}
-
-/// What one acquisition wants, for every attempt it makes.
-#[derive(Clone, Copy)]
-struct Wanted<'a> {
-    keys: &'a LockKeys,
-    kind: LockKind,
-    ttl_ms: u64,
-    deadline: Instant,
-    confirmed: bool,
-}
-
-/// Why [`Locks::acquire_by`] ended without a grant.
-enum NoGrant {
-    Held {
-        remaining_ms: u64,
-    },
-    LimitMismatch {
-        limit: u64,
-    },
-    CannotWait(WaitRefused),
-    /// Granted, but too few replicas confirmed it.
-    NotReplicated,
-    Backend(BackendError),
-}
-
-impl From<WaitRefused> for NoGrant {
-    fn from(err: WaitRefused) -> Self {
-        Self::CannotWait(err)
-    }
-}
-
-impl From<BackendError> for NoGrant {
-    fn from(err: BackendError) -> Self {
-        Self::Backend(err)
     }
 }
 

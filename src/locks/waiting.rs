@@ -15,6 +15,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::redis::pubsub::{Listener, Subscriber};
+use crate::sync::lock;
 
 /// Why a request may not wait here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -137,11 +138,7 @@ impl Waiting {
 
 impl Registry {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Waiter>>>> {
-        // A panic while holding this lock leaves the map consistent (every
-        // change is a single insert or remove), so poisoning is ignored.
-        self.queues
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.queues)
     }
 }
 

@@ -30,9 +30,6 @@ enum Link {
     Shared(LiveConnection),
     /// `None` only once `drop` has taken it.
     Pooled(Option<Object<LeanManager>>),
-    /// Out of deadpool-redis's pool (the `deadpool-redis` setting, kept to
-    /// be measured against the others); `None` only once `drop` has taken it.
-    Deadpool(Option<deadpool_redis::Connection>),
     /// The shared cluster connection; or, with `lease`, one of those kept
     /// apart for replica-confirmed writes, held for this request alone.
     Cluster {
@@ -45,14 +42,6 @@ impl Connection {
     pub(super) fn shared(live: LiveConnection, metrics: Arc<Metrics>) -> Self {
         Self {
             link: Link::Shared(live),
-            broken: false,
-            metrics,
-        }
-    }
-
-    pub(super) fn deadpool(connection: deadpool_redis::Connection, metrics: Arc<Metrics>) -> Self {
-        Self {
-            link: Link::Deadpool(Some(connection)),
             broken: false,
             metrics,
         }
@@ -96,14 +85,13 @@ impl Connection {
             Link::Cluster { connection, .. } => {
                 Some(Self::cluster(connection.clone(), self.metrics.clone()))
             }
-            Link::Shared(_) | Link::Pooled(_) | Link::Deadpool(_) => None,
+            Link::Shared(_) | Link::Pooled(_) => None,
         }
     }
 
     fn inner(&mut self) -> &mut (dyn ConnectionLike + Send) {
         match &mut self.link {
             Link::Shared(live) => live.connection(),
-            Link::Deadpool(connection) => connection.as_mut().expect("a live pooled connection"),
             Link::Pooled(object) => object
                 .as_mut()
                 .expect("a live pooled connection")
@@ -193,7 +181,6 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match &self.link {
             Link::Shared(live) => live.get_db(),
-            Link::Deadpool(connection) => connection.as_ref().map_or(0, |c| c.get_db()),
             Link::Pooled(object) => object.as_ref().map_or(0, |object| object.get_db()),
             Link::Cluster { connection, .. } => connection.get_db(),
         }
@@ -210,11 +197,6 @@ impl Drop for Connection {
             Link::Pooled(object) => {
                 if let Some(object) = object.take() {
                     drop(Object::take(object));
-                }
-            }
-            Link::Deadpool(connection) => {
-                if let Some(connection) = connection.take() {
-                    drop(deadpool_redis::Connection::take(connection));
                 }
             }
             Link::Cluster { lease, .. } => {

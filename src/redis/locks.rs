@@ -2,7 +2,7 @@
 
 use redis::ScriptInvocation;
 
-use super::scripts::{ACQUIRE, ACQUIRE_MANY, EXTEND, INSPECT, LuaScript, RELEASE, WITHDRAW};
+use super::scripts::{ACQUIRE, ACQUIRE_MANY, EXTEND, INSPECT, LuaScript, RELEASE, Reply, WITHDRAW};
 use super::{BackendError, Connection};
 
 /// How long a lock's fence counter outlives its lease. Fencing tokens stay
@@ -161,22 +161,22 @@ pub async fn acquire(
     kind: LockKind,
     attempt: Attempt<'_>,
 ) -> Result<AcquireReply, BackendError> {
-    let script = script_of(kind);
     let reply = run_acquire(conn, keys, kind, attempt, false).await?;
-    match reply.first() {
-        Some(1) => grant(&reply).map(|state| AcquireReply::Granted {
-            state,
-            room: reply.get(5) == Some(&1),
+    script_of(kind).read(&reply, |reply| match reply.code() {
+        "granted" => Some(AcquireReply::Granted {
+            state: lock_state(reply)?,
+            room: reply.flag("room")?,
         }),
-        Some(0) => field(&reply, 3).map(|remaining_ms| AcquireReply::Held {
-            remaining_ms,
-            marked: reply.get(2) == Some(&1),
-            behind_writer: reply.get(2) == Some(&2),
+        "held" => Some(AcquireReply::Held {
+            remaining_ms: reply.number("remaining_ms")?,
+            marked: reply.flag("marked")?,
+            behind_writer: reply.flag("behind_writer")?,
         }),
-        Some(-2) => field(&reply, 1).map(|limit| AcquireReply::LimitMismatch { limit }),
+        "limit-mismatch" => Some(AcquireReply::LimitMismatch {
+            limit: reply.number("limit")?,
+        }),
         _ => None,
-    }
-    .ok_or_else(|| script.unexpected(reply.clone()))
+    })
 }
 
 /// Runs the acquire script of `kind` to re-enter with the holder's `token`.
@@ -187,7 +187,6 @@ pub async fn reenter(
     token: &str,
     ttl_ms: u64,
 ) -> Result<ReenterReply, BackendError> {
-    let script = script_of(kind);
     let attempt = Attempt {
         token,
         ttl_ms,
@@ -195,14 +194,15 @@ pub async fn reenter(
         marked: false,
     };
     let reply = run_acquire(conn, keys, kind, attempt, true).await?;
-    match reply.first() {
-        Some(2) => grant(&reply).map(ReenterReply::Reentered),
-        Some(-1) => Some(ReenterReply::NotOwner),
-        Some(-2) => field(&reply, 1).map(|limit| ReenterReply::LimitMismatch { limit }),
-        Some(-3) => Some(ReenterReply::ModeConflict),
+    script_of(kind).read(&reply, |reply| match reply.code() {
+        "reentered" => lock_state(reply).map(ReenterReply::Reentered),
+        "not-owner" => Some(ReenterReply::NotOwner),
+        "limit-mismatch" => Some(ReenterReply::LimitMismatch {
+            limit: reply.number("limit")?,
+        }),
+        "mode-conflict" => Some(ReenterReply::ModeConflict),
         _ => None,
-    }
-    .ok_or_else(|| script.unexpected(reply.clone()))
+    })
 }
 
 /// A plain lock has its own, shorter script: the common case pays for
@@ -220,7 +220,7 @@ async fn run_acquire(
     kind: LockKind,
     attempt: Attempt<'_>,
     reenter: bool,
-) -> Result<Vec<i64>, BackendError> {
+) -> Result<Reply, BackendError> {
     let script = script_of(kind);
     let mut invocation = script.prepare();
     invocation
@@ -266,10 +266,9 @@ pub async fn withdraw(
             conn,
         )
         .await?;
-    match reply.first() {
-        Some(0 | 1) => Ok(()),
-        _ => Err(WITHDRAW.unexpected(reply)),
-    }
+    WITHDRAW.read(&reply, |reply| {
+        matches!(reply.code(), "withdrawn" | "not-marked").then_some(())
+    })
 }
 
 /// How much of a holder's claim a release gives up.
@@ -293,14 +292,13 @@ pub async fn release(
     let reply = RELEASE
         .run(&release_of(keys, token, publish, holds), conn)
         .await?;
-    match reply.first() {
-        Some(1) => Some(ReleaseReply::Released),
-        Some(2) => field(&reply, 1).map(ReleaseReply::HoldsLeft),
-        Some(0) => Some(ReleaseReply::NotFound),
-        Some(-1) => Some(ReleaseReply::NotOwner),
+    RELEASE.read(&reply, |reply| match reply.code() {
+        "released" => Some(ReleaseReply::Released),
+        "holds-left" => reply.number("holds").map(ReleaseReply::HoldsLeft),
+        "not-found" => Some(ReleaseReply::NotFound),
+        "not-owner" => Some(ReleaseReply::NotOwner),
         _ => None,
-    }
-    .ok_or_else(|| RELEASE.unexpected(reply.clone()))
+    })
 }
 
 /// Runs `release.lua` for every hold of many locks at once (one pipeline
@@ -386,21 +384,18 @@ fn extension<'a>(keys: &LockKeys, token: &str, ttl_ms: u64) -> ScriptInvocation<
     invocation
 }
 
-fn extend_reply(reply: &[i64], ttl_ms: u64) -> Result<ExtendReply, BackendError> {
-    match reply.first() {
-        Some(1) => field(reply, 3).and_then(|expires_at_ms| {
-            Some(ExtendReply::Extended(LockState {
-                fencing_token: field(reply, 1)?,
-                holds: field(reply, 2)?,
-                ttl_ms,
-                expires_at_ms,
-            }))
-        }),
-        Some(0) => Some(ExtendReply::NotFound),
-        Some(-1) => Some(ExtendReply::NotOwner),
+fn extend_reply(reply: &Reply, ttl_ms: u64) -> Result<ExtendReply, BackendError> {
+    EXTEND.read(reply, |reply| match reply.code() {
+        "extended" => Some(ExtendReply::Extended(LockState {
+            fencing_token: reply.number("fence")?,
+            holds: reply.number("holds")?,
+            ttl_ms,
+            expires_at_ms: reply.number("expires_at_ms")?,
+        })),
+        "not-found" => Some(ExtendReply::NotFound),
+        "not-owner" => Some(ExtendReply::NotOwner),
         _ => None,
-    }
-    .ok_or_else(|| EXTEND.unexpected(reply.to_vec()))
+    })
 }
 
 /// Runs `inspect.lua`.
@@ -408,40 +403,32 @@ pub async fn inspect(conn: &mut Connection, keys: &LockKeys) -> Result<InspectRe
     let reply = INSPECT
         .run(INSPECT.prepare().key(&keys.lock).key(&keys.holders), conn)
         .await?;
-    match reply.first() {
-        Some(1) => grant(&reply).and_then(|state| {
-            let limit = field(&reply, 6)?;
-            let kind = match (reply.get(5), limit) {
-                (Some(1), _) => LockKind::Shared,
-                (Some(0), 1) => LockKind::Exclusive,
-                (Some(0), limit) => LockKind::Counted(u32::try_from(limit).ok()?),
+    INSPECT.read(&reply, |reply| match reply.code() {
+        "held" => {
+            let kind = match (reply.text("mode")?, reply.number("limit")?) {
+                ("shared", _) => LockKind::Shared,
+                ("exclusive", 1) => LockKind::Exclusive,
+                ("counted", limit) => LockKind::Counted(u32::try_from(limit).ok()?),
                 _ => return None,
             };
             Some(InspectReply::Held(Inspection {
-                state,
+                state: lock_state(reply)?,
                 kind,
-                holders: field(&reply, 7)?,
+                holders: reply.number("holders")?,
             }))
-        }),
-        Some(0) => Some(InspectReply::NotFound),
+        }
+        "not-found" => Some(InspectReply::NotFound),
         _ => None,
-    }
-    .ok_or_else(|| INSPECT.unexpected(reply.clone()))
-}
-
-/// Reads a [`LockState`] from replies shaped `{code, fence, holds, ttl, expires_at}`.
-fn grant(reply: &[i64]) -> Option<LockState> {
-    Some(LockState {
-        fencing_token: field(reply, 1)?,
-        holds: field(reply, 2)?,
-        ttl_ms: field(reply, 3)?,
-        expires_at_ms: field(reply, 4)?,
     })
 }
 
-/// A non-negative reply field; a missing or negative one is a script bug.
-fn field(reply: &[i64], index: usize) -> Option<u64> {
-    reply
-        .get(index)
-        .and_then(|value| u64::try_from(*value).ok())
+/// Reads a [`LockState`] from a reply with `fence`, `holds`, `ttl_ms` and
+/// `expires_at_ms`.
+fn lock_state(reply: &Reply) -> Option<LockState> {
+    Some(LockState {
+        fencing_token: reply.number("fence")?,
+        holds: reply.number("holds")?,
+        ttl_ms: reply.number("ttl_ms")?,
+        expires_at_ms: reply.number("expires_at_ms")?,
+    })
 }

@@ -15,6 +15,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
+use crate::duration::millis;
 use crate::metrics::Metrics;
 use pool::{ClusterManager, ClusterPool, LeanManager, Pool, PoolError, SharedConnections};
 use pubsub::Subscriber;
@@ -56,7 +57,7 @@ impl RedisSettings {
     fn checkout_size(&self) -> usize {
         match self.pool {
             PoolKind::Checkout => self.pool_size,
-            PoolKind::Shared | PoolKind::DeadpoolRedis => CONFIRMING_CONNECTIONS,
+            PoolKind::Shared => CONFIRMING_CONNECTIONS,
         }
     }
 }
@@ -65,8 +66,8 @@ impl RedisSettings {
 /// connections: each holds a connection while `WAIT` blocks it.
 const CONFIRMING_CONNECTIONS: usize = 16;
 
-/// How requests get a connection to one Redis; `make bench` measures each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How requests get a connection to one Redis; `make bench` measures both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PoolKind {
     /// `pool_size` multiplexed connections, each shared by any number of
     /// requests, taken in turn with no checkout.
@@ -74,9 +75,17 @@ pub enum PoolKind {
     /// Each request checks a connection out of a pool of `pool_size`, whose
     /// liveness is known without a round trip.
     Checkout,
-    /// deadpool-redis as it ships: a checkout pool that sends `UNWATCH` and
-    /// `PING` on every checkout.
-    DeadpoolRedis,
+}
+
+impl PoolKind {
+    /// The connections a pool of this kind has unless told otherwise: one
+    /// shared connection leaves the most requests' commands in one write.
+    pub fn default_size(self) -> usize {
+        match self {
+            Self::Shared => 1,
+            Self::Checkout => 16,
+        }
+    }
 }
 
 /// How many replicas must confirm a write (`WAIT`), and how long to wait.
@@ -95,11 +104,8 @@ pub enum BackendError {
     Pool(#[from] PoolError),
     #[error("Redis command failed: {0}")]
     Command(#[from] redis::RedisError),
-    #[error("{script} replied {reply:?}, which it never should")]
-    UnexpectedReply {
-        script: &'static str,
-        reply: Vec<i64>,
-    },
+    #[error("{script} replied {reply}, which it never should")]
+    UnexpectedReply { script: &'static str, reply: String },
 }
 
 impl BackendError {
@@ -123,9 +129,9 @@ impl BackendError {
 ///
 /// Cloned for every request that uses it, so it is one shared allocation.
 #[derive(Clone)]
-pub struct Redis(Arc<Shared>);
+pub struct Redis(Arc<RedisState>);
 
-struct Shared {
+struct RedisState {
     backend: Backend,
     timeout: Duration,
     replication: Option<Replication>,
@@ -158,7 +164,6 @@ enum Backend {
 enum SingleConnections {
     Shared(Box<SharedConnections>),
     Checkout,
-    DeadpoolRedis(deadpool_redis::Pool),
 }
 
 impl Redis {
@@ -177,9 +182,6 @@ impl Redis {
                         )))
                     }
                     PoolKind::Checkout => SingleConnections::Checkout,
-                    PoolKind::DeadpoolRedis => {
-                        SingleConnections::DeadpoolRedis(deadpool_pool(url, settings)?)
-                    }
                 };
                 Backend::Single {
                     connections,
@@ -201,7 +203,7 @@ impl Redis {
                 }
             }
         };
-        Ok(Self(Arc::new(Shared {
+        Ok(Self(Arc::new(RedisState {
             backend,
             timeout: settings.timeout,
             replication: settings.replication,
@@ -255,11 +257,6 @@ impl Redis {
                     .await
                     .map(|object| Connection::pooled(object, metrics))
                     .map_err(BackendError::from),
-                SingleConnections::DeadpoolRedis(pool) => pool
-                    .get()
-                    .await
-                    .map(|connection| Connection::deadpool(connection, metrics))
-                    .map_err(BackendError::from),
             },
             Backend::Cluster {
                 client, connection, ..
@@ -312,7 +309,7 @@ impl Redis {
         let Some(replication) = self.0.replication else {
             return Ok(true);
         };
-        let timeout_ms = u64::try_from(replication.timeout.as_millis()).unwrap_or(u64::MAX);
+        let timeout_ms = millis(replication.timeout);
         let mut wait = redis::cmd("WAIT");
         wait.arg(replication.replicas).arg(timeout_ms);
         let confirmed: u64 = conn.query_at_key(&wait, key).await?;
@@ -346,10 +343,8 @@ impl Redis {
         } = &self.0.backend
         {
             checkout.close();
-            match connections {
-                SingleConnections::Shared(shared) => shared.close(),
-                SingleConnections::Checkout => {}
-                SingleConnections::DeadpoolRedis(pool) => pool.close(),
+            if let SingleConnections::Shared(shared) = connections {
+                shared.close();
             }
         }
     }
@@ -361,15 +356,6 @@ fn single_pool(
 ) -> Result<Pool, redis::RedisError> {
     let manager = LeanManager::new(client.clone(), settings.timeout);
     build_pool(manager, settings.checkout_size(), settings.timeout)
-}
-
-/// deadpool-redis as it ships, with the gateway's pool size and timeouts.
-fn deadpool_pool(
-    url: &str,
-    settings: &RedisSettings,
-) -> Result<deadpool_redis::Pool, redis::RedisError> {
-    let manager = deadpool_redis::Manager::new(url)?;
-    build_pool(manager, settings.pool_size, settings.timeout)
 }
 
 fn confirming_pool(

@@ -16,7 +16,7 @@
 //! thrown away (see `Connection`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool::managed::{self, RecycleError, RecycleResult};
@@ -26,6 +26,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ErrorKind, RedisError};
 
 use super::timed_out;
+use crate::sync::lock;
 
 /// Opens connections to one Redis and tells live ones from dead ones.
 pub struct LeanManager {
@@ -194,8 +195,7 @@ impl SharedConnections {
 
 impl Slot {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<LiveConnection>> {
-        // Every change is one assignment: a poisoned slot is still whole.
-        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.current)
     }
 
     fn live(&self) -> Option<LiveConnection> {

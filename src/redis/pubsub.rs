@@ -6,7 +6,7 @@
 //! without (the sale resets) is a plain channel, which every node relays.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -41,10 +41,7 @@ impl Listeners {
     /// Runs `visit` on every listener, under the read lock: messages arrive
     /// once per release, so no copy of the list is made for each.
     fn each(&self, mut visit: impl FnMut(&dyn Listener)) {
-        let listeners = self
-            .0
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let listeners = self.0.read().unwrap_or_else(PoisonError::into_inner);
         for listener in listeners.iter() {
             visit(listener.as_ref());
         }
@@ -55,9 +52,9 @@ impl Listeners {
 /// channel is subscribed in Redis while its count is above zero, so one
 /// part of the gateway leaving a channel does not take it from another.
 #[derive(Default)]
-struct Wanted(HashMap<String, usize>);
+struct Subscriptions(HashMap<String, usize>);
 
-impl Wanted {
+impl Subscriptions {
     /// Counts one more subscription; true if the channel is new.
     fn add(&mut self, channel: &str) -> bool {
         let count = self.0.entry(channel.to_owned()).or_default();
@@ -147,7 +144,7 @@ impl Subscriber {
         self.listeners
             .0
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .push(listener);
     }
 
@@ -182,7 +179,7 @@ async fn run(
     listeners: Arc<Listeners>,
     mut inbox: mpsc::UnboundedReceiver<Request>,
 ) {
-    let mut wanted = Wanted::default();
+    let mut wanted = Subscriptions::default();
     let mut backoff = Duration::ZERO;
     let mut first = true;
     loop {
@@ -216,7 +213,7 @@ async fn run(
 /// (its confirmation is dropped, so the waiter does not wait for it).
 async fn pause_while_disconnected(
     pause: Duration,
-    wanted: &mut Wanted,
+    wanted: &mut Subscriptions,
     inbox: &mut mpsc::UnboundedReceiver<Request>,
 ) -> Ended {
     let sleep = tokio::time::sleep(pause);
@@ -241,7 +238,7 @@ async fn pause_while_disconnected(
 async fn connect(
     client: &redis::Client,
     timeout: Duration,
-    wanted: &Wanted,
+    wanted: &Subscriptions,
 ) -> redis::RedisResult<(PubSubSink, PubSubStream)> {
     let opened = tokio::time::timeout(timeout, client.get_async_pubsub()).await;
     let (mut sink, stream) = opened.map_err(timed_out)??.split();
@@ -263,7 +260,7 @@ enum Ended {
 async fn serve(
     mut sink: PubSubSink,
     mut stream: PubSubStream,
-    wanted: &mut Wanted,
+    wanted: &mut Subscriptions,
     timeout: Duration,
     listeners: &Listeners,
     inbox: &mut mpsc::UnboundedReceiver<Request>,
@@ -335,7 +332,7 @@ async fn run_cluster(
             return;
         }
     };
-    let mut wanted = Wanted::default();
+    let mut wanted = Subscriptions::default();
     let mut backoff = RECONNECT_BACKOFF_MIN;
     let mut connection = loop {
         match tokio::time::timeout(timeout, client.get_async_connection()).await {

@@ -1,10 +1,88 @@
-//! The Lua scripts under `lua/`, embedded in the binary and invoked by SHA.
+//! The Lua scripts under `lua/`, embedded in the binary and invoked by SHA, and the reader of their replies.
+//!
+//! Every script replies `{code, name, value, name, value, ...}`: a word
+//! naming what happened, then the fields that outcome has, by name (each
+//! script's header lists its codes and their fields). A wrapper reads a
+//! field by its name, so no field is read in a place that means something
+//! else for another code.
 
 use std::sync::OnceLock;
 
-use redis::{ErrorKind, FromRedisValue, Script, ScriptInvocation, ServerErrorKind};
+use redis::{
+    ErrorKind, FromRedisValue, ParsingError, Script, ScriptInvocation, ServerErrorKind, Value,
+};
 
 use super::{BackendError, Connection};
+
+/// A script's reply: its code and its named fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    code: String,
+    fields: Vec<(String, Value)>,
+}
+
+impl Reply {
+    /// The word naming what the script did.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    fn field(&self, name: &str) -> Option<&Value> {
+        self.fields
+            .iter()
+            .find(|(field, _)| field == name)
+            .map(|(_, value)| value)
+    }
+
+    /// A non-negative integer field.
+    pub fn number(&self, name: &str) -> Option<u64> {
+        match self.field(name)? {
+            Value::Int(number) => u64::try_from(*number).ok(),
+            _ => None,
+        }
+    }
+
+    /// A 0-or-1 field.
+    pub fn flag(&self, name: &str) -> Option<bool> {
+        match self.number(name)? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+
+    /// A text field.
+    pub fn text(&self, name: &str) -> Option<&str> {
+        match self.field(name)? {
+            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+            Value::SimpleString(text) => Some(text),
+            _ => None,
+        }
+    }
+}
+
+impl FromRedisValue for Reply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let not_a_reply = || ParsingError::from(format!("not a script reply: {value:?}"));
+        let Value::Array(items) = &value else {
+            return Err(not_a_reply());
+        };
+        let word = |item: &Value| match item {
+            Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+            Value::SimpleString(text) => Some(text.clone()),
+            _ => None,
+        };
+        let mut items = items.iter();
+        let code = items.next().and_then(word).ok_or_else(not_a_reply)?;
+        let mut fields = Vec::with_capacity(items.len() / 2);
+        while let Some(name) = items.next() {
+            let name = word(name).ok_or_else(not_a_reply)?;
+            let value = items.next().ok_or_else(not_a_reply)?;
+            fields.push((name, value.clone()));
+        }
+        Ok(Self { code, fields })
+    }
+}
 
 /// One script file: its name (for errors) and its source, hashed on first use.
 pub struct LuaScript {
@@ -37,16 +115,7 @@ impl LuaScript {
         &self,
         invocation: &ScriptInvocation<'_>,
         conn: &mut Connection,
-    ) -> Result<Vec<i64>, BackendError> {
-        self.run_as(invocation, conn).await
-    }
-
-    /// [`LuaScript::run`] for a script whose reply is not a list of integers.
-    pub async fn run_as<T: FromRedisValue>(
-        &self,
-        invocation: &ScriptInvocation<'_>,
-        conn: &mut Connection,
-    ) -> Result<T, BackendError> {
+    ) -> Result<Reply, BackendError> {
         Ok(invocation.invoke_async(conn).await?)
     }
 
@@ -58,7 +127,7 @@ impl LuaScript {
         &self,
         invocations: &[ScriptInvocation<'_>],
         conn: &mut Connection,
-    ) -> Result<Vec<Result<Vec<i64>, BackendError>>, BackendError> {
+    ) -> Result<Vec<Result<Reply, BackendError>>, BackendError> {
         if invocations.is_empty() {
             return Ok(Vec::new());
         }
@@ -74,7 +143,7 @@ impl LuaScript {
         for invocation in invocations {
             pipeline.invoke_script(invocation);
         }
-        let replies: Vec<Vec<i64>> = match pipeline.query_async(conn).await {
+        let replies: Vec<Reply> = match pipeline.query_async(conn).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.load(conn).await?;
                 pipeline.query_async(conn).await?
@@ -90,11 +159,21 @@ impl LuaScript {
     }
 
     /// The error for a reply the script's header does not allow.
-    pub fn unexpected(&self, reply: Vec<i64>) -> BackendError {
+    pub fn unexpected(&self, reply: &Reply) -> BackendError {
         BackendError::UnexpectedReply {
             script: self.name,
-            reply,
+            reply: format!("{reply:?}"),
         }
+    }
+
+    /// Reads `reply` with `read`, which knows the script's codes and
+    /// fields; a reply it cannot read is the script's bug.
+    pub fn read<T>(
+        &self,
+        reply: &Reply,
+        read: impl FnOnce(&Reply) -> Option<T>,
+    ) -> Result<T, BackendError> {
+        read(reply).ok_or_else(|| self.unexpected(reply))
     }
 }
 
@@ -168,5 +247,41 @@ mod tests {
                 script.name
             );
         }
+    }
+
+    fn array(items: &[Value]) -> Value {
+        Value::Array(items.to_vec())
+    }
+
+    fn text(word: &str) -> Value {
+        Value::BulkString(word.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_reply_is_read_by_its_code_and_field_names() {
+        let reply = Reply::from_redis_value(array(&[
+            text("granted"),
+            text("fence"),
+            Value::Int(42),
+            text("room"),
+            Value::Int(1),
+            text("id"),
+            text("o-1"),
+        ]))
+        .unwrap();
+        assert_eq!(reply.code(), "granted");
+        assert_eq!(reply.number("fence"), Some(42));
+        assert_eq!(reply.flag("room"), Some(true));
+        assert_eq!(reply.text("id"), Some("o-1"));
+        assert_eq!(reply.number("holds"), None, "a field it does not have");
+        assert_eq!(reply.number("id"), None, "a field of another type");
+    }
+
+    #[test]
+    fn a_reply_without_a_code_or_with_an_odd_field_is_refused() {
+        assert!(Reply::from_redis_value(array(&[])).is_err());
+        assert!(Reply::from_redis_value(array(&[Value::Int(1)])).is_err());
+        assert!(Reply::from_redis_value(array(&[text("held"), text("remaining_ms")])).is_err());
+        assert!(Reply::from_redis_value(Value::Int(1)).is_err());
     }
 }

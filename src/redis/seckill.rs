@@ -1,8 +1,8 @@
 //! Typed wrappers for the flash-sale scripts and reads, and the Redis names of one sale's state.
 
-use redis::{ScriptInvocation, Value};
+use redis::ScriptInvocation;
 
-use super::scripts::{PURCHASE, RATE_LIMIT, RESET_SALE};
+use super::scripts::{PURCHASE, RATE_LIMIT, RESET_SALE, Reply};
 use super::{BackendError, Connection};
 
 /// The Redis names of one sale's state, all hash-tagged `{<sku>}` so the
@@ -119,8 +119,8 @@ pub async fn purchase(
     order_id: &str,
     mode: PurchaseMode,
 ) -> Result<PurchaseReply, BackendError> {
-    let reply: Vec<Value> = PURCHASE
-        .run_as(
+    let reply = PURCHASE
+        .run(
             keys.bind(&mut PURCHASE.prepare())
                 .arg(user_id)
                 .arg(quantity)
@@ -133,29 +133,27 @@ pub async fn purchase(
             conn,
         )
         .await?;
-    let code = int(&reply, 0);
-    let order = || {
+    let order = |reply: &Reply| {
         Some(RecordedOrder {
-            order_id: text(&reply, 1)?,
-            quantity: u64::try_from(int(&reply, 2)?).ok()?,
-            stock_left: u64::try_from(int(&reply, 3)?).ok()?,
-            epoch: u64::try_from(int(&reply, 4)?).ok()?,
+            order_id: reply.text("order_id")?.to_owned(),
+            quantity: reply.number("quantity")?,
+            stock_left: reply.number("stock_left")?,
+            epoch: reply.number("epoch")?,
         })
     };
-    let number = |index| int(&reply, index).and_then(|value| u64::try_from(value).ok());
-    match code {
-        Some(1) => order().map(PurchaseReply::Ordered),
-        Some(2) => order().map(PurchaseReply::Replayed),
-        Some(3) => Some(PurchaseReply::NotRecorded),
-        Some(0) => number(3)
-            .zip(number(4))
-            .map(|(stock, epoch)| PurchaseReply::SoldOut { stock, epoch }),
-        Some(-1) => Some(PurchaseReply::LimitExceeded),
-        Some(-2) => Some(PurchaseReply::NoSale),
-        Some(-3) => Some(PurchaseReply::KeyReused),
+    PURCHASE.read(&reply, |reply| match reply.code() {
+        "ordered" => order(reply).map(PurchaseReply::Ordered),
+        "replayed" => order(reply).map(PurchaseReply::Replayed),
+        "not-recorded" => Some(PurchaseReply::NotRecorded),
+        "sold-out" => Some(PurchaseReply::SoldOut {
+            stock: reply.number("stock")?,
+            epoch: reply.number("epoch")?,
+        }),
+        "limit-exceeded" => Some(PurchaseReply::LimitExceeded),
+        "no-sale" => Some(PurchaseReply::NoSale),
+        "key-reused" => Some(PurchaseReply::KeyReused),
         _ => None,
-    }
-    .ok_or_else(|| PURCHASE.unexpected(reply.iter().filter_map(as_int).collect()))
+    })
 }
 
 /// Runs `reset_sale.lua`; returns the new epoch.
@@ -167,8 +165,8 @@ pub async fn reset(
     channel: &str,
     sku: &str,
 ) -> Result<u64, BackendError> {
-    let epoch: i64 = RESET_SALE
-        .run_as(
+    let reply = RESET_SALE
+        .run(
             keys.bind(&mut RESET_SALE.prepare())
                 .arg(stock)
                 .arg(per_user_limit)
@@ -177,7 +175,10 @@ pub async fn reset(
             conn,
         )
         .await?;
-    u64::try_from(epoch).map_err(|_| RESET_SALE.unexpected(vec![epoch]))
+    RESET_SALE.read(&reply, |reply| match reply.code() {
+        "reset" => reply.number("epoch"),
+        _ => None,
+    })
 }
 
 /// Reads a sale's hash; `None` when there is no such sale.
@@ -303,37 +304,22 @@ pub async fn rate_limit(
             conn,
         )
         .await?;
-    let field = |index: usize| {
-        reply
-            .get(index)
-            .and_then(|value| u64::try_from(*value).ok())
-    };
-    (|| {
-        Some(RateReply {
-            allowed: field(0)? == 1,
-            remaining: field(1)?,
-            retry_after_ms: field(2)?,
-            reset_ms: field(3)?,
-        })
-    })()
-    .ok_or_else(|| RATE_LIMIT.unexpected(reply.clone()))
-}
-
-fn int(reply: &[Value], index: usize) -> Option<i64> {
-    reply.get(index).and_then(as_int)
-}
-
-fn as_int(value: &Value) -> Option<i64> {
-    match value {
-        Value::Int(number) => Some(*number),
-        _ => None,
-    }
-}
-
-fn text(reply: &[Value], index: usize) -> Option<String> {
-    match reply.get(index)? {
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
-        Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
-    }
+    RATE_LIMIT.read(&reply, |reply| {
+        let reset_ms = reply.number("reset_ms")?;
+        match reply.code() {
+            "allowed" => Some(RateReply {
+                allowed: true,
+                remaining: reply.number("remaining")?,
+                retry_after_ms: 0,
+                reset_ms,
+            }),
+            "refused" => Some(RateReply {
+                allowed: false,
+                remaining: 0,
+                retry_after_ms: reply.number("retry_after_ms")?,
+                reset_ms,
+            }),
+            _ => None,
+        }
+    })
 }

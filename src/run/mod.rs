@@ -6,11 +6,11 @@
 //! killed, even with SIGKILL, frees the lock at once. The command runs as
 //! the leader of its own process group; losing the lock is treated like a
 //! watchdog firing: SIGTERM to the whole group, SIGKILL after a grace, exit
-//! 75. The parts: [`gateway`] (HTTP and the event stream) and [`child`]
+//! 75. The parts: [`client`] (HTTP and the event stream) and [`child`]
 //! (the process group).
 
 mod child;
-mod gateway;
+mod client;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -23,7 +23,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use child::Group;
-use gateway::{Gateway, Grant, LockEvent, LockKind, LockStream, Refused};
+use client::{GatewayClient, Grant, Holding, LockEvent, LockStream, Refused};
 
 /// The exit status when the gateway cannot be reached or refuses (EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
@@ -169,7 +169,7 @@ impl Signals {
 }
 
 async fn supervise(args: &RunArgs) -> Result<u8, String> {
-    let gateway = Gateway::new(&args.url, args.api_key.clone())?;
+    let gateway = GatewayClient::new(&args.url, args.api_key.clone())?;
     let mut signals = Signals::new().map_err(|err| format!("cannot watch signals: {err}"))?;
     let acquired = tokio::select! {
         acquired = acquire(&gateway, args) => acquired,
@@ -273,7 +273,10 @@ enum NotGranted {
 /// Takes the lock as `args` say: once (`--nonblock`), until `--wait` runs
 /// out, or as long as it takes, in requests no longer than the gateway's
 /// longest wait.
-async fn acquire(gateway: &Gateway, args: &RunArgs) -> Result<(Grant, LockStream), NotGranted> {
+async fn acquire(
+    gateway: &GatewayClient,
+    args: &RunArgs,
+) -> Result<(Grant, LockStream), NotGranted> {
     let deadline = args.wait.map(|wait| Instant::now() + wait.0);
     let mut longest = DEFAULT_MAX_WAIT;
     loop {
@@ -283,7 +286,7 @@ async fn acquire(gateway: &Gateway, args: &RunArgs) -> Result<(Grant, LockStream
             (false, None) => longest,
         }
         .min(longest);
-        let kind = LockKind {
+        let kind = Holding {
             shared: args.shared,
             limit: args.limit,
         };

@@ -2,7 +2,9 @@
 
 use std::fmt;
 
+use super::Order;
 use crate::locks::LockKey;
+use crate::redis::seckill::RecordedOrder;
 
 /// The longest sku or user id.
 pub const MAX_NAME_LEN: usize = 64;
@@ -206,7 +208,7 @@ impl Cursor {
 
 /// Which page of a sale's orders to list.
 #[derive(Debug, Clone, Default)]
-pub struct OrdersPage {
+pub struct OrdersQuery {
     /// Only this user's orders.
     pub user: Option<UserId>,
     pub cursor: Option<Cursor>,
@@ -259,11 +261,22 @@ pub struct OrderRequest {
 }
 
 impl OrderRequest {
-    /// The per-(sku, user) lock a purchase runs under; a client may take it
-    /// with `POST /locks` too (the README names it).
+    /// The per-(sku, user) lock a purchase runs under (in the sale's own
+    /// namespace, which no client can name).
     pub fn lock_key(&self) -> LockKey {
         LockKey::parse(&format!("seckill:{}:{}", self.sku, self.user))
             .expect("a sku and a user id make a valid lock key")
+    }
+
+    /// The order as a purchase answers it, from what the script recorded.
+    pub(super) fn recorded(&self, recorded: RecordedOrder) -> Order {
+        Order {
+            order_id: recorded.order_id,
+            sku: self.sku.clone(),
+            user: self.user.clone(),
+            quantity: recorded.quantity,
+            stock_left: recorded.stock_left,
+        }
     }
 }
 

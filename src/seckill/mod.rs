@@ -7,8 +7,14 @@
 //! decrements and records the order in one atomic step → release. The
 //! script alone makes overselling impossible; the lock keeps one user's
 //! concurrent requests from racing each other for the rate limit and cap.
+//!
+//! The parts beside the sale and its purchase path here: [`rate`]
+//! (admission by the rate limits), [`orders`] (the recorded orders, a page
+//! at a time), [`sold_out`] (the per-instance flags), [`inputs`] (typed
+//! inputs).
 
 mod inputs;
+mod orders;
 mod rate;
 mod sold_out;
 
@@ -21,18 +27,19 @@ use std::time::Duration;
 use futures_util::future::{Either, select};
 
 pub use inputs::{
-    Cursor, IdempotencyKey, InvalidInput, MAX_NAME_LEN, MAX_PAGE, MAX_QUANTITY, MAX_STOCK,
-    OrderRequest, OrdersPage, PageLimit, Quantity, SaleTerms, Sku, UserId,
+    Cursor, IdempotencyKey, InvalidInput, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN, MAX_PAGE,
+    MAX_QUANTITY, MAX_STOCK, OrderRequest, OrdersQuery, PageLimit, Quantity, SaleTerms, Sku,
+    UserId,
 };
+pub use orders::OrderPage;
+use rate::RateLimits;
 pub use rate::{RateDecision, RatePolicy};
 use sold_out::SoldOutFlags;
 
 use crate::locks::{AcquireRequest, Lease, LockError, LockKey, LockKind, Locks, Ttl, WaitTime};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
-use crate::redis::seckill::{
-    self as scripts, PurchaseMode, PurchaseReply, RecordedOrder, SaleKeys,
-};
+use crate::redis::seckill::{self as scripts, PurchaseMode, PurchaseReply, SaleKeys};
 use crate::redis::{BackendError, Redis};
 // Read from Redis as they are and handed on unchanged: one type each, not a
 // domain copy joined to the Redis one field by field.
@@ -50,17 +57,12 @@ const RESET_LOCK_WAIT: Duration = Duration::from_secs(5);
 pub struct SaleSettings {
     pub per_user: Option<RatePolicy>,
     pub per_client: Option<RatePolicy>,
-    /// Whether purchases run under the per-(sku, user) lock.
+    /// Whether purchases run under the per-(sku, user) lock (only a `bench`
+    /// build can turn it off, to measure what it costs).
+    #[cfg(feature = "bench")]
     pub user_lock: bool,
     /// How long a purchase waits for its user's lock.
     pub lock_wait: Duration,
-}
-
-/// A page of recorded orders, and where the next begins, if one does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderPage {
-    pub orders: Vec<OrderEntry>,
-    pub next: Option<String>,
 }
 
 /// A recorded order, as a purchase answers it.
@@ -119,12 +121,12 @@ impl From<BackendError> for SaleError {
 
 /// A purchase's outcome, and the rate-limit answer to send with it.
 #[derive(Debug)]
-pub struct Checkout {
+pub struct PurchaseAnswer {
     pub result: Result<Purchase, SaleError>,
     pub rate: Option<RateDecision>,
 }
 
-impl Checkout {
+impl PurchaseAnswer {
     fn refused(err: SaleError, rate: Option<RateDecision>) -> Self {
         Self {
             result: Err(err),
@@ -156,6 +158,7 @@ pub struct Sales {
     locks: Locks,
     prefix: Arc<str>,
     flags: Arc<SoldOutFlags>,
+    rates: RateLimits,
     settings: SaleSettings,
     metrics: Arc<Metrics>,
 }
@@ -175,11 +178,13 @@ impl Sales {
         // The confirmation is not awaited: until it comes, a reset elsewhere
         // could go unheard, but no purchase has marked anything sold out yet.
         drop(subscriber.subscribe(flags.channel()));
+        let rates = RateLimits::new(redis.clone(), prefix, &settings, metrics.clone());
         Self {
             redis,
             locks,
             prefix: prefix.into(),
             flags,
+            rates,
             settings,
             metrics,
         }
@@ -192,26 +197,28 @@ impl Sales {
     /// Creates or resets a sale under its own lock, so two resets never
     /// overlap; the old sale's orders, counts and idempotency records go.
     pub async fn reset(&self, sku: &Sku, terms: SaleTerms) -> Result<SaleState, SaleError> {
-        let key = sku.lock_key();
         let keys = self.keys(sku);
         let channel = self.flags.channel();
-        let epoch = self
-            .under_lock(key, WaitTime::fixed(RESET_LOCK_WAIT), async {
-                let mut conn = self.redis.connection().await?;
-                let epoch = scripts::reset(
-                    &mut conn,
-                    &keys,
-                    terms.stock(),
-                    terms.per_user_limit(),
-                    channel,
-                    sku.as_str(),
-                )
-                .await?;
-                Ok::<_, SaleError>(epoch)
-            })
+        let lease = self
+            .sale_lock(sku.lock_key(), WaitTime::fixed(RESET_LOCK_WAIT))
             .await?;
+        let reset = async {
+            let mut conn = self.redis.connection().await?;
+            let epoch = scripts::reset(
+                &mut conn,
+                &keys,
+                terms.stock(),
+                terms.per_user_limit(),
+                channel,
+                sku.as_str(),
+            )
+            .await?;
+            Ok::<_, SaleError>(epoch)
+        }
+        .await;
+        self.give_back(lease).await;
         // Not left to the message alone: this instance knows at once.
-        self.flags.reset(sku.as_str(), epoch);
+        self.flags.reset(sku.as_str(), reset?);
         // What the script just wrote; reading it back would cost a round
         // trip and could show a purchase made since.
         Ok(SaleState {
@@ -229,71 +236,39 @@ impl Sales {
         Ok(state.ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?)
     }
 
-    /// A page of the sale's recorded orders, oldest first: everyone's (read
-    /// from the order stream, from the cursor on) or one user's (from that
-    /// user's own record, reading nobody else's).
-    pub async fn orders(&self, sku: &Sku, page: OrdersPage) -> Result<OrderPage, SaleError> {
+    /// A page of the sale's recorded orders, oldest first: everyone's or
+    /// one user's (see [`orders`]).
+    pub async fn orders(&self, sku: &Sku, query: OrdersQuery) -> Result<OrderPage, SaleError> {
         let mut conn = self.redis.connection().await?;
-        let keys = self.keys(sku);
-        let limit = page.limit.get();
-        let not_found = || Refusal::NotFound { sku: sku.clone() };
-        match &page.user {
-            None => {
-                let after = match &page.cursor {
-                    Some(Cursor::After(id)) => Some(id.as_str()),
-                    _ => None,
-                };
-                // One more than the page, to know whether another follows.
-                let mut entries = scripts::orders(&mut conn, &keys, after, limit + 1)
-                    .await?
-                    .ok_or_else(not_found)?;
-                let more = entries.len() > limit;
-                entries.truncate(limit);
-                let next = more
-                    .then(|| entries.last().map(|(id, _)| id.clone()))
-                    .flatten();
-                let orders = entries.into_iter().map(|(_, order)| order).collect();
-                Ok(OrderPage { orders, next })
-            }
-            Some(user) => {
-                let all = scripts::user_orders(&mut conn, &keys, user.as_str())
-                    .await?
-                    .ok_or_else(not_found)?;
-                let skip = match page.cursor {
-                    Some(Cursor::Skip(skip)) => skip,
-                    _ => 0,
-                };
-                let more = all.len() > skip + limit;
-                let orders = all.into_iter().skip(skip).take(limit).collect();
-                let next = more.then(|| (skip + limit).to_string());
-                Ok(OrderPage { orders, next })
-            }
-        }
+        orders::page(&mut conn, &self.keys(sku), &query)
+            .await?
+            .ok_or_else(|| Refusal::NotFound { sku: sku.clone() }.into())
     }
 
     /// Buys, or replays an earlier purchase with the same Idempotency-Key.
-    pub async fn checkout(&self, order: OrderRequest, client: Option<IpAddr>) -> Checkout {
-        let checkout = self.checkout_counted(order, client).await;
-        self.metrics.sale(outcome(&checkout.result));
-        checkout
+    pub async fn buy(&self, order: OrderRequest, client: Option<IpAddr>) -> PurchaseAnswer {
+        let answer = self.try_buying(order, client).await;
+        self.metrics.sale(outcome(&answer.result));
+        answer
     }
 
-    async fn checkout_counted(&self, order: OrderRequest, client: Option<IpAddr>) -> Checkout {
+    async fn try_buying(&self, order: OrderRequest, client: Option<IpAddr>) -> PurchaseAnswer {
         if self.flags.is_sold_out(order.sku.as_str()) {
-            return Checkout {
+            return PurchaseAnswer {
                 result: self.answer_sold_out(&order).await,
                 rate: None,
             };
         }
-        if self.settings.user_lock {
-            return self.checkout_locked(&order, client).await;
+        #[cfg(feature = "bench")]
+        if !self.settings.user_lock {
+            let rate = match PurchaseAnswer::admitted(self.rates.admit(&order.user, client).await) {
+                ControlFlow::Continue(rate) => rate,
+                ControlFlow::Break(refused) => return refused,
+            };
+            let result = self.purchase(&order, PurchaseMode::Buy).await;
+            return PurchaseAnswer { result, rate };
         }
-        let rate = match Checkout::admitted(self.admit(&order.user, client).await) {
-            ControlFlow::Continue(rate) => rate,
-            ControlFlow::Break(refused) => return refused,
-        };
-        let result = self.purchase(&order, PurchaseMode::Buy).await;
-        Checkout { result, rate }
+        self.buy_under_user_lock(&order, client).await
     }
 
     /// A purchase under its user's lock, in two Redis round trips where it
@@ -305,26 +280,23 @@ impl Sales {
     /// released (the handover's guarantee). Nothing reads the sale between
     /// the purchase and the release, so answering first changes no outcome;
     /// the user's next request waits for that release like any waiter.
-    async fn checkout_locked(&self, order: &OrderRequest, client: Option<IpAddr>) -> Checkout {
-        let request = AcquireRequest {
-            key: order.lock_key(),
-            kind: LockKind::Exclusive,
-            ttl: Ttl::fixed(SALE_LOCK_TTL),
-            wait: WaitTime::fixed(self.settings.lock_wait),
-            token: None,
-            confirmed: false,
-        };
-        let admit = pin!(self.admit(&order.user, client));
-        let acquire = pin!(self.locks.acquire(request));
+    async fn buy_under_user_lock(
+        &self,
+        order: &OrderRequest,
+        client: Option<IpAddr>,
+    ) -> PurchaseAnswer {
+        let admit = pin!(self.rates.admit(&order.user, client));
+        let acquire =
+            pin!(self.sale_lock(order.lock_key(), WaitTime::fixed(self.settings.lock_wait)));
         let (rate, lease) = match select(admit, acquire).await {
-            Either::Left((admitted, acquire)) => match Checkout::admitted(admitted) {
+            Either::Left((admitted, acquire)) => match PurchaseAnswer::admitted(admitted) {
                 // Dropping the attempt releases a grant it got (its handover).
                 ControlFlow::Break(refused) => return refused,
                 ControlFlow::Continue(rate) => (rate, acquire.await),
             },
-            Either::Right((lease, admit)) => match Checkout::admitted(admit.await) {
+            Either::Right((lease, admit)) => match PurchaseAnswer::admitted(admit.await) {
                 ControlFlow::Break(refused) => {
-                    self.release_later(lease.ok());
+                    self.give_back_later(lease.ok());
                     return refused;
                 }
                 ControlFlow::Continue(rate) => (rate, lease),
@@ -332,100 +304,15 @@ impl Sales {
         };
         let lease = match lease {
             Ok(lease) => lease,
-            Err(err) => return Checkout::refused(err.into(), rate),
+            Err(err) => return PurchaseAnswer::refused(err.into(), rate),
         };
         let result = self.purchase(order, PurchaseMode::Buy).await;
-        self.release_later(Some(lease));
-        Checkout { result, rate }
+        self.give_back_later(Some(lease));
+        PurchaseAnswer { result, rate }
     }
 
-    /// Releases a sale lock in the background: the answer does not wait
-    /// for it. If it fails, the lock's short lease ends it.
-    fn release_later(&self, lease: Option<Lease>) {
-        let Some(mut lease) = lease else {
-            return;
-        };
-        let locks = self.locks.clone();
-        let handover = lease.handover.take();
-        tokio::spawn(async move {
-            if let Err(err) = locks.release(&lease.key, &lease.token).await {
-                let key = &lease.key;
-                tracing::warn!(%key, error = %err, "could not release a sale lock; its lease will expire");
-            }
-            if let Some(handover) = handover {
-                handover.complete();
-            }
-        });
-    }
-
-    /// Counts the request against the per-client and per-user quotas; the
-    /// answer to send is the refusing one, else the per-user one.
-    async fn admit(
-        &self,
-        user: &UserId,
-        client: Option<IpAddr>,
-    ) -> Result<Option<RateDecision>, SaleError> {
-        if let (Some(policy), Some(client)) = (self.settings.per_client, client) {
-            let decision = self.count(policy, &format!("client:{client}")).await?;
-            if !decision.allowed {
-                self.metrics.rate_limited("client");
-                return Ok(Some(decision));
-            }
-        }
-        let Some(policy) = self.settings.per_user else {
-            return Ok(None);
-        };
-        let decision = self.count(policy, &format!("user:{user}")).await?;
-        if !decision.allowed {
-            self.metrics.rate_limited("user");
-        }
-        Ok(Some(decision))
-    }
-
-    async fn count(&self, policy: RatePolicy, bucket: &str) -> Result<RateDecision, SaleError> {
-        let mut conn = self.redis.connection().await?;
-        // Hash-tagged by the whole bucket, so buckets spread over a cluster.
-        let key = format!("{}rate:{{{bucket}}}", self.prefix);
-        let reply =
-            scripts::rate_limit(&mut conn, &key, policy.interval_us(), policy.burst()).await?;
-        Ok(RateDecision {
-            policy,
-            allowed: reply.allowed,
-            remaining: reply.remaining,
-            retry_after: Duration::from_millis(reply.retry_after_ms),
-            reset: Duration::from_millis(reply.reset_ms),
-        })
-    }
-
-    /// Runs `work` holding the lock `key`, taken and released through the
-    /// lock module like any client's. If this future is dropped midway (the
-    /// client went away), the lock's handover releases it.
-    async fn under_lock<T>(
-        &self,
-        key: LockKey,
-        wait: WaitTime,
-        work: impl Future<Output = Result<T, SaleError>>,
-    ) -> Result<T, SaleError> {
-        let request = AcquireRequest {
-            key: key.clone(),
-            kind: LockKind::Exclusive,
-            ttl: Ttl::fixed(SALE_LOCK_TTL),
-            wait,
-            token: None,
-            confirmed: false,
-        };
-        let mut lease = self.locks.acquire(request).await?;
-        let handover = lease.handover.take();
-        let result = work.await;
-        if let Err(err) = self.locks.release(&key, &lease.token).await {
-            tracing::warn!(%key, error = %err, "could not release a sale lock; its lease will expire");
-        }
-        if let Some(handover) = handover {
-            handover.complete();
-        }
-        result
-    }
-
+    /// Runs `purchase.lua` (confirmed by replicas when they must confirm)
+    /// and maps its reply to the purchase or the refusal.
     async fn purchase(
         &self,
         order: &OrderRequest,
@@ -444,47 +331,52 @@ impl Sales {
             mode,
         )
         .await?;
-        let sku = order.sku.as_str();
-        let outcome = match reply {
-            // A replay is confirmed too: the script wrote its record again,
-            // after the order, so the replicas that have that write have the
-            // order (a client retrying after `not-replicated` must not be
-            // told 200 for an order only the primary holds).
+        // A replay is confirmed too: the script wrote its record again,
+        // after the order, so the replicas that have that write have the
+        // order (a client retrying after `not-replicated` must not be told
+        // 200 for an order only the primary holds).
+        if matches!(
+            reply,
             PurchaseReply::Ordered(_) | PurchaseReply::Replayed(_)
-                if !self.redis.replicated(&mut conn, &keys.sale).await? =>
-            {
-                Err(Refusal::NotReplicated {
-                    sku: order.sku.clone(),
-                })
+        ) && !self.redis.replicated(&mut conn, &keys.sale).await?
+        {
+            return Err(Refusal::NotReplicated {
+                sku: order.sku.clone(),
             }
+            .into());
+        }
+        self.purchased(order, reply)
+    }
+
+    /// What a purchase script's reply means for the order, noting a sale
+    /// that has sold out.
+    fn purchased(&self, order: &OrderRequest, reply: PurchaseReply) -> Result<Purchase, SaleError> {
+        let sku = order.sku.clone();
+        let refusal = match reply {
             PurchaseReply::Ordered(recorded) => {
                 if recorded.stock_left == 0 {
-                    self.flags.mark_sold_out(sku, recorded.epoch);
+                    self.flags.mark_sold_out(sku.as_str(), recorded.epoch);
                 }
-                Ok(Purchase::Created(order.recorded(recorded)))
+                return Ok(Purchase::Created(order.recorded(recorded)));
             }
-            PurchaseReply::Replayed(recorded) => Ok(Purchase::Replayed(order.recorded(recorded))),
+            PurchaseReply::Replayed(recorded) => {
+                return Ok(Purchase::Replayed(order.recorded(recorded)));
+            }
             PurchaseReply::SoldOut { stock, epoch } => {
                 if stock == 0 {
-                    self.flags.mark_sold_out(sku, epoch);
+                    self.flags.mark_sold_out(sku.as_str(), epoch);
                 }
-                Err(Refusal::SoldOut {
-                    sku: order.sku.clone(),
-                })
+                Refusal::SoldOut { sku }
             }
-            PurchaseReply::NotRecorded => Err(Refusal::SoldOut {
-                sku: order.sku.clone(),
-            }),
-            PurchaseReply::LimitExceeded => Err(Refusal::LimitExceeded {
-                sku: order.sku.clone(),
+            PurchaseReply::NotRecorded => Refusal::SoldOut { sku },
+            PurchaseReply::LimitExceeded => Refusal::LimitExceeded {
+                sku,
                 user: order.user.clone(),
-            }),
-            PurchaseReply::NoSale => Err(Refusal::NotFound {
-                sku: order.sku.clone(),
-            }),
-            PurchaseReply::KeyReused => Err(Refusal::KeyReused),
+            },
+            PurchaseReply::NoSale => Refusal::NotFound { sku },
+            PurchaseReply::KeyReused => Refusal::KeyReused,
         };
-        Ok(outcome?)
+        Err(refusal.into())
     }
 
     /// The answer once this instance knows the sale is sold out: without an
@@ -501,6 +393,48 @@ impl Sales {
         }
         self.purchase(order, PurchaseMode::ReplayOnly).await
     }
+
+    /// Takes one of the sale's own locks (a reset's, or a purchase's
+    /// per-user lock) through the lock domain, like any client's. If the
+    /// caller is dropped before [`Sales::give_back`], the lease's handover
+    /// releases it.
+    async fn sale_lock(&self, key: LockKey, wait: WaitTime) -> Result<Lease, LockError> {
+        self.locks.acquire(sale_lock_request(key, wait)).await
+    }
+
+    /// Releases a sale lock in the background: the answer does not wait
+    /// for it.
+    fn give_back_later(&self, lease: Option<Lease>) {
+        if let Some(lease) = lease {
+            let sales = self.clone();
+            tokio::spawn(async move { sales.give_back(lease).await });
+        }
+    }
+
+    /// Releases a sale lock; if that fails, its short lease ends it.
+    async fn give_back(&self, mut lease: Lease) {
+        let handover = lease.handover.take();
+        if let Err(err) = self.locks.release(&lease.key, &lease.token).await {
+            let key = &lease.key;
+            tracing::warn!(%key, error = %err, "could not release a sale lock; its lease will expire");
+        }
+        if let Some(handover) = handover {
+            handover.complete();
+        }
+    }
+}
+
+/// The request for one of the sale's own short locks.
+fn sale_lock_request(key: LockKey, wait: WaitTime) -> AcquireRequest {
+    AcquireRequest {
+        key,
+        kind: LockKind::Exclusive,
+        ttl: Ttl::fixed(SALE_LOCK_TTL),
+        wait,
+        token: None,
+        // The purchase such a lock guards is confirmed itself.
+        confirmed: false,
+    }
 }
 
 /// A purchase's outcome as `lockgate_seckill_outcomes_total` labels it.
@@ -516,17 +450,5 @@ fn outcome(result: &Result<Purchase, SaleError>) -> &'static str {
         Err(SaleError::Refused(Refusal::NotReplicated { .. })) => "not_replicated",
         Err(SaleError::Lock(LockError::Held { .. })) => "lock_held",
         Err(SaleError::Lock(_)) => "error",
-    }
-}
-
-impl OrderRequest {
-    fn recorded(&self, recorded: RecordedOrder) -> Order {
-        Order {
-            order_id: recorded.order_id,
-            sku: self.sku.clone(),
-            user: self.user.clone(),
-            quantity: recorded.quantity,
-            stock_left: recorded.stock_left,
-        }
     }
 }

@@ -1,6 +1,13 @@
-//! Rate-limit policies (GCRA, counted in Redis) and the IETF `RateLimit` header fields they produce.
+//! Admission by the rate limits: policies (GCRA, counted in Redis so they hold across instances) and the IETF `RateLimit` header fields they produce.
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::{SaleError, SaleSettings, UserId};
+use crate::metrics::Metrics;
+use crate::redis::Redis;
+use crate::redis::seckill as scripts;
 
 /// A policy: `rate` requests per second on average, `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +55,73 @@ impl RateDecision {
     pub fn header(&self) -> String {
         let reset = self.reset.as_millis().div_ceil(1000);
         format!("\"seckill\";r={};t={reset}", self.remaining)
+    }
+}
+
+/// The purchase quotas of one instance: per user, and per client address
+/// when configured, each a GCRA bucket in Redis.
+#[derive(Clone)]
+pub(super) struct RateLimits {
+    redis: Redis,
+    prefix: Arc<str>,
+    per_user: Option<RatePolicy>,
+    per_client: Option<RatePolicy>,
+    metrics: Arc<Metrics>,
+}
+
+impl RateLimits {
+    pub(super) fn new(
+        redis: Redis,
+        prefix: &str,
+        settings: &SaleSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            redis,
+            prefix: prefix.into(),
+            per_user: settings.per_user,
+            per_client: settings.per_client,
+            metrics,
+        }
+    }
+
+    /// Counts a request against the per-client and per-user quotas; the
+    /// answer to send is the refusing one, else the per-user one.
+    pub(super) async fn admit(
+        &self,
+        user: &UserId,
+        client: Option<IpAddr>,
+    ) -> Result<Option<RateDecision>, SaleError> {
+        if let (Some(policy), Some(client)) = (self.per_client, client) {
+            let decision = self.count(policy, &format!("client:{client}")).await?;
+            if !decision.allowed {
+                self.metrics.rate_limited("client");
+                return Ok(Some(decision));
+            }
+        }
+        let Some(policy) = self.per_user else {
+            return Ok(None);
+        };
+        let decision = self.count(policy, &format!("user:{user}")).await?;
+        if !decision.allowed {
+            self.metrics.rate_limited("user");
+        }
+        Ok(Some(decision))
+    }
+
+    async fn count(&self, policy: RatePolicy, bucket: &str) -> Result<RateDecision, SaleError> {
+        let mut conn = self.redis.connection().await?;
+        // Hash-tagged by the whole bucket, so buckets spread over a cluster.
+        let key = format!("{}rate:{{{bucket}}}", self.prefix);
+        let reply =
+            scripts::rate_limit(&mut conn, &key, policy.interval_us(), policy.burst()).await?;
+        Ok(RateDecision {
+            policy,
+            allowed: reply.allowed,
+            remaining: reply.remaining,
+            retry_after: Duration::from_millis(reply.retry_after_ms),
+            reset: Duration::from_millis(reply.reset_ms),
+        })
     }
 }
 

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::sync::lock;
+
 use crate::redis::pubsub::Listener;
 
 /// What this instance knows of each sale: the newest epoch it has seen, and
@@ -69,10 +71,7 @@ impl SoldOutFlags {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
-        // Every change is one assignment, so a poisoned map is still sound.
-        self.sales
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.sales)
     }
 }
 

@@ -365,15 +365,42 @@ async fn a_405_lists_the_allowed_methods() {
 }
 
 #[tokio::test]
-async fn every_problem_type_has_a_page() {
+async fn every_problem_type_the_document_names_has_a_page() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn(&redis).await;
+    // Each documented problem response names its slugs, a paragraph each:
+    // "`slug`: meaning".
+    let document: Value = app.get("/openapi.json").await.json().await.unwrap();
+    let mut slugs = Vec::new();
+    for operations in document["paths"].as_object().unwrap().values() {
+        for operation in operations.as_object().unwrap().values() {
+            let Some(responses) = operation["responses"].as_object() else {
+                continue;
+            };
+            for response in responses.values() {
+                if response["content"]["application/problem+json"].is_null() {
+                    continue;
+                }
+                let description = response["description"].as_str().unwrap();
+                for paragraph in description.split("\n\n") {
+                    let slug = paragraph
+                        .strip_prefix('`')
+                        .and_then(|rest| rest.split_once("`: "));
+                    slugs.push(slug.expect(paragraph).0.to_owned());
+                }
+            }
+        }
+    }
+    slugs.sort_unstable();
+    slugs.dedup();
+    assert!(slugs.len() >= 25, "only {} slugs: {slugs:?}", slugs.len());
 
-    let response = app.get("/problems/lock-held").await;
-
-    assert_eq!(response.status(), StatusCode::OK);
-    let page = response.text().await.unwrap();
-    assert!(page.starts_with("lock-held: Lock is held"), "{page}");
+    for slug in slugs {
+        let response = app.get(&format!("/problems/{slug}")).await;
+        assert_eq!(response.status(), StatusCode::OK, "/problems/{slug}");
+        let page = response.text().await.unwrap();
+        assert!(page.starts_with(&format!("{slug}: ")), "{page}");
+    }
 }
 
 #[tokio::test]

@@ -737,6 +737,8 @@ async fn without_an_admin_token_sale_administration_is_refused_and_says_how_to_e
     assert_problem(app.get("/seckill/open").await, 404, "sale-not-found").await;
 }
 
+/// The switch exists only in a `bench` build (`cargo test --features bench`).
+#[cfg(feature = "bench")]
 #[tokio::test]
 async fn with_the_user_lock_switched_off_a_held_user_lock_delays_nothing() {
     let redis = RedisServer::start().await;

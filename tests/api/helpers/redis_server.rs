@@ -382,7 +382,7 @@ impl RedisServer {
     /// `/locks`): for locks no client can take over HTTP. Returns the token.
     pub async fn take_lock(&self, namespace: &str, key: &str, ttl_ms: u64) -> String {
         let token = uuid::Uuid::new_v4().to_string();
-        let reply: Vec<i64> = redis::Script::new(concat!(
+        let reply: Vec<String> = redis::Script::new(concat!(
             include_str!("../../../lua/lib/holders.lua"),
             include_str!("../../../lua/acquire.lua")
         ))
@@ -399,7 +399,7 @@ impl RedisServer {
         .invoke_async(&mut self.connection().await)
         .await
         .unwrap();
-        assert_eq!(reply[0], 1, "{key} was not granted: {reply:?}");
+        assert_eq!(reply[0], "granted", "{key} was not granted: {reply:?}");
         token
     }
 
@@ -407,7 +407,7 @@ impl RedisServer {
     /// gateway's own `release.lua` (which tells the waiters).
     pub async fn release_lock(&self, namespace: &str, key: &str, token: &str) {
         let publish = if self.cluster { "SPUBLISH" } else { "PUBLISH" };
-        let reply: Vec<i64> = redis::Script::new(concat!(
+        let reply: Vec<String> = redis::Script::new(concat!(
             include_str!("../../../lua/lib/holders.lua"),
             include_str!("../../../lua/release.lua")
         ))
@@ -420,7 +420,7 @@ impl RedisServer {
         .invoke_async(&mut self.connection().await)
         .await
         .unwrap();
-        assert_eq!(reply[0], 1, "{key} was not released: {reply:?}");
+        assert_eq!(reply[0], "released", "{key} was not released: {reply:?}");
     }
 
     /// `CLIENT LIST` of the one Redis (the node the test's connection

@@ -21,9 +21,11 @@ use pin_project_lite::pin_project;
 use tokio::time::Timeout;
 use tower::{Layer, Service};
 
-use super::X_INSTANCE_ID;
-use super::error::ApiError;
+use crate::http::{ApiError, FailureCause};
 use crate::metrics::Metrics;
+
+/// The header naming the instance that answered.
+pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
 
 /// The header carrying the request id, accepted from the client (or nginx)
 /// and echoed back.
@@ -189,6 +191,12 @@ where
                 }
             }
         };
+        if let Some(FailureCause(cause)) = response.extensions().get::<FailureCause>() {
+            let status = response.status().as_u16();
+            this.counted
+                .span
+                .in_scope(|| tracing::error!(error = %cause, status, "request failed"));
+        }
         this.counted.answered(response.status().as_u16());
         let headers = response.headers_mut();
         if let Some(id) = this.id.take() {

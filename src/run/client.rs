@@ -6,8 +6,10 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::duration::millis;
+
 /// A gateway, as `--url` and `--api-key` name it.
-pub struct Gateway {
+pub struct GatewayClient {
     http: reqwest::Client,
     url: String,
     api_key: Option<String>,
@@ -26,7 +28,7 @@ pub enum Refused {
 /// How to hold the lock: shared, or as one of `limit` places (neither: a
 /// plain exclusive lock).
 #[derive(Debug, Clone, Copy)]
-pub struct LockKind {
+pub struct Holding {
     pub shared: bool,
     pub limit: Option<u64>,
 }
@@ -48,7 +50,7 @@ pub enum LockEvent {
     Lost(String),
 }
 
-impl Gateway {
+impl GatewayClient {
     pub fn new(url: &str, api_key: Option<String>) -> Result<Self, String> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
@@ -73,7 +75,7 @@ impl Gateway {
     pub async fn acquire(
         &self,
         key: &str,
-        kind: LockKind,
+        kind: Holding,
         ttl: Duration,
         wait: Duration,
     ) -> Result<(Grant, LockStream), Refused> {
@@ -212,8 +214,4 @@ impl LockStream {
             self.buffer.extend_from_slice(&chunk);
         }
     }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

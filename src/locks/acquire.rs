@@ -1,0 +1,197 @@
+//! One request's way to a new grant: its attempts, its place among this instance's waiters, and the handover that guards what it is granted.
+
+use std::time::{Duration, Instant};
+
+use super::handover::Handover;
+use super::waiting::{Ticket, WaitRefused};
+use super::{LockKind, LockState, Locks, Token};
+use crate::duration::millis;
+use crate::redis::BackendError;
+use crate::redis::locks::{self as scripts, AcquireReply, Attempt, LockKeys};
+
+/// What one acquisition wants, for every attempt it makes.
+#[derive(Clone, Copy)]
+pub(super) struct AcquireTerms<'a> {
+    pub(super) keys: &'a LockKeys,
+    pub(super) kind: LockKind,
+    pub(super) ttl_ms: u64,
+    pub(super) deadline: Instant,
+    pub(super) confirmed: bool,
+}
+
+/// Why an acquisition ended without a grant.
+pub(super) enum NoGrant {
+    Held {
+        remaining_ms: u64,
+    },
+    LimitMismatch {
+        limit: u64,
+    },
+    CannotWait(WaitRefused),
+    /// Granted, but too few replicas confirmed it.
+    NotReplicated,
+    Backend(BackendError),
+}
+
+impl From<WaitRefused> for NoGrant {
+    fn from(err: WaitRefused) -> Self {
+        Self::CannotWait(err)
+    }
+}
+
+impl From<BackendError> for NoGrant {
+    fn from(err: BackendError) -> Self {
+        Self::Backend(err)
+    }
+}
+
+/// A new holder's attempts at one lock, until it is granted, refused, or
+/// its wait runs out.
+pub(super) struct Acquisition<'a> {
+    locks: &'a Locks,
+    terms: AcquireTerms<'a>,
+    token: String,
+    handover: &'a mut Handover,
+    /// Its place among this instance's waiters, once it has to wait.
+    ticket: Option<Ticket>,
+    /// When it was first refused: the wait is counted from there.
+    refused_at: Option<Instant>,
+}
+
+impl<'a> Acquisition<'a> {
+    pub(super) fn new(
+        locks: &'a Locks,
+        terms: AcquireTerms<'a>,
+        token: &Token,
+        handover: &'a mut Handover,
+    ) -> Self {
+        Self {
+            locks,
+            terms,
+            token: token.expose(),
+            handover,
+            ticket: None,
+            refused_at: None,
+        }
+    }
+
+    /// Tries the acquire script; while there is no place and the deadline
+    /// is ahead, waits in the lock's queue and tries again when a release
+    /// message picks this waiter, when a holder's lease (as last reported)
+    /// runs out, and once at the deadline. Never on a polling interval.
+    /// Returns the grant and how long it was waited for.
+    pub(super) async fn run(mut self) -> Result<(LockState, Duration), NoGrant> {
+        loop {
+            // Boxed: the round trip's state is large, and only lives while
+            // it runs; a request waiting for a lock keeps only the small rest.
+            let reply = Box::pin(self.attempt()).await?;
+            let remaining_ms = match self.refused(reply) {
+                Ok(granted) => return Ok(granted),
+                Err(Refused::Held { remaining_ms }) => remaining_ms,
+                Err(Refused::LimitMismatch { limit }) => {
+                    return Err(NoGrant::LimitMismatch { limit });
+                }
+            };
+            let now = Instant::now();
+            self.refused_at.get_or_insert(now);
+            if now >= self.terms.deadline {
+                return Err(NoGrant::Held { remaining_ms });
+            }
+            self.wait(now, remaining_ms).await?;
+        }
+    }
+
+    /// What one attempt's reply means: the grant (passing a wake-up on when
+    /// there is room for more), or why there was no place.
+    fn refused(&mut self, reply: AcquireReply) -> Result<(LockState, Duration), Refused> {
+        match reply {
+            AcquireReply::Granted { state, room } => {
+                self.handover.set_marked(false);
+                if let (true, Some(ticket)) = (room, self.ticket.as_ref()) {
+                    ticket.wake_next();
+                }
+                let waited = self
+                    .refused_at
+                    .map_or(Duration::ZERO, |at: Instant| at.elapsed());
+                Ok((state, waited))
+            }
+            AcquireReply::Held {
+                remaining_ms,
+                marked,
+                behind_writer,
+            } => {
+                if marked {
+                    self.handover.set_marked(true);
+                }
+                // The key is free but for a waiting writer. The release
+                // that freed it may have woken this reader instead of that
+                // writer: pass the wake-up on to a local writer, or it would
+                // sleep until its wait ends.
+                if let (true, Some(ticket)) = (behind_writer, self.ticket.as_ref()) {
+                    ticket.wake_writer();
+                }
+                Err(Refused::Held { remaining_ms })
+            }
+            AcquireReply::LimitMismatch { limit } => Err(Refused::LimitMismatch { limit }),
+        }
+    }
+
+    /// Waits for the next reason to try again: a release message that picks
+    /// this waiter, the end of the holder's lease, or the deadline.
+    async fn wait(&mut self, now: Instant, remaining_ms: u64) -> Result<(), NoGrant> {
+        let deadline = self.terms.deadline;
+        let Some(ticket) = self.ticket.as_mut() else {
+            // First refusal: join the queue, and try once more as soon as
+            // the subscription stands, so a release between the refusal and
+            // the subscription is not missed.
+            let writer = !self.terms.kind.is_shared();
+            let mut joined = self
+                .locks
+                .0
+                .waiting
+                .enter(&self.terms.keys.channel, writer)?;
+            let _ = tokio::time::timeout_at(deadline.into(), joined.subscribed()).await;
+            self.ticket = Some(joined);
+            return Ok(());
+        };
+        // One millisecond past the lease, so that the key has expired.
+        let lease_ends = now + Duration::from_millis(remaining_ms.saturating_add(1));
+        tokio::select! {
+            () = ticket.woken() => Ok(()),
+            () = tokio::time::sleep_until(lease_ends.min(deadline).into()) => Ok(()),
+            () = ticket.closing() => Err(WaitRefused::ShuttingDown.into()),
+        }
+    }
+
+    /// Runs the acquire script once (and, when the grant must be confirmed,
+    /// waits for the replicas to confirm it).
+    async fn attempt(&self) -> Result<AcquireReply, NoGrant> {
+        let terms = self.terms;
+        let attempt = Attempt {
+            token: &self.token,
+            ttl_ms: terms.ttl_ms,
+            wait_left_ms: millis(terms.deadline.saturating_duration_since(Instant::now())),
+            marked: self.handover.marked(),
+        };
+        let redis = &self.locks.0.redis;
+        let mut conn = if terms.confirmed {
+            redis.confirming_connection().await?
+        } else {
+            redis.connection().await?
+        };
+        let reply = scripts::acquire(&mut conn, terms.keys, terms.kind, attempt).await?;
+        if matches!(reply, AcquireReply::Granted { .. })
+            && terms.confirmed
+            && !redis.replicated(&mut conn, &terms.keys.lock).await?
+        {
+            return Err(NoGrant::NotReplicated);
+        }
+        Ok(reply)
+    }
+}
+
+/// Why one attempt found no place.
+enum Refused {
+    Held { remaining_ms: u64 },
+    LimitMismatch { limit: u64 },
+}

@@ -1,0 +1,146 @@
+//! The connection's socket as hyper reads it: each request head's bytes and lines counted against the limits, and the `431` answered here.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::activity::Activity;
+use crate::http::{ApiError, PROBLEM_JSON};
+
+/// The connection's socket, its reads counted against the head's limits.
+pub(super) struct WatchedIo {
+    /// Shared with the connection's watch, which peeks at it.
+    pub(super) stream: Arc<TcpStream>,
+    pub(super) activity: Arc<Activity>,
+    pub(super) max_head_bytes: usize,
+    pub(super) too_large: Bytes,
+    /// The head was too large and answered: what the client still sends is
+    /// read and dropped (so it can finish sending and read the answer),
+    /// until it closes or the header timeout closes the connection.
+    pub(super) refused: bool,
+}
+
+impl AsyncRead for WatchedIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.refused {
+            return this.poll_discard(cx);
+        }
+        let before = buf.filled().len();
+        loop {
+            ready!(this.stream.poll_read_ready(cx))?;
+            match this.stream.try_read_buf(buf) {
+                Ok(_) => break,
+                // A stale readiness: it is cleared, wait for the next.
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                Err(err) => return Poll::Ready(Err(err)),
+            }
+        }
+        let read = buf.filled().len() - before;
+        if read > 0
+            && let Some(head) = this.activity.read(read)
+            && head > this.max_head_bytes
+        {
+            // Answered here, where the bytes are counted; the answer fits
+            // the empty send buffer of a connection still reading a head.
+            let _ = this.stream.try_write(&this.too_large);
+            this.refused = true;
+            buf.set_filled(before);
+            return this.poll_discard(cx);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl WatchedIo {
+    /// Drops whatever the client sends; hyper sees nothing until the end.
+    fn poll_discard(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut scratch = [0u8; 1024];
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            match self.stream.try_read(&mut scratch) {
+                Ok(0) => return Poll::Ready(Ok(())),
+                Ok(_) => {}
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                Err(err) => return Poll::Ready(Err(err)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for WatchedIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let stream = &self.stream;
+        poll_write_with(stream, cx, || stream.try_write(buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let stream = &self.stream;
+        poll_write_with(stream, cx, || stream.try_write_vectored(bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // A socket buffers nothing of its own to flush.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let socket = socket2::SockRef::from(self.stream.as_ref());
+        Poll::Ready(socket.shutdown(std::net::Shutdown::Write))
+    }
+}
+
+/// Writes with `write` once the socket is writable.
+fn poll_write_with(
+    stream: &TcpStream,
+    cx: &mut Context<'_>,
+    mut write: impl FnMut() -> io::Result<usize>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        ready!(stream.poll_write_ready(cx))?;
+        match write() {
+            // A stale readiness: it is cleared, wait for the next.
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            written => return Poll::Ready(written),
+        }
+    }
+}
+
+/// The whole `431` answer to a request head over the limit, as bytes on the
+/// wire: written by the connection's reader, not by a handler.
+pub(super) fn too_large_answer(max_head_bytes: usize, instance_id: &str) -> Vec<u8> {
+    let refusal = ApiError::HeadersTooLarge(max_head_bytes);
+    let status = refusal.problem_type().info().status;
+    let body = refusal.problem_json();
+    let mut answer = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: {PROBLEM_JSON}\r\ncontent-length: {}\r\n\
+         x-instance-id: {instance_id}\r\nconnection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
+        body.len(),
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    answer
+}
