@@ -11,7 +11,7 @@ use axum::http::HeaderValue;
 use crate::http::{
     AdminToken, ApiKeys, BuyerKey, BuyerTokens, RouteSettings, StreamKeepAlive, TrustedProxies,
 };
-use crate::locks::{LockLimits, MIN_TTL_MS};
+use crate::locks::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, LockLimits, MIN_TTL_MS};
 use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
@@ -77,12 +77,12 @@ pub struct Config {
     pub key_prefix: String,
 
     /// Largest lease a client may ask for, in milliseconds.
-    #[arg(long, env = "LOCKGATE_MAX_TTL_MS", default_value_t = 3_600_000,
+    #[arg(long, env = "LOCKGATE_MAX_TTL_MS", default_value_t = DEFAULT_MAX_TTL_MS,
           value_parser = clap::value_parser!(u64).range(MIN_TTL_MS..=30 * DAY_MS))]
     pub max_ttl_ms: u64,
 
     /// Longest server-side wait a client may ask for, in milliseconds.
-    #[arg(long, env = "LOCKGATE_MAX_WAIT_MS", default_value_t = 60_000,
+    #[arg(long, env = "LOCKGATE_MAX_WAIT_MS", default_value_t = DEFAULT_MAX_WAIT_MS,
           value_parser = clap::value_parser!(u64).range(0..=DAY_MS))]
     pub max_wait_ms: u64,
 

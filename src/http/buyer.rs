@@ -96,13 +96,24 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let BuyerTokens(key) = BuyerTokens::from_ref(state);
-        let Some(key) = key else {
-            return Ok(Self::Unverified);
-        };
-        let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
-        key.buyer(token).map(Self::Verified)
+        Ok(match buyer_token(parts, BuyerTokens::from_ref(state))? {
+            None => Self::Unverified,
+            Some((key, token)) => Self::Verified(key.buyer(token)?),
+        })
     }
+}
+
+/// The buyer token key and the request's bearer token, when the gateway
+/// checks buyer tokens (401 without a token); `None` when it does not.
+fn buyer_token(
+    parts: &Parts,
+    tokens: BuyerTokens,
+) -> Result<Option<(Arc<BuyerKey>, &str)>, ApiError> {
+    let Some(key) = tokens.0 else {
+        return Ok(None);
+    };
+    let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
+    Ok(Some((key, token)))
 }
 
 /// Who lists a sale's orders.
@@ -124,11 +135,9 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let BuyerTokens(key) = BuyerTokens::from_ref(state);
-        let Some(key) = key else {
+        let Some((key, token)) = buyer_token(parts, BuyerTokens::from_ref(state))? else {
             return Ok(Self::Anyone);
         };
-        let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
         let AdminToken(admin) = AdminToken::from_ref(state);
         if admin.is_some_and(|admin| same_secret(token.as_bytes(), admin.as_bytes())) {
             return Ok(Self::Admin);

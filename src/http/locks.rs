@@ -32,15 +32,15 @@ use crate::locks::{
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     /// The lock: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`.
-    #[schema(example = "orders:42", pattern = r"^(?!\.+$)[A-Za-z0-9._:-]{1,200}$")]
+    #[schema(example = "orders:42")]
     key: String,
     /// Lease length in milliseconds, from 10 to the configured maximum
     /// (default 3 600 000).
-    #[schema(value_type = Option<u64>, minimum = 10, maximum = 3600000, default = 30000, example = 30000)]
+    #[schema(value_type = Option<u64>, default = 30000, example = 30000)]
     ttl_ms: Option<Number>,
     /// How long to wait while another owner holds the lock, in milliseconds,
     /// up to the configured maximum (default 60 000); 0 tries once.
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000, default = 0, example = 0)]
+    #[schema(value_type = Option<u64>, default = 0, example = 0)]
     wait_ms: Option<Number>,
     /// The holder's token, to re-enter a lock it holds.
     #[schema(value_type = Option<TokenText>)]
@@ -52,7 +52,7 @@ pub struct AcquireBody {
     /// How many exclusive holders the lock admits at once: 1 is a plain
     /// lock, more a counting lock (a semaphore). Every request on a held
     /// key must name the limit it was taken with. Not with `shared`.
-    #[schema(value_type = Option<u64>, minimum = 1, maximum = 10000, default = 1, example = 1)]
+    #[schema(value_type = Option<u64>, default = 1, example = 1)]
     limit: Option<Number>,
 }
 
@@ -66,7 +66,7 @@ pub struct ExtendBody {
     token: Option<String>,
     /// The lease becomes this long from now, in milliseconds, up to the
     /// configured maximum (default 3 600 000).
-    #[schema(value_type = Option<u64>, minimum = 10, maximum = 3600000, default = 30000, example = 30000)]
+    #[schema(value_type = Option<u64>, default = 30000, example = 30000)]
     ttl_ms: Option<Number>,
 }
 

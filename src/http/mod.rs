@@ -25,7 +25,7 @@ use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
 use error::Problem;
-use schema::{IdempotencyKeyText, LockKeyText, NameText, TokenText};
+use schema::{Bounds, IdempotencyKeyText, LockKeyText, NameText, TokenText};
 
 pub use auth::{AdminToken, ApiKeys};
 pub use buyer::{BuyerKey, BuyerTokens};
@@ -104,8 +104,10 @@ fn api_routes() -> OpenApiRouter<AppState> {
 /// serves it.
 pub fn openapi_json() -> &'static str {
     static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-        let mut text = api_routes()
-            .into_openapi()
+        let mut document = api_routes().into_openapi();
+        // After the routes have added their schemas, which it bounds.
+        utoipa::Modify::modify(&Bounds, &mut document);
+        let mut text = document
             .to_pretty_json()
             .expect("the OpenAPI document serialises");
         text.push('\n');

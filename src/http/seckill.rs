@@ -29,10 +29,10 @@ static RATE_LIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy
 #[serde(deny_unknown_fields)]
 pub struct SaleBody {
     /// Units on sale, 0 to 1 000 000 000.
-    #[schema(value_type = u64, minimum = 0, maximum = 1000000000, example = 100)]
+    #[schema(value_type = u64, example = 100)]
     stock: Number,
     /// Most units one user may buy, 1 to 1 000 000 000.
-    #[schema(value_type = u64, minimum = 1, maximum = 1000000000, example = 2)]
+    #[schema(value_type = u64, example = 2)]
     per_user_limit: Number,
 }
 
@@ -69,10 +69,10 @@ pub struct OrderBody {
     /// The buyer: 1 to 64 characters of `A-Z a-z 0-9 . _ -`. Required,
     /// unless the gateway checks buyer tokens: then the token's `sub` is the
     /// buyer, and a `user_id` here must name the same.
-    #[schema(example = "u-17", pattern = r"^(?!\.+$)[A-Za-z0-9._-]{1,64}$")]
+    #[schema(example = "u-17")]
     user_id: Option<String>,
     /// Units, 1 to 1000.
-    #[schema(value_type = Option<u64>, minimum = 1, maximum = 1000, default = 1, example = 1)]
+    #[schema(value_type = Option<u64>, default = 1, example = 1)]
     quantity: Option<Number>,
 }
 
@@ -120,13 +120,14 @@ pub struct OrderList {
 
 /// Which orders `GET /seckill/{sku}/orders` lists.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct OrdersParams {
     /// Only this user's orders (found without reading anyone else's). With
     /// buyer tokens, a buyer's token lists only its own.
     #[param(value_type = Option<NameText>)]
     user_id: Option<String>,
     /// Orders per page, 1 to 1000.
-    #[param(value_type = Option<u64>, minimum = 1, maximum = 1000, default = 100)]
+    #[param(value_type = Option<u64>, default = 100)]
     limit: Option<String>,
     /// The `next_cursor` of the page before, as it was given.
     #[param(value_type = Option<String>)]

@@ -173,17 +173,18 @@ impl<'a> Acquisition<'a> {
             wait_left_ms: millis(terms.deadline.saturating_duration_since(Instant::now())),
             marked: self.handover.marked(),
         };
-        let redis = &self.locks.0.redis;
-        let mut conn = if terms.confirmed {
-            redis.confirming_connection().await?
-        } else {
-            redis.connection().await?
-        };
-        let reply = scripts::acquire(&mut conn, terms.keys, terms.kind, attempt).await?;
-        if matches!(reply, AcquireReply::Granted { .. })
-            && terms.confirmed
-            && !redis.replicated(&mut conn, &terms.keys.lock).await?
-        {
+        let (reply, confirmed) = self
+            .locks
+            .0
+            .redis
+            .write(
+                &terms.keys.lock,
+                terms.confirmed,
+                async |conn| scripts::acquire(conn, terms.keys, terms.kind, attempt).await,
+                |reply| matches!(reply, AcquireReply::Granted { .. }),
+            )
+            .await?;
+        if !confirmed {
             return Err(NoGrant::NotReplicated);
         }
         Ok(reply)

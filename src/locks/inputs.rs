@@ -11,6 +11,15 @@ use crate::redis::locks::LockKind;
 /// The longest lock key, in characters.
 pub const MAX_KEY_LEN: usize = 200;
 
+/// What a lock key may hold besides ASCII letters and digits.
+const KEY_PUNCTUATION: &str = "._:-";
+
+/// The largest lease a deployment allows unless configured otherwise.
+pub const DEFAULT_MAX_TTL_MS: u64 = 3_600_000;
+
+/// The longest server-side wait a deployment allows unless configured otherwise.
+pub const DEFAULT_MAX_WAIT_MS: u64 = 60_000;
+
 /// The shortest lease a client may ask for, in milliseconds.
 pub const MIN_TTL_MS: u64 = 10;
 
@@ -62,7 +71,13 @@ impl LockKey {
 }
 
 fn is_key_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')
+    c.is_ascii_alphanumeric() || KEY_PUNCTUATION.contains(c)
+}
+
+/// The rule [`LockKey::parse`] applies, as a regular expression (ECMA-262,
+/// as OpenAPI documents write them).
+pub fn key_pattern() -> String {
+    format!(r"^(?!\.+$)[A-Za-z0-9{KEY_PUNCTUATION}]{{1,{MAX_KEY_LEN}}}$")
 }
 
 impl fmt::Display for LockKey {
@@ -84,6 +99,11 @@ pub struct Token(Uuid);
 pub struct InvalidToken;
 
 impl Token {
+    /// The text [`Token::parse`] takes (a hyphenated UUID), as a regular
+    /// expression.
+    pub const PATTERN: &str =
+        "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$";
+
     /// A fresh random token for a new owner.
     pub fn generate() -> Self {
         Self(Uuid::new_v4())
@@ -221,6 +241,24 @@ mod tests {
         max_ttl_ms: 3_600_000,
         max_wait_ms: 60_000,
     };
+
+    #[test]
+    fn the_key_pattern_says_what_the_parser_takes() {
+        let pattern = key_pattern();
+        let class = &pattern[pattern.find('[').unwrap() + 1..pattern.find(']').unwrap()];
+        for byte in 0..=127u8 {
+            let c = char::from(byte);
+            let in_class = c.is_ascii_alphanumeric() && class.starts_with("A-Za-z0-9")
+                || class["A-Za-z0-9".len()..].contains(c);
+            assert_eq!(in_class, is_key_char(c), "{c:?}");
+        }
+        assert!(
+            pattern.ends_with(&format!("{{1,{MAX_KEY_LEN}}}$")),
+            "{pattern}"
+        );
+        // The look-ahead refuses what `OnlyDots` refuses.
+        assert!(pattern.starts_with(r"^(?!\.+$)"), "{pattern}");
+    }
 
     #[test]
     fn keys_of_the_allowed_alphabet_and_length_parse() {

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use acquire::{AcquireTerms, Acquisition, NoGrant};
 pub use handover::Handover;
 pub use inputs::{
-    InvalidKey, InvalidKind, InvalidToken, LockKey, LockLimits, MAX_KEY_LEN, MAX_LIMIT, MIN_TTL_MS,
-    OutOfRange, Token, Ttl, WaitTime, lock_kind,
+    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, InvalidKey, InvalidKind, InvalidToken, LockKey,
+    LockLimits, MAX_KEY_LEN, MAX_LIMIT, MIN_TTL_MS, OutOfRange, Token, Ttl, WaitTime, key_pattern,
+    lock_kind,
 };
 pub use streams::{LostReason, StreamEnd, StreamEvent, StreamedLock, Streams};
 pub use waiting::{WaitRefused, Waiting};
@@ -216,16 +217,20 @@ impl Locks {
     /// renewed. A re-entry too few replicas confirm is given back.
     async fn reenter(&self, request: AcquireRequest, token: Token) -> Result<Lease, LockError> {
         let keys = self.keys(&request.key);
-        let mut conn = self.0.redis.confirming_connection().await?;
-        let ttl_ms = request.ttl.as_millis();
-        let reply =
-            scripts::reenter(&mut conn, &keys, request.kind, &token.expose(), ttl_ms).await?;
+        let (ttl_ms, text) = (request.ttl.as_millis(), token.expose());
+        let (reply, confirmed) = self
+            .0
+            .redis
+            .write(
+                &keys.lock,
+                request.confirmed,
+                async |conn| scripts::reenter(conn, &keys, request.kind, &text, ttl_ms).await,
+                |reply| matches!(reply, ReenterReply::Reentered(_)),
+            )
+            .await?;
         match reply {
-            ReenterReply::Reentered(_)
-                if request.confirmed && !self.0.redis.replicated(&mut conn, &keys.lock).await? =>
-            {
+            ReenterReply::Reentered(_) if !confirmed => {
                 // Give the hold just taken back.
-                drop(conn);
                 self.release(&request.key, &token).await?;
                 Err(LockError::NotReplicated {
                     key: request.key,
@@ -297,15 +302,23 @@ impl Locks {
         token: &Token,
         ttl: Ttl,
     ) -> Result<LockState, LockError> {
-        let mut conn = self.0.redis.confirming_connection().await?;
         let keys = self.keys(key);
-        match scripts::extend(&mut conn, &keys, &token.expose(), ttl.as_millis()).await? {
-            ExtendReply::Extended(_) if !self.0.redis.replicated(&mut conn, &keys.lock).await? => {
-                Err(LockError::NotReplicated {
-                    key: key.clone(),
-                    undone: false,
-                })
-            }
+        let text = token.expose();
+        let (reply, confirmed) = self
+            .0
+            .redis
+            .write(
+                &keys.lock,
+                true,
+                async |conn| scripts::extend(conn, &keys, &text, ttl.as_millis()).await,
+                |reply| matches!(reply, ExtendReply::Extended(_)),
+            )
+            .await?;
+        match reply {
+            ExtendReply::Extended(_) if !confirmed => Err(LockError::NotReplicated {
+                key: key.clone(),
+                undone: false,
+            }),
             ExtendReply::Extended(state) => Ok(state),
             ExtendReply::NotFound => {
                 self.0.metrics.lock(LockOutcome::ExpiredOnExtend);

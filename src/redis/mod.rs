@@ -276,7 +276,7 @@ impl Redis {
     /// [`Redis::replicated`]): `WAIT` blocks the connection it runs on, so
     /// it is one this request has to itself, out of a pool kept apart from
     /// the connections every other request shares.
-    pub async fn confirming_connection(&self) -> Result<Connection, BackendError> {
+    async fn confirming_connection(&self) -> Result<Connection, BackendError> {
         if self.0.replication.is_none() {
             return self.connection().await;
         }
@@ -303,9 +303,32 @@ impl Redis {
         Ok(leased?)
     }
 
+    /// Runs `write` (a script that may change `key`), on a connection of
+    /// its own when replicas must confirm writes; then, if `wrote` says the
+    /// reply changed something, waits for the replicas to confirm it.
+    /// Returns the reply and whether it stands confirmed: always, when
+    /// nothing was written, `confirm` is false, or no confirmation is
+    /// configured.
+    pub async fn write<T>(
+        &self,
+        key: &str,
+        confirm: bool,
+        write: impl AsyncFnOnce(&mut Connection) -> Result<T, BackendError>,
+        wrote: impl FnOnce(&T) -> bool,
+    ) -> Result<(T, bool), BackendError> {
+        let mut conn = if confirm {
+            self.confirming_connection().await?
+        } else {
+            self.connection().await?
+        };
+        let reply = write(&mut conn).await?;
+        let confirmed = !confirm || !wrote(&reply) || self.replicated(&mut conn, key).await?;
+        Ok((reply, confirmed))
+    }
+
     /// After a write to `key` on `conn`: whether enough replicas confirmed it
     /// (`WAIT`), when replica confirmation is configured; `true` otherwise.
-    pub async fn replicated(&self, conn: &mut Connection, key: &str) -> Result<bool, BackendError> {
+    async fn replicated(&self, conn: &mut Connection, key: &str) -> Result<bool, BackendError> {
         let Some(replication) = self.0.replication else {
             return Ok(true);
         };

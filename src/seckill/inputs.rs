@@ -14,6 +14,8 @@ pub const MAX_QUANTITY: u64 = 1_000;
 pub const MAX_STOCK: u64 = 1_000_000_000;
 /// The longest Idempotency-Key.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
+/// What a sku or user id may hold besides ASCII letters and digits.
+const NAME_PUNCTUATION: &str = "._-";
 /// The most orders one page lists.
 pub const MAX_PAGE: usize = 1_000;
 /// The orders a page lists when the request names no `limit`.
@@ -40,7 +42,7 @@ impl InvalidInput {
 /// only dots (a sku is a path segment, and `.` or `..` name no path). No
 /// `:`, so `seckill:<sku>:<user>` names exactly one (sku, user) pair.
 fn name(field: &'static str, text: &str) -> Result<String, InvalidInput> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    let allowed = |c: char| c.is_ascii_alphanumeric() || NAME_PUNCTUATION.contains(c);
     if text.is_empty() || text.len() > MAX_NAME_LEN || !text.chars().all(allowed) {
         return Err(InvalidInput::new(
             field,
@@ -51,6 +53,16 @@ fn name(field: &'static str, text: &str) -> Result<String, InvalidInput> {
         return Err(InvalidInput::new(field, "cannot be only dots"));
     }
     Ok(text.to_owned())
+}
+
+/// The rule a sku or user id follows, as a regular expression.
+pub fn name_pattern() -> String {
+    format!(r"^(?!\.+$)[A-Za-z0-9{NAME_PUNCTUATION}]{{1,{MAX_NAME_LEN}}}$")
+}
+
+/// The rule an Idempotency-Key follows (visible ASCII), as a regular expression.
+pub fn idempotency_key_pattern() -> String {
+    format!("^[!-~]{{1,{MAX_IDEMPOTENCY_KEY_LEN}}}$")
 }
 
 /// A sale's product code.
@@ -283,6 +295,20 @@ impl OrderRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_name_pattern_says_what_the_parser_takes() {
+        let pattern = name_pattern();
+        assert_eq!(
+            pattern,
+            format!(r"^(?!\.+$)[A-Za-z0-9._-]{{1,{MAX_NAME_LEN}}}$")
+        );
+        for byte in 0..=127u8 {
+            let text = char::from(byte).to_string();
+            let expected = char::from(byte).is_ascii_alphanumeric() || "_-".contains(&*text);
+            assert_eq!(Sku::parse(&text).is_ok(), expected, "{text:?}");
+        }
+    }
 
     #[test]
     fn names_take_the_lock_alphabet_without_colons() {

@@ -27,9 +27,9 @@ use std::time::Duration;
 use futures_util::future::{Either, select};
 
 pub use inputs::{
-    Cursor, IdempotencyKey, InvalidInput, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN, MAX_PAGE,
-    MAX_QUANTITY, MAX_STOCK, OrderRequest, OrdersQuery, PageLimit, Quantity, SaleTerms, Sku,
-    UserId,
+    Cursor, DEFAULT_PAGE, IdempotencyKey, InvalidInput, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN,
+    MAX_PAGE, MAX_QUANTITY, MAX_STOCK, OrderRequest, OrdersQuery, PageLimit, Quantity, SaleTerms,
+    Sku, UserId, idempotency_key_pattern, name_pattern,
 };
 pub use orders::OrderPage;
 use rate::RateLimits;
@@ -318,28 +318,39 @@ impl Sales {
         order: &OrderRequest,
         mode: PurchaseMode,
     ) -> Result<Purchase, SaleError> {
-        let mut conn = self.redis.confirming_connection().await?;
         let order_id = uuid::Uuid::new_v4().to_string();
         let keys = self.keys(&order.sku);
-        let reply = scripts::purchase(
-            &mut conn,
-            &keys,
-            order.user.as_str(),
-            order.quantity.get(),
-            order.idempotency_key.as_ref().map(IdempotencyKey::as_str),
-            &order_id,
-            mode,
-        )
-        .await?;
+        let idempotency_key = order.idempotency_key.as_ref().map(IdempotencyKey::as_str);
         // A replay is confirmed too: the script wrote its record again,
         // after the order, so the replicas that have that write have the
         // order (a client retrying after `not-replicated` must not be told
         // 200 for an order only the primary holds).
-        if matches!(
-            reply,
-            PurchaseReply::Ordered(_) | PurchaseReply::Replayed(_)
-        ) && !self.redis.replicated(&mut conn, &keys.sale).await?
-        {
+        let (reply, confirmed) = self
+            .redis
+            .write(
+                &keys.sale,
+                true,
+                async |conn| {
+                    scripts::purchase(
+                        conn,
+                        &keys,
+                        order.user.as_str(),
+                        order.quantity.get(),
+                        idempotency_key,
+                        &order_id,
+                        mode,
+                    )
+                    .await
+                },
+                |reply| {
+                    matches!(
+                        reply,
+                        PurchaseReply::Ordered(_) | PurchaseReply::Replayed(_)
+                    )
+                },
+            )
+            .await?;
+        if !confirmed {
             return Err(Refusal::NotReplicated {
                 sku: order.sku.clone(),
             }

@@ -6,7 +6,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use reqwest::{RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{RedisServer, TestApp, assert_problem, command_calls};
+use crate::helpers::{ADMIN, RedisServer, TestApp, assert_problem, command_calls};
 
 const SECRET: &str = "buyer-token-secret";
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/api/fixtures");
@@ -31,18 +31,10 @@ fn hs256(sub: &str) -> String {
 }
 
 async fn sale_with_buyer_tokens(redis: &RedisServer, flags: &[&str]) -> TestApp {
-    let mut all = vec!["--admin-token", "adm", "--seckill-rate", "0"];
+    let mut all = vec!["--seckill-rate", "0"];
     all.extend_from_slice(flags);
-    let app = TestApp::spawn_with(redis, &all).await;
-    let created = app
-        .http
-        .put(app.url("/seckill/gadget"))
-        .bearer_auth("adm")
-        .json(&json!({"stock": 100, "per_user_limit": 3}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), StatusCode::OK);
+    let app = TestApp::spawn_sale(redis, &all).await;
+    app.reset_sale("gadget", 100, 3).await;
     app
 }
 
@@ -145,7 +137,7 @@ async fn a_buyer_lists_only_its_own_orders_and_the_admin_all() {
     assert_problem(theirs, 403, "forbidden").await;
     let nobody = list("/seckill/gadget/orders", None).await.unwrap();
     assert_problem(nobody, 401, "unauthorized").await;
-    let all: Value = list("/seckill/gadget/orders", Some("adm".into()))
+    let all: Value = list("/seckill/gadget/orders", Some(ADMIN.into()))
         .await
         .unwrap()
         .json()
@@ -211,20 +203,10 @@ async fn every_page(app: &TestApp, query: &str) -> (Vec<usize>, Vec<Value>) {
 #[tokio::test]
 async fn orders_come_a_page_at_a_time_and_one_users_without_reading_everyones() {
     let redis = RedisServer::start().await;
-    let app = TestApp::spawn_with(&redis, &["--admin-token", "adm", "--seckill-rate", "0"]).await;
-    app.http
-        .put(app.url("/seckill/pages"))
-        .bearer_auth("adm")
-        .json(&json!({"stock": 1_000, "per_user_limit": 1_000}))
-        .send()
-        .await
-        .unwrap();
+    let app = TestApp::spawn_sale(&redis, &["--seckill-rate", "0"]).await;
+    app.reset_sale("pages", 1_000, 1_000).await;
     for n in 0..250 {
-        let user = format!("u{}", n % 5);
-        let bought = app
-            .post_json("/seckill/pages/orders", &json!({"user_id": user}))
-            .await;
-        assert_eq!(bought.status(), StatusCode::CREATED);
+        app.bought("pages", &format!("u{}", n % 5), 1, None).await;
     }
     let (sizes, all) = every_page(&app, "limit=100").await;
     assert_eq!(sizes, [100, 100, 50]);

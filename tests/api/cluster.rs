@@ -149,25 +149,10 @@ async fn a_stopped_master_takes_only_its_own_slots_and_comes_back() {
 #[tokio::test]
 async fn a_reset_missed_while_the_subscription_was_down_clears_the_sold_out_flag() {
     let redis = RedisServer::cluster(3).await;
-    let flags = ["--admin-token", "adm", "--seckill-rate", "0"];
-    let app = TestApp::spawn_with(&redis, &flags).await;
-    let reset = app
-        .http
-        .put(app.url("/seckill/flag"))
-        .bearer_auth("adm")
-        .json(&json!({"stock": 1, "per_user_limit": 1}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reset.status(), StatusCode::OK);
-    let buy = |user: &'static str| {
-        app.http
-            .post(app.url("/seckill/flag/orders"))
-            .json(&json!({"user_id": user}))
-            .send()
-    };
-    assert_eq!(buy("a").await.unwrap().status(), StatusCode::CREATED);
-    assert_problem(buy("b").await.unwrap(), 409, "sold-out").await;
+    let app = TestApp::spawn_sale(&redis, &["--seckill-rate", "0"]).await;
+    app.reset_sale("flag", 1, 1).await;
+    app.bought("flag", "a", 1, None).await;
+    assert_problem(app.buy("flag", "b", 1, None).await, 409, "sold-out").await;
 
     // Restocked by a reset whose message this instance never hears.
     let sale = "lockgate:sale:{flag}";
@@ -184,7 +169,7 @@ async fn a_reset_missed_while_the_subscription_was_down_clears_the_sold_out_flag
         .invoke_async(&mut redis.connection().await)
         .await
         .unwrap();
-    assert_problem(buy("c").await.unwrap(), 409, "sold-out").await;
+    assert_problem(app.buy("flag", "c", 1, None).await, 409, "sold-out").await;
     // The instance's subscriptions drop, and are renewed.
     for index in 0..3 {
         let _: redis::RedisResult<u64> = redis::cmd("CLIENT")
@@ -196,7 +181,7 @@ async fn a_reset_missed_while_the_subscription_was_down_clears_the_sold_out_flag
     }
 
     let sells = eventually(Duration::from_secs(10), || async {
-        buy("c").await.unwrap().status() == StatusCode::CREATED
+        app.buy("flag", "c", 1, None).await.status() == StatusCode::CREATED
     })
     .await;
     assert!(

@@ -139,26 +139,13 @@ async fn a_sale_crashed_mid_load_comes_back_from_the_aof_with_every_invariant() 
     const CAP: u64 = 3;
     let mut redis = RedisServer::start_with_aof().await;
     let app = Arc::new(
-        TestApp::spawn_with(
+        TestApp::spawn_sale(
             &redis,
-            &[
-                "--admin-token",
-                "adm",
-                "--seckill-rate",
-                "0",
-                "--redis-timeout-ms",
-                "500",
-            ],
+            &["--seckill-rate", "0", "--redis-timeout-ms", "500"],
         )
         .await,
     );
-    app.http
-        .put(app.url("/seckill/crash"))
-        .bearer_auth("adm")
-        .json(&json!({"stock": STOCK, "per_user_limit": CAP}))
-        .send()
-        .await
-        .unwrap();
+    app.reset_sale("crash", STOCK, CAP).await;
     let confirmed: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let sold_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let clients: Vec<_> = (0..16)

@@ -37,7 +37,7 @@ fn moved(before: &HashMap<String, f64>, after: &HashMap<String, f64>, series: &s
 #[tokio::test]
 async fn metrics_count_what_a_workload_did() {
     let mut redis = RedisServer::start().await;
-    let app = TestApp::spawn_with(&redis, &["--admin-token", "adm"]).await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
     let before = scrape(&app).await;
 
     // Locks: 2 new grants, a re-entry, a conflict, a wait that ends in a
@@ -58,16 +58,9 @@ async fn metrics_count_what_a_workload_did() {
         StatusCode::NOT_FOUND
     );
     // A sale: one order, one sold out.
-    app.http
-        .put(app.url("/seckill/m-sale"))
-        .bearer_auth("adm")
-        .json(&json!({"stock": 1, "per_user_limit": 1}))
-        .send()
-        .await
-        .unwrap();
+    app.reset_sale("m-sale", 1, 1).await;
     for user in ["u1", "u2"] {
-        app.post_json("/seckill/m-sale/orders", &json!({"user_id": user}))
-            .await;
+        app.buy("m-sale", user, 1, None).await;
     }
     app.get("/no/such/route").await;
     // A waiter shows in the gauge while it waits.

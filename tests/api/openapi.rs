@@ -23,6 +23,76 @@ fn the_checked_in_openapi_document_matches_the_code() {
     );
 }
 
+/// Every pattern and bound in the document is the one its parser applies.
+#[test]
+fn the_documents_patterns_and_bounds_are_the_parsers() {
+    use lockgate::{locks, seckill};
+    let document: Value = serde_json::from_str(lockgate::http::openapi_json()).unwrap();
+    let schemas = &document["components"]["schemas"];
+    let patterns = [
+        (&schemas["LockKeyText"], locks::key_pattern()),
+        (
+            &schemas["AcquireBody"]["properties"]["key"],
+            locks::key_pattern(),
+        ),
+        (&schemas["TokenText"], locks::Token::PATTERN.to_owned()),
+        (&schemas["NameText"], seckill::name_pattern()),
+        (
+            &schemas["OrderBody"]["properties"]["user_id"],
+            seckill::name_pattern(),
+        ),
+        (
+            &schemas["IdempotencyKeyText"],
+            seckill::idempotency_key_pattern(),
+        ),
+    ];
+    for (schema, pattern) in patterns {
+        assert_eq!(schema["pattern"], pattern, "{schema}");
+    }
+    let acquire = &schemas["AcquireBody"]["properties"];
+    let orders = document["paths"]["/seckill/{sku}/orders"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|parameter| parameter["name"] == "limit")
+        .unwrap()["schema"]
+        .clone();
+    let ranges = [
+        (
+            &acquire["ttl_ms"],
+            locks::MIN_TTL_MS,
+            locks::DEFAULT_MAX_TTL_MS,
+        ),
+        (&acquire["wait_ms"], 0, locks::DEFAULT_MAX_WAIT_MS),
+        (&acquire["limit"], 1, locks::MAX_LIMIT),
+        (
+            &schemas["ExtendBody"]["properties"]["ttl_ms"],
+            locks::MIN_TTL_MS,
+            locks::DEFAULT_MAX_TTL_MS,
+        ),
+        (
+            &schemas["SaleBody"]["properties"]["stock"],
+            0,
+            seckill::MAX_STOCK,
+        ),
+        (
+            &schemas["SaleBody"]["properties"]["per_user_limit"],
+            1,
+            seckill::MAX_STOCK,
+        ),
+        (
+            &schemas["OrderBody"]["properties"]["quantity"],
+            1,
+            seckill::MAX_QUANTITY,
+        ),
+        (&orders, 1, seckill::MAX_PAGE as u64),
+    ];
+    for (schema, minimum, maximum) in ranges {
+        assert_eq!(schema["minimum"], minimum, "{schema}");
+        assert_eq!(schema["maximum"], maximum, "{schema}");
+    }
+}
+
 #[test]
 fn the_document_is_openapi_3_1_and_documents_every_lock_route() {
     let document: Value = serde_json::from_str(lockgate::http::openapi_json()).unwrap();

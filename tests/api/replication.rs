@@ -42,18 +42,6 @@ async fn primary_and_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
-async fn create_sale(app: &TestApp) {
-    let created = app
-        .http
-        .put(app.url("/seckill/rep"))
-        .bearer_auth("adm")
-        .json(&json!({"stock": 5, "per_user_limit": 5}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), StatusCode::OK);
-}
-
 /// A gateway whose writes one replica must confirm within `timeout_ms`.
 async fn confirming_gateway(primary: &RedisServer, timeout_ms: &str) -> TestApp {
     let flags = [
@@ -61,10 +49,8 @@ async fn confirming_gateway(primary: &RedisServer, timeout_ms: &str) -> TestApp 
         "1",
         "--redis-wait-timeout-ms",
         timeout_ms,
-        "--admin-token",
-        "adm",
     ];
-    TestApp::spawn_with(primary, &flags).await
+    TestApp::spawn_sale(primary, &flags).await
 }
 
 #[tokio::test]
@@ -81,7 +67,7 @@ async fn with_its_replica_up_every_write_is_confirmed_and_answered() {
         .acquire(json!({"key": "confirmed", "token": grant.token}))
         .await;
     assert_eq!(reentered.status(), StatusCode::OK);
-    create_sale(&app).await;
+    app.reset_sale("rep", 5, 5).await;
     let bought = app
         .post_json("/seckill/rep/orders", &json!({"user_id": "u"}))
         .await;
@@ -93,7 +79,7 @@ async fn with_its_replica_frozen_a_grant_is_undone_and_answered_503() {
     let (primary, replica) = primary_and_replica().await;
     let app = confirming_gateway(&primary, "200").await;
     let held = app.take("held", 30_000).await;
-    create_sale(&app).await;
+    app.reset_sale("rep", 5, 5).await;
 
     send_signal(replica.node(0).pid(), "-STOP");
 

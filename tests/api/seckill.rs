@@ -5,61 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use reqwest::{Method, Response, StatusCode};
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::helpers::{Case, RedisServer, TestApp, assert_problem, case, command_calls, eventually};
-
-const ADMIN: &str = "admin-s3cret";
-
-impl TestApp {
-    /// A gateway with the admin token and the given extra flags.
-    async fn spawn_sale(redis: &RedisServer, flags: &[&str]) -> Self {
-        let mut all = vec!["--admin-token", ADMIN];
-        all.extend_from_slice(flags);
-        Self::spawn_with(redis, &all).await
-    }
-
-    async fn reset_sale(&self, sku: &str, stock: u64, per_user_limit: u64) -> Value {
-        let response = self
-            .http
-            .put(self.url(&format!("/seckill/{sku}")))
-            .bearer_auth(ADMIN)
-            .json(&json!({"stock": stock, "per_user_limit": per_user_limit}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        response.json().await.unwrap()
-    }
-
-    async fn buy(&self, sku: &str, user: &str, quantity: u64, key: Option<&str>) -> Response {
-        let mut request = self
-            .http
-            .post(self.url(&format!("/seckill/{sku}/orders")))
-            .json(&json!({"user_id": user, "quantity": quantity}));
-        if let Some(key) = key {
-            request = request.header("Idempotency-Key", key);
-        }
-        request.send().await.unwrap()
-    }
-
-    /// [`buy`](Self::buy) that must create an order; the order.
-    async fn bought(&self, sku: &str, user: &str, quantity: u64, key: Option<&str>) -> Value {
-        let response = self.buy(sku, user, quantity, key).await;
-        assert_eq!(response.status(), StatusCode::CREATED);
-        response.json().await.unwrap()
-    }
-
-    async fn sale(&self, sku: &str) -> Value {
-        self.get(&format!("/seckill/{sku}"))
-            .await
-            .json()
-            .await
-            .unwrap()
-    }
-}
+use crate::helpers::{
+    ADMIN, Case, RedisServer, TestApp, assert_problem, case, command_calls, eventually,
+};
 
 /// Three instances on one Redis, with rate limits out of the way.
 async fn three_instances(redis: &RedisServer) -> Vec<Arc<TestApp>> {

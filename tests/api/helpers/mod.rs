@@ -1,4 +1,4 @@
-//! Test harness: a real `redis-server` per test on a free port (`redis_server`), the gateway served in-process (`app`) or as the real binary (`process`), and the checks the tests share.
+//! Test harness: a real `redis-server` per test on a free port (`redis_server`), the gateway served in-process (`app`, with the sale's helpers in `sale`) or as the real binary (`process`), and the checks the tests share.
 
 mod app;
 mod cases;
@@ -6,6 +6,7 @@ mod events;
 mod nginx;
 mod process;
 mod redis_server;
+mod sale;
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -20,6 +21,7 @@ pub use events::{Event, EventStream};
 pub use nginx::{Nginx, NginxSettings};
 pub use process::GatewayProcess;
 pub use redis_server::{RedisServer, command_calls};
+pub use sale::ADMIN;
 
 /// Sends `signal` (such as `-TERM`) to a process.
 pub fn send_signal(pid: u32, signal: &str) {
