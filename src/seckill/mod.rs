@@ -8,13 +8,15 @@
 //! script alone makes overselling impossible; the lock keeps one user's
 //! concurrent requests from racing each other for the rate limit and cap.
 //!
-//! The parts beside the sale and its purchase path here: [`rate`]
+//! The parts beside the sale and its purchase path here: [`purchase`] (a
+//! purchase's outcome and answer), [`rate`]
 //! (admission by the rate limits), [`orders`] (the recorded orders, a page
 //! at a time), [`sold_out`] (the per-instance flags), [`inputs`] (typed
 //! inputs).
 
 mod inputs;
 mod orders;
+mod purchase;
 mod rate;
 mod sold_out;
 
@@ -32,6 +34,8 @@ pub use inputs::{
     Sku, UserId, idempotency_key_pattern, name_pattern,
 };
 pub use orders::OrderPage;
+use purchase::outcome;
+pub use purchase::{Order, Purchase, PurchaseAnswer};
 use rate::RateLimits;
 pub use rate::{RateDecision, RatePolicy};
 use sold_out::SoldOutFlags;
@@ -63,24 +67,6 @@ pub struct SaleSettings {
     pub user_lock: bool,
     /// How long a purchase waits for its user's lock.
     pub lock_wait: Duration,
-}
-
-/// A recorded order, as a purchase answers it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Order {
-    pub order_id: String,
-    pub sku: Sku,
-    pub user: UserId,
-    pub quantity: u64,
-    pub stock_left: u64,
-}
-
-/// A purchase that went through, now or earlier.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Purchase {
-    Created(Order),
-    /// The same Idempotency-Key and body again: the original order.
-    Replayed(Order),
 }
 
 /// The sale's own answers when a purchase (or a read) cannot go through.
@@ -116,38 +102,6 @@ pub enum SaleError {
 impl From<BackendError> for SaleError {
     fn from(err: BackendError) -> Self {
         Self::Lock(err.into())
-    }
-}
-
-/// A purchase's outcome, and the rate-limit answer to send with it.
-#[derive(Debug)]
-pub struct PurchaseAnswer {
-    pub result: Result<Purchase, SaleError>,
-    pub rate: Option<RateDecision>,
-}
-
-impl PurchaseAnswer {
-    fn refused(err: SaleError, rate: Option<RateDecision>) -> Self {
-        Self {
-            result: Err(err),
-            rate,
-        }
-    }
-
-    /// The rate check's outcome: go on with the decision to report with
-    /// the purchase, or stop with the answer when it refuses (or cannot be
-    /// made).
-    fn admitted(
-        admitted: Result<Option<RateDecision>, SaleError>,
-    ) -> ControlFlow<Self, Option<RateDecision>> {
-        match admitted {
-            Err(err) => ControlFlow::Break(Self::refused(err, None)),
-            Ok(Some(decision)) if !decision.allowed => ControlFlow::Break(Self::refused(
-                Refusal::RateLimited(decision).into(),
-                Some(decision),
-            )),
-            Ok(rate) => ControlFlow::Continue(rate),
-        }
     }
 }
 
@@ -445,21 +399,5 @@ fn sale_lock_request(key: LockKey, wait: WaitTime) -> AcquireRequest {
         token: None,
         // The purchase such a lock guards is confirmed itself.
         confirmed: false,
-    }
-}
-
-/// A purchase's outcome as `lockgate_seckill_outcomes_total` labels it.
-fn outcome(result: &Result<Purchase, SaleError>) -> &'static str {
-    match result {
-        Ok(Purchase::Created(_)) => "created",
-        Ok(Purchase::Replayed(_)) => "replayed",
-        Err(SaleError::Refused(Refusal::SoldOut { .. })) => "sold_out",
-        Err(SaleError::Refused(Refusal::LimitExceeded { .. })) => "limit_exceeded",
-        Err(SaleError::Refused(Refusal::KeyReused)) => "idempotency_key_reused",
-        Err(SaleError::Refused(Refusal::RateLimited(_))) => "rate_limited",
-        Err(SaleError::Refused(Refusal::NotFound { .. })) => "sale_not_found",
-        Err(SaleError::Refused(Refusal::NotReplicated { .. })) => "not_replicated",
-        Err(SaleError::Lock(LockError::Held { .. })) => "lock_held",
-        Err(SaleError::Lock(_)) => "error",
     }
 }

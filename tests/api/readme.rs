@@ -86,3 +86,44 @@ fn the_contents_line_links_every_section_in_order() {
         );
     }
 }
+
+/// Every relative link of the README and of the pages under `docs/` names a
+/// file of the repository (and the README links every page of `docs/`).
+#[test]
+fn the_readme_and_the_docs_link_only_to_files_that_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![(root.join("README.md"), README.to_owned())];
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".md"))
+        .collect();
+    docs.sort();
+    for name in &docs {
+        let path = root.join("docs").join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        pages.push((path, text));
+        assert!(
+            README.contains(&format!("](docs/{name})")),
+            "the README does not link docs/{name}"
+        );
+    }
+    for (page, text) in &pages {
+        for target in text
+            .split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+        {
+            if target.starts_with("http") || target.starts_with('#') {
+                continue;
+            }
+            let file = target.split('#').next().unwrap();
+            let resolved = page.parent().unwrap().join(file);
+            assert!(
+                resolved.exists(),
+                "{} links {target}, which does not exist",
+                page.display()
+            );
+        }
+    }
+}

@@ -5,14 +5,15 @@
 //! channel, subscribed (`SSUBSCRIBE`) on the node that owns its slot; one
 //! without (the sale resets) is a plain channel, which every node relays.
 
-use std::collections::{HashMap, HashSet};
+mod cluster;
+
+use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster::ClusterClientBuilder;
-use redis::{ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{mpsc, oneshot};
 
 use super::timed_out;
@@ -35,7 +36,7 @@ pub trait Listener: Send + Sync + 'static {
 
 /// Every listener of one instance.
 #[derive(Default)]
-struct Listeners(RwLock<Vec<Arc<dyn Listener>>>);
+pub(super) struct Listeners(RwLock<Vec<Arc<dyn Listener>>>);
 
 impl Listeners {
     /// Runs `visit` on every listener, under the read lock: messages arrive
@@ -52,7 +53,7 @@ impl Listeners {
 /// channel is subscribed in Redis while its count is above zero, so one
 /// part of the gateway leaving a channel does not take it from another.
 #[derive(Default)]
-struct Subscriptions(HashMap<String, usize>);
+pub(super) struct Subscriptions(HashMap<String, usize>);
 
 impl Subscriptions {
     /// Counts one more subscription; true if the channel is new.
@@ -86,7 +87,7 @@ impl Subscriptions {
     }
 }
 
-enum Request {
+pub(super) enum Request {
     Subscribe {
         channel: String,
         confirmed: oneshot::Sender<()>,
@@ -109,10 +110,8 @@ pub struct Subscriber {
 /// How often an idle subscription is checked with PING, so a connection that
 /// died silently (no RST) is noticed and replaced.
 const HEALTH_CHECK: Duration = Duration::from_secs(5);
-const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
-/// How often a cluster subscription that could not be made is tried again.
-const SUBSCRIBE_RETRY: Duration = Duration::from_millis(200);
-const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(super) const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+pub(super) const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 impl Subscriber {
     /// Starts the task; it runs until [`Subscriber::stop`] or until every
@@ -131,7 +130,7 @@ impl Subscriber {
     pub fn start_cluster(client: ClusterClientBuilder, timeout: Duration) -> Self {
         let (requests, inbox) = mpsc::unbounded_channel();
         let listeners = Arc::new(Listeners::default());
-        tokio::spawn(run_cluster(client, timeout, listeners.clone(), inbox));
+        tokio::spawn(cluster::run(client, timeout, listeners.clone(), inbox));
         Self {
             requests,
             listeners,
@@ -211,7 +210,7 @@ async fn run(
 /// Sleeps before the next connection attempt, still counting requests: the
 /// resubscribe after reconnecting covers every subscribe asked for meanwhile
 /// (its confirmation is dropped, so the waiter does not wait for it).
-async fn pause_while_disconnected(
+pub(super) async fn pause_while_disconnected(
     pause: Duration,
     wanted: &mut Subscriptions,
     inbox: &mut mpsc::UnboundedReceiver<Request>,
@@ -252,7 +251,7 @@ async fn connect(
 }
 
 #[derive(PartialEq, Eq)]
-enum Ended {
+pub(super) enum Ended {
     ConnectionLost,
     Stopped,
 }
@@ -308,152 +307,5 @@ async fn serve(
                 }
             }
         }
-    }
-}
-
-/// The cluster task: one cluster connection speaking RESP3, whose pushes
-/// (messages, and the confirmations of subscriptions the client renews by
-/// itself after a node's connection drops) arrive on `pushes`.
-async fn run_cluster(
-    client: ClusterClientBuilder,
-    timeout: Duration,
-    listeners: Arc<Listeners>,
-    mut inbox: mpsc::UnboundedReceiver<Request>,
-) {
-    let (push_sender, mut pushes) = mpsc::unbounded_channel();
-    let client = match client
-        .use_protocol(ProtocolVersion::RESP3)
-        .push_sender(push_sender)
-        .build()
-    {
-        Ok(client) => client,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot build the cluster pub/sub client");
-            return;
-        }
-    };
-    let mut wanted = Subscriptions::default();
-    let mut backoff = RECONNECT_BACKOFF_MIN;
-    let mut connection = loop {
-        match tokio::time::timeout(timeout, client.get_async_connection()).await {
-            Ok(Ok(connection)) => break connection,
-            Ok(Err(err)) => {
-                tracing::warn!(error = %err, "cannot open the cluster pub/sub connection; retrying")
-            }
-            Err(_) => tracing::warn!("opening the cluster pub/sub connection timed out; retrying"),
-        }
-        if pause_while_disconnected(backoff, &mut wanted, &mut inbox).await == Ended::Stopped {
-            return;
-        }
-        backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
-    };
-    // Channels wanted but not subscribed: a subscription that failed, or
-    // one the server dropped (a slot moved); tried again until it stands.
-    let mut unsubscribed: HashSet<String> = wanted.channels().into_iter().collect();
-    let mut retry = tokio::time::interval(SUBSCRIBE_RETRY);
-    loop {
-        tokio::select! {
-            push = pushes.recv() => match push {
-                Some(push) => {
-                    if let Some(channel) = dropped_by_server(&push)
-                        && wanted.contains(&channel)
-                    {
-                        // The server's SUNSUBSCRIBE after a slot moved: the
-                        // new owner must be asked, or the waiters hear nothing.
-                        unsubscribed.insert(channel);
-                        retry.reset_immediately();
-                    }
-                    deliver(&listeners, push);
-                }
-                None => return,
-            },
-            request = inbox.recv() => match request {
-                Some(Request::Subscribe { channel, confirmed }) => {
-                    if wanted.add(&channel) && !subscribe_in_cluster(&mut connection, &channel, timeout).await {
-                        // `confirmed` is dropped: the waiter does not wait
-                        // for it; when the retry makes the subscription, the
-                        // confirmation push tells the listeners.
-                        unsubscribed.insert(channel);
-                        continue;
-                    }
-                    let _ = confirmed.send(());
-                }
-                Some(Request::Unsubscribe { channel }) => {
-                    if wanted.remove(&channel) && !unsubscribed.remove(&channel) {
-                        let _ = if is_sharded(&channel) {
-                            tokio::time::timeout(timeout, connection.sunsubscribe(&channel)).await
-                        } else {
-                            tokio::time::timeout(timeout, connection.unsubscribe(&channel)).await
-                        };
-                    }
-                }
-                Some(Request::Stop) | None => return,
-            },
-            _ = retry.tick(), if !unsubscribed.is_empty() => {
-                for channel in unsubscribed.clone() {
-                    if subscribe_in_cluster(&mut connection, &channel, timeout).await {
-                        unsubscribed.remove(&channel);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The channel of a server's own unsubscribe push, as a slot migration
-/// sends to every client subscribed to a sharded channel of the slot.
-fn dropped_by_server(push: &PushInfo) -> Option<String> {
-    match (&push.kind, push.data.first()) {
-        (
-            PushKind::SUnsubscribe | PushKind::Unsubscribe,
-            Some(redis::Value::BulkString(channel)),
-        ) => Some(String::from_utf8_lossy(channel).into_owned()),
-        _ => None,
-    }
-}
-
-/// Subscribes `channel` on the cluster: sharded on its slot's node when it
-/// has a hash tag, else a plain subscription. False if it could not be made.
-async fn subscribe_in_cluster(
-    connection: &mut redis::cluster_async::ClusterConnection,
-    channel: &str,
-    timeout: Duration,
-) -> bool {
-    let done = if is_sharded(channel) {
-        tokio::time::timeout(timeout, connection.ssubscribe(channel)).await
-    } else {
-        tokio::time::timeout(timeout, connection.subscribe(channel)).await
-    };
-    let subscribed = matches!(done, Ok(Ok(())));
-    if !subscribed {
-        tracing::warn!(%channel, "cannot subscribe in the cluster");
-    }
-    subscribed
-}
-
-/// A channel named with a hash tag belongs to one key's slot.
-fn is_sharded(channel: &str) -> bool {
-    channel.contains('{')
-}
-
-fn deliver(listeners: &Listeners, push: PushInfo) {
-    let text = |index: usize| match push.data.get(index) {
-        Some(redis::Value::BulkString(bytes)) => Some(bytes.as_slice()),
-        _ => None,
-    };
-    match push.kind {
-        PushKind::Message | PushKind::SMessage => {
-            if let (Some(channel), Some(payload)) = (text(0), text(1)) {
-                let channel = String::from_utf8_lossy(channel);
-                listeners.each(|listener| listener.message(&channel, payload));
-            }
-        }
-        PushKind::Subscribe | PushKind::SSubscribe => {
-            if let Some(channel) = text(0) {
-                let channel = String::from_utf8_lossy(channel);
-                listeners.each(|listener| listener.resubscribed(&channel));
-            }
-        }
-        _ => {}
     }
 }
