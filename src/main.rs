@@ -35,7 +35,12 @@ async fn main() -> ExitCode {
             // One line naming the setting and what is wrong with it.
             let rendered = err.render().to_string();
             eprintln!("{}", rendered.lines().next().unwrap_or("invalid arguments"));
-            return ExitCode::from(2);
+            // `lockgate run` passes its command's status on, and a command
+            // may exit 2: its own usage errors say so with EX_USAGE instead.
+            let run = std::env::args()
+                .nth(1)
+                .is_some_and(|command| command == "run");
+            return ExitCode::from(if run { lockgate::run::EXIT_USAGE } else { 2 });
         }
     };
     match cli.command {

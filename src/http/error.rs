@@ -84,6 +84,12 @@ pub enum ApiError {
     /// 422 `invalid-token`.
     #[error("{0}")]
     InvalidToken(#[from] InvalidToken),
+    /// 422 `invalid-token`: the request names two different tokens.
+    #[error(
+        "the request names two different tokens (the Lock-Token header, and the query or the \
+         body): send one"
+    )]
+    ConflictingTokens,
     /// 409 `lock-held`, 409 `not-owner`, 404 `lock-not-found`, 409
     /// `limit-mismatch`, 409 `mode-conflict`, 503 `too-many-waiters`, 503
     /// `shutting-down`, 503 `backend-unavailable`.
@@ -111,6 +117,9 @@ pub enum ApiError {
     /// 431 `headers-too-large`.
     #[error("the request's headers are larger than {0} bytes")]
     HeadersTooLarge(usize),
+    /// 431 `headers-too-large`: more header lines than the gateway takes.
+    #[error("the request has more than {0} header lines")]
+    TooManyHeaders(usize),
     /// 503 `request-timeout`.
     #[error("the request took longer than the gateway's request timeout")]
     RequestTimeout,
@@ -141,7 +150,7 @@ impl ApiError {
             Self::InvalidKey(_) => ProblemType::InvalidKey,
             Self::InvalidField { .. } | Self::OutOfRange { .. } => ProblemType::InvalidField,
             Self::MissingToken => ProblemType::MissingToken,
-            Self::InvalidToken(_) => ProblemType::InvalidToken,
+            Self::InvalidToken(_) | Self::ConflictingTokens => ProblemType::InvalidToken,
             Self::Lock(LockError::Held { .. }) => ProblemType::LockHeld,
             Self::Lock(LockError::NotOwner { .. }) => ProblemType::NotOwner,
             Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
@@ -165,7 +174,7 @@ impl ApiError {
             Self::Sale(Refusal::KeyReused) => ProblemType::IdempotencyKeyReused,
             Self::Sale(Refusal::RateLimited(_)) => ProblemType::RateLimited,
             Self::Sale(Refusal::NotReplicated { .. }) => ProblemType::NotReplicated,
-            Self::HeadersTooLarge(_) => ProblemType::HeadersTooLarge,
+            Self::HeadersTooLarge(_) | Self::TooManyHeaders(_) => ProblemType::HeadersTooLarge,
             Self::RequestTimeout => ProblemType::RequestTimeout,
             Self::Unauthorized => ProblemType::Unauthorized,
             Self::Forbidden | Self::WrongBuyer => ProblemType::Forbidden,

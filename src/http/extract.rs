@@ -6,8 +6,9 @@ use std::sync::Arc;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, FromRef, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::{Json, RequestPartsExt};
+use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Number;
@@ -21,8 +22,9 @@ pub const LOCK_TOKEN: &str = "lock-token";
 /// The header that names one purchase attempt.
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-/// A JSON body; bad JSON, a wrong content type or an oversized body become
-/// 400 / 415 / 413 problems.
+/// A JSON object body; anything but an object (serde would take an array
+/// for a struct, and name the struct when it refuses a string), bad JSON, a
+/// wrong content type or an oversized body become 400 / 415 / 413 problems.
 pub struct JsonBody<T>(pub T);
 
 impl<S, T> FromRequest<S> for JsonBody<T>
@@ -33,9 +35,42 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let Json(value) = Json::<T>::from_request(request, state).await?;
+        if !json_content_type(request.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes =
+            Bytes::from_request(request, state)
+                .await
+                .map_err(|rejection| match rejection.status() {
+                    StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge,
+                    _ => ApiError::MalformedBody(rejection.body_text()),
+                })?;
+        let first = bytes.iter().find(|byte| !byte.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(ApiError::MalformedBody(
+                "the body must be a JSON object".into(),
+            ));
+        }
+        let Json(value) = Json::<T>::from_bytes(&bytes)?;
         Ok(Self(value))
     }
+}
+
+/// Whether the request says its body is JSON (`application/json`, or a
+/// `+json` type), as axum's own `Json` requires.
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json") || subtype.to_ascii_lowercase().ends_with("+json"))
 }
 
 impl From<JsonRejection> for ApiError {
@@ -78,13 +113,21 @@ impl<S: Send + Sync> FromRequestParts<S> for OwnerToken {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        if let Some(token) = token_header(&parts.headers)? {
-            return Ok(Self(token));
-        }
         // A query that does not decode (a repeated `token`, say) is no token.
         let query = Query::<TokenQuery>::try_from_uri(&parts.uri).map_err(|_| InvalidToken)?;
-        let text = query.0.token.ok_or(ApiError::MissingToken)?;
-        Ok(Self(Token::parse(&text)?))
+        let from_query = query.0.token.as_deref().map(Token::parse).transpose()?;
+        one_token(from_query, token_header(&parts.headers)?).map(Self)
+    }
+}
+
+/// The token a request names in one of two places (the body or the query,
+/// and the `Lock-Token` header). Two different ones are refused rather
+/// than one of them silently used.
+pub fn one_token(first: Option<Token>, header: Option<Token>) -> Result<Token, ApiError> {
+    match (first, header) {
+        (Some(first), Some(header)) if first != header => Err(ApiError::ConflictingTokens),
+        (Some(token), _) | (None, Some(token)) => Ok(token),
+        (None, None) => Err(ApiError::MissingToken),
     }
 }
 

@@ -17,14 +17,16 @@ use utoipa::ToSchema;
 
 use super::auth::ApiKeyAccess;
 use super::error::ApiError;
-use super::extract::{JsonBody, KeyPath, OwnerToken, token_header, whole_number, whole_number_or};
+use super::extract::{
+    JsonBody, KeyPath, OwnerToken, one_token, token_header, whole_number, whole_number_or,
+};
 use super::grant::LockGrant;
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockModeText, TokenText};
 use super::stream::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
-    AcquireRequest, Handover, Inspection, InvalidKind, LockKey, LockKind, LockLimits, Locks,
-    Released, Streams, Token, Ttl, WaitTime, lock_kind,
+    AcquireRequest, EXAMPLE_TOKEN, Handover, Inspection, InvalidKind, LockKey, LockKind,
+    LockLimits, Locks, Released, Streams, Token, Ttl, WaitTime, lock_kind,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -233,7 +235,14 @@ pub async fn acquire(
         wait: wait(body.wait_ms.as_ref(), limits)?,
         token: body
             .token
-            .map(|text| Token::parse(&text).map_err(|err| ApiError::invalid_field("token", err)))
+            .map(|text| {
+                Token::parse(&text).map_err(|_| {
+                    ApiError::invalid_field(
+                        "token",
+                        format!("must be the token of a grant: a UUID such as {EXAMPLE_TOKEN}"),
+                    )
+                })
+            })
             .transpose()?,
         confirmed: true,
     };
@@ -357,10 +366,8 @@ pub async fn extend(
     headers: HeaderMap,
     JsonBody(body): JsonBody<ExtendBody>,
 ) -> Result<Json<LeaseRenewal>, ApiError> {
-    let token = match body.token {
-        Some(text) => Token::parse(&text)?,
-        None => token_header(&headers)?.ok_or(ApiError::MissingToken)?,
-    };
+    let from_body = body.token.as_deref().map(Token::parse).transpose()?;
+    let token = one_token(from_body, token_header(&headers)?)?;
     let ttl = ttl(body.ttl_ms.as_ref(), limits)?;
     let state = locks.extend(&key, &token, ttl).await?;
     Ok(Json(LeaseRenewal {

@@ -82,7 +82,7 @@ problem_catalogue! {
         slug: "invalid-token",
         title: "Invalid lock token",
         status: UNPROCESSABLE_ENTITY,
-        about: "A lock token is the UUID text returned when the lock was taken.",
+        about: "A lock token is the UUID text returned when the lock was taken. A request names one token: the Lock-Token header and ?token= (or the body's `token`) may not name two different ones.",
     },
     LockHeld {
         slug: "lock-held",

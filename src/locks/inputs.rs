@@ -95,8 +95,11 @@ pub struct Token(Uuid);
 
 /// A string that is not a token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a lock token is a UUID such as 0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b")]
+#[error("a lock token is a UUID such as {EXAMPLE_TOKEN}")]
 pub struct InvalidToken;
+
+/// What a token looks like, for the answers that refuse one.
+pub const EXAMPLE_TOKEN: &str = "0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b";
 
 impl Token {
     /// The text [`Token::parse`] takes (a hyphenated UUID), as a regular

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use acquire::{AcquireTerms, Acquisition, NoGrant};
 pub use handover::Handover;
 pub use inputs::{
-    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, InvalidKey, InvalidKind, InvalidToken, LockKey,
-    LockLimits, MAX_KEY_LEN, MAX_LIMIT, MIN_TTL_MS, OutOfRange, Token, Ttl, WaitTime, key_pattern,
-    lock_kind,
+    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, EXAMPLE_TOKEN, InvalidKey, InvalidKind, InvalidToken,
+    LockKey, LockLimits, MAX_KEY_LEN, MAX_LIMIT, MIN_TTL_MS, OutOfRange, Token, Ttl, WaitTime,
+    key_pattern, lock_kind,
 };
 pub use streams::{LostReason, StreamEnd, StreamEvent, StreamedLock, Streams};
 pub use waiting::{WaitRefused, Waiting};

@@ -25,6 +25,9 @@ use tokio::time::Instant;
 use child::Group;
 use client::{GatewayClient, Grant, Holding, LockEvent, LockStream, Refused};
 
+/// The exit status when `lockgate run` is called wrongly (EX_USAGE): not 2,
+/// which the command it runs may exit with too.
+pub const EXIT_USAGE: u8 = 64;
 /// The exit status when the gateway cannot be reached or refuses (EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
 /// The exit status when the lock was lost while the command ran (EX_TEMPFAIL).
@@ -49,7 +52,8 @@ lock was lost while the command ran (its whole process group got SIGTERM,
 and SIGKILL --kill-after seconds later if anything was left); 69 when the
 gateway could not be reached or refused for another reason than a held
 lock (the command is not started); 126 or 127 when the command could not be
-started.
+started; 64 when `lockgate run` itself was called wrongly (a missing KEY
+or COMMAND, an option it does not know).
 
 Example: a cron job that must not run twice at once across machines, giving
 up if the previous run still holds the lock after a minute:

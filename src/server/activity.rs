@@ -15,12 +15,55 @@ use crate::sync::lock;
 /// What a connection is doing, as its watch sees it.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Phase {
-    /// Reading a request head: since when, and how many bytes so far.
-    Head { since: Instant, bytes: usize },
+    /// Reading a request head: since when, and what of it so far.
+    Head { since: Instant, head: Head },
     /// A request is being answered.
     Busy,
     /// Kept alive between requests, since when.
     Idle { since: Instant },
+}
+
+/// A request head as far as it has been read: its bytes, and its lines.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Head {
+    pub(super) bytes: usize,
+    /// Lines ended so far: the request line, then one per header.
+    lines: usize,
+    /// The current line has had nothing but `\r` yet.
+    line_empty: bool,
+    /// The blank line that ends the head has been read: what follows is
+    /// the body (or the next request), whose lines are not the head's.
+    complete: bool,
+    /// A header line began past the most headers allowed.
+    pub(super) too_many_headers: bool,
+}
+
+impl Head {
+    /// Counts `chunk`, read after what was counted before.
+    fn read(&mut self, chunk: &[u8], max_headers: usize) {
+        self.bytes += chunk.len();
+        for &byte in chunk {
+            if self.complete {
+                return;
+            }
+            match byte {
+                b'\n' if self.line_empty && self.lines > 0 => self.complete = true,
+                b'\n' => {
+                    self.lines += 1;
+                    self.line_empty = true;
+                }
+                b'\r' => {}
+                _ => {
+                    // The request line and `max_headers` headers have ended,
+                    // and yet another line begins.
+                    if self.line_empty && self.lines > max_headers {
+                        self.too_many_headers = true;
+                    }
+                    self.line_empty = false;
+                }
+            }
+        }
+    }
 }
 
 /// Why a connection's watch ended.
@@ -44,7 +87,7 @@ impl Activity {
         Self {
             phase: Mutex::new(Phase::Head {
                 since: Instant::now(),
-                bytes: 0,
+                head: Head::default(),
             }),
             changed: Notify::new(),
         }
@@ -59,31 +102,28 @@ impl Activity {
         self.changed.notify_one();
     }
 
-    /// `bytes` were read; returns the request head's size so far, if a
-    /// head is being read.
-    pub(super) fn read(&self, bytes: usize) -> Option<usize> {
+    /// `chunk` was read; returns the request head as far as it has been
+    /// read, if a head is being read (a request being answered reads its
+    /// body, which is not counted).
+    pub(super) fn read(&self, chunk: &[u8], max_headers: usize) -> Option<Head> {
         let mut phase = self.phase();
-        match *phase {
+        match &mut *phase {
             Phase::Busy => None,
-            Phase::Head {
-                since,
-                bytes: so_far,
-            } => {
-                *phase = Phase::Head {
-                    since,
-                    bytes: so_far + bytes,
-                };
-                Some(so_far + bytes)
+            Phase::Head { head, .. } => {
+                head.read(chunk, max_headers);
+                Some(*head)
             }
             // A new request's first bytes: its head's time starts now.
             Phase::Idle { .. } => {
+                let mut head = Head::default();
+                head.read(chunk, max_headers);
                 *phase = Phase::Head {
                     since: Instant::now(),
-                    bytes,
+                    head,
                 };
                 drop(phase);
                 self.changed.notify_one();
-                Some(bytes)
+                Some(head)
             }
         }
     }

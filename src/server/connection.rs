@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use super::socket::TooLarge;
 use axum::Router;
-use bytes::Bytes;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -20,7 +20,7 @@ pub(super) struct Accepted {
     pub(super) router: Router,
     pub(super) peer: SocketAddr,
     pub(super) limits: ConnectionLimits,
-    pub(super) too_large: Bytes,
+    pub(super) too_large: TooLarge,
 }
 
 /// hyper's side of one connection: the router served over the watched socket.

@@ -39,7 +39,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderValue;
-use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -101,7 +100,7 @@ pub async fn serve(
     instance_id: &str,
     shutdown: CancellationToken,
 ) {
-    let too_large = Bytes::from(socket::too_large_answer(limits.max_head_bytes, instance_id));
+    let too_large = socket::TooLarge::new(limits.max_head_bytes, instance_id);
     let connections = TaskTracker::new();
     loop {
         let accepted = tokio::select! {

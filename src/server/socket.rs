@@ -18,7 +18,8 @@ pub(super) struct WatchedIo {
     pub(super) stream: Arc<TcpStream>,
     pub(super) activity: Arc<Activity>,
     pub(super) max_head_bytes: usize,
-    pub(super) too_large: Bytes,
+    /// The `431` answers: to a head of too many bytes, and of too many lines.
+    pub(super) too_large: TooLarge,
     /// The head was too large and answered: what the client still sends is
     /// read and dropped (so it can finish sending and read the answer),
     /// until it closes or the header timeout closes the connection.
@@ -45,14 +46,16 @@ impl AsyncRead for WatchedIo {
                 Err(err) => return Poll::Ready(Err(err)),
             }
         }
-        let read = buf.filled().len() - before;
-        if read > 0
-            && let Some(head) = this.activity.read(read)
-            && head > this.max_head_bytes
-        {
+        let chunk = &buf.filled()[before..];
+        let refusal = match this.activity.read(chunk, MAX_HEADERS) {
+            Some(head) if head.bytes > this.max_head_bytes => Some(&this.too_large.bytes),
+            Some(head) if head.too_many_headers => Some(&this.too_large.lines),
+            _ => None,
+        };
+        if let Some(answer) = refusal {
             // Answered here, where the bytes are counted; the answer fits
             // the empty send buffer of a connection still reading a head.
-            let _ = this.stream.try_write(&this.too_large);
+            let _ = this.stream.try_write(answer);
             this.refused = true;
             buf.set_filled(before);
             return this.poll_discard(cx);
@@ -127,10 +130,29 @@ fn poll_write_with(
     }
 }
 
-/// The whole `431` answer to a request head over the limit, as bytes on the
+/// The most header lines a request may have: hyper's own limit, which it
+/// enforces with a bare `431`; counted here first, so the answer is the
+/// gateway's problem document as for too many bytes.
+const MAX_HEADERS: usize = 100;
+
+/// The whole `431` answers to a request head over a limit, as bytes on the
 /// wire: written by the connection's reader, not by a handler.
-pub(super) fn too_large_answer(max_head_bytes: usize, instance_id: &str) -> Vec<u8> {
-    let refusal = ApiError::HeadersTooLarge(max_head_bytes);
+#[derive(Clone)]
+pub(super) struct TooLarge {
+    bytes: Bytes,
+    lines: Bytes,
+}
+
+impl TooLarge {
+    pub(super) fn new(max_head_bytes: usize, instance_id: &str) -> Self {
+        Self {
+            bytes: answer(ApiError::HeadersTooLarge(max_head_bytes), instance_id),
+            lines: answer(ApiError::TooManyHeaders(MAX_HEADERS), instance_id),
+        }
+    }
+}
+
+fn answer(refusal: ApiError, instance_id: &str) -> Bytes {
     let status = refusal.problem_type().info().status;
     let body = refusal.problem_json();
     let mut answer = format!(
@@ -142,5 +164,5 @@ pub(super) fn too_large_answer(max_head_bytes: usize, instance_id: &str) -> Vec<
     )
     .into_bytes();
     answer.extend_from_slice(&body);
-    answer
+    Bytes::from(answer)
 }

@@ -3,7 +3,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{Case, RedisServer, TestApp, case};
+use crate::helpers::{ADMIN, Case, RedisServer, TestApp, assert_problem, case};
 
 fn acquire(what: &'static str, body: Value, status: u16, slug: &'static str) -> Case {
     case(what, Method::POST, "/locks", status, slug).json(body.to_string())
@@ -362,6 +362,105 @@ async fn a_405_lists_the_allowed_methods() {
     for method in ["GET", "DELETE"] {
         assert!(allow.contains(method), "Allow: {allow}");
     }
+}
+
+#[tokio::test]
+async fn only_a_json_object_is_a_body_and_no_refusal_names_an_internal_type() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+
+    // Six elements, one per field: serde would take it as the body's fields.
+    for body in [
+        json!(["six:fields", 1000, 0, null, null, null]),
+        json!(["orders", 1000]),
+        json!("orders"),
+        json!(42),
+        json!(null),
+    ] {
+        let problem = assert_problem(app.acquire(body.clone()).await, 400, "malformed-body").await;
+        let detail = problem["detail"].as_str().unwrap();
+        assert_eq!(detail, "the body must be a JSON object", "{body}");
+    }
+    assert_eq!(
+        app.get("/locks/six:fields").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let reset = app
+        .http
+        .put(app.url("/seckill/phone"))
+        .bearer_auth(ADMIN)
+        .json(&json!([10, 2]))
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_problem(reset, 400, "malformed-body").await;
+    assert!(
+        !problem["detail"].as_str().unwrap().contains("struct"),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_naming_two_different_tokens_is_refused_and_changes_nothing() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let held = app.take("two-tokens", 30_000).await;
+    let other = "0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b";
+
+    for (query, header) in [(held.token.as_str(), other), (other, held.token.as_str())] {
+        let response = app
+            .http
+            .delete(app.url(&format!("/locks/two-tokens?token={query}")))
+            .header("Lock-Token", header)
+            .send()
+            .await
+            .unwrap();
+        let problem = assert_problem(response, 422, "invalid-token").await;
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("two different tokens")
+        );
+    }
+    let extend = app
+        .http
+        .put(app.url("/locks/two-tokens/ttl"))
+        .header("Lock-Token", other)
+        .json(&json!({"token": held.token, "ttl_ms": 60_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(extend, 422, "invalid-token").await;
+    let lock: Value = app.get("/locks/two-tokens").await.json().await.unwrap();
+    assert!(lock["ttl_ms"].as_u64().unwrap() <= 30_000, "{lock}");
+
+    // The same token in both places is one token.
+    let released = app
+        .http
+        .delete(app.url(&format!("/locks/two-tokens?token={}", held.token)))
+        .header("Lock-Token", &held.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn a_reentry_token_that_is_no_token_is_refused_in_plain_words() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    let response = app
+        .acquire(json!({"key": "k", "token": "not-a-token"}))
+        .await;
+
+    let problem = assert_problem(response, 422, "invalid-field").await;
+    assert_eq!(problem["field"], "token");
+    assert_eq!(
+        problem["detail"],
+        "token must be the token of a grant: a UUID such as 0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b"
+    );
 }
 
 #[tokio::test]

@@ -143,6 +143,83 @@ async fn a_request_head_over_the_limit_is_answered_with_a_problem_whatever_its_s
     }
 }
 
+/// Sends a request with `headers` header lines (the `Host` among them) over
+/// a raw connection, written `chunk` bytes at a time; the answer's head and body.
+async fn with_headers(app: &TestApp, headers: usize, chunk: usize) -> (String, String) {
+    let mut head = String::from("GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    for n in 1..headers {
+        head.push_str(&format!("X-H{n}: {n}\r\n"));
+    }
+    head.push_str("Connection: close\r\n\r\n");
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    for part in head.as_bytes().chunks(chunk) {
+        stream.write_all(part).await.unwrap();
+        if chunk < head.len() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    // Read up to the end of the body its content-length announces: after a
+    // refusal the gateway keeps reading (and dropping) what a client sends,
+    // until the client closes.
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&answer).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let head = head.to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length: "))
+                .and_then(|value| value.trim().parse::<usize>().ok());
+            if length.is_some_and(|length| body.len() >= length) {
+                return (head, body.to_owned());
+            }
+        }
+        let read = stream.read(&mut buffer).await.unwrap();
+        assert!(
+            read > 0,
+            "the connection closed before a whole answer: {text}"
+        );
+        answer.extend_from_slice(&buffer[..read]);
+    }
+}
+
+#[tokio::test]
+async fn too_many_header_lines_get_the_same_problem_as_too_many_header_bytes() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    // `Connection` is one more: 99 + 1 is the most hyper (and so the gateway) takes.
+    let (head, _) = with_headers(&app, 99, usize::MAX).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    for (headers, chunk) in [
+        (100, usize::MAX),
+        (120, usize::MAX),
+        (120, 7),
+        (1_000, 4096),
+    ] {
+        let (head, body) = with_headers(&app, headers, chunk).await;
+        assert!(head.starts_with("http/1.1 431"), "{headers}: {head}");
+        assert!(
+            head.contains("content-type: application/problem+json"),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!(
+                "x-instance-id: {}",
+                app.instance_id.to_ascii_lowercase()
+            )),
+            "{head}"
+        );
+        let problem: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(problem["type"], "/problems/headers-too-large", "{body}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("header lines"),
+            "{body}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn made_up_methods_add_no_metric_series() {
     let redis = RedisServer::start().await;

@@ -155,6 +155,25 @@ async fn shared_runs_overlap_and_counted_ones_up_to_their_limit() {
 }
 
 #[tokio::test]
+async fn a_usage_error_exits_64_which_no_command_status_is_mistaken_for() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+
+    for args in [
+        &["job"][..],
+        &["--no-such-option", "job", "--", "true"],
+        &["--", "true"],
+    ] {
+        let (status, stderr) = finished(lockgate_run(&app, args)).await;
+        assert_eq!(status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+    }
+    // The command's own 2 is still the command's.
+    let (status, _) = finished(lockgate_run(&app, &["job", "--", "sh", "-c", "exit 2"])).await;
+    assert_eq!(status.code(), Some(2));
+}
+
+#[tokio::test]
 async fn a_held_lock_exits_with_the_conflict_code_and_runs_nothing() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn(&redis).await;

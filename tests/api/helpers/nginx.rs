@@ -1,8 +1,13 @@
 //! The real nginx in front of three gateways, from the shipped template, with its files in a temp dir.
 
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use std::time::Duration;
 
 use tempfile::TempDir;
@@ -55,7 +60,10 @@ impl Nginx {
             .replace("@READ_TIMEOUT@", settings.read_timeout);
         let config_path = dir.path().join("nginx.conf");
         std::fs::write(&config_path, config).unwrap();
+        // In a process group of its own, so that stopping it reaches its
+        // workers too.
         let child = Command::new(nginx_binary())
+            .process_group(0)
             .args(["-p", &run_dir, "-e", &format!("{run_dir}/nginx-error.log")])
             .arg("-c")
             .arg(&config_path)
@@ -88,8 +96,22 @@ impl Nginx {
 }
 
 impl Drop for Nginx {
+    /// Stops nginx as it is meant to stop (SIGTERM: the master ends its
+    /// workers, then itself), and kills whatever of its process group is
+    /// left after a few seconds. A SIGKILL to the master alone would leave
+    /// its workers running, still listening on the test's port.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let group = Pid::from_raw(-(self.child.id() as i32));
+        let _ = kill(group, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if kill(group, None).is_err() {
+                break;
+            }
+            let _ = self.child.try_wait();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = kill(group, Signal::SIGKILL);
         let _ = self.child.wait();
     }
 }
