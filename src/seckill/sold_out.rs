@@ -1,15 +1,22 @@
-//! Per-instance sold-out flags, tied to each sale's epoch and cleared on every instance by a reset message.
+//! Per-instance sold-out flags, tied to each sale's epoch, cleared on every instance by a reset message, and kept only briefly.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-
-use crate::sync::lock;
+use std::time::{Duration, Instant};
 
 use crate::redis::pubsub::Listener;
+use crate::sync::lock;
+
+/// How long a sold-out flag answers from memory before a purchase asks
+/// Redis again. Nothing tells an instance that a sale's keys were lost (a
+/// `FLUSHALL`, an operator's `DEL`), so a flag must not outlive that by
+/// much; asking once every few seconds per instance costs nothing.
+const REMEMBERED_FOR: Duration = Duration::from_secs(3);
 
 /// What this instance knows of each sale: the newest epoch it has seen, and
-/// whether that epoch sold out. A flag from an older epoch never survives a
-/// newer reset, even if the two arrive out of order.
+/// whether that epoch sold out (and since when). A flag from an older epoch
+/// never survives a newer reset, even if the two arrive out of order; epochs
+/// never go back (`reset_sale.lua`).
 pub struct SoldOutFlags {
     channel: String,
     sales: Mutex<HashMap<String, Known>>,
@@ -18,7 +25,8 @@ pub struct SoldOutFlags {
 #[derive(Clone, Copy, Default)]
 struct Known {
     epoch: u64,
-    sold_out: bool,
+    /// When this instance learned that the epoch sold out.
+    sold_out: Option<Instant>,
 }
 
 impl SoldOutFlags {
@@ -34,8 +42,13 @@ impl SoldOutFlags {
         &self.channel
     }
 
+    /// Whether the sale sold out, as learned in the last few seconds.
     pub fn is_sold_out(&self, sku: &str) -> bool {
-        self.lock().get(sku).is_some_and(|known| known.sold_out)
+        self.lock().get(sku).is_some_and(|known| {
+            known
+                .sold_out
+                .is_some_and(|since| since.elapsed() < REMEMBERED_FOR)
+        })
     }
 
     /// The sale's stock ran out in `epoch`.
@@ -45,7 +58,7 @@ impl SoldOutFlags {
         if epoch >= known.epoch {
             *known = Known {
                 epoch,
-                sold_out: true,
+                sold_out: Some(Instant::now()),
             };
         }
     }
@@ -57,7 +70,7 @@ impl SoldOutFlags {
         if epoch >= known.epoch {
             *known = Known {
                 epoch,
-                sold_out: false,
+                sold_out: None,
             };
         }
     }
@@ -66,7 +79,7 @@ impl SoldOutFlags {
     /// every flag, so the next purchase of each sale asks Redis again.
     fn forget(&self) {
         for known in self.lock().values_mut() {
-            known.sold_out = false;
+            known.sold_out = None;
         }
     }
 

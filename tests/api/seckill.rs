@@ -326,6 +326,55 @@ async fn a_sold_out_sale_answers_from_memory_until_a_reset_on_any_instance() {
     );
 }
 
+/// Two instances that have both learned that `sku` (created twice, stock
+/// 1) sold out; then every key in Redis is lost.
+async fn sold_out_then_flushed(redis: &RedisServer, sku: &str) -> Vec<Arc<TestApp>> {
+    let apps: Vec<_> = three_instances(redis).await.into_iter().take(2).collect();
+    apps[0].reset_sale(sku, 1, 1).await;
+    apps[0].reset_sale(sku, 1, 1).await;
+    apps[0].bought(sku, "first", 1, None).await;
+    for app in &apps {
+        assert_problem(app.buy(sku, "late", 1, None).await, 409, "sold-out").await;
+    }
+    let () = redis::cmd("FLUSHALL")
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    apps
+}
+
+#[tokio::test]
+async fn a_sale_created_again_after_its_keys_were_lost_sells_on_every_instance_at_once() {
+    let redis = RedisServer::start_single().await;
+    let apps = sold_out_then_flushed(&redis, "lamp").await;
+
+    let sale = apps[1].reset_sale("lamp", 10, 5).await;
+
+    assert_eq!(sale["stock"], 10);
+    for (app, user) in apps.iter().zip(["a", "b"]) {
+        // Sooner than a sold-out flag would lapse by itself: the reset cleared it.
+        let bought = eventually(Duration::from_secs(1), || async {
+            app.buy("lamp", user, 1, None).await.status() == StatusCode::CREATED
+        })
+        .await;
+        assert!(bought, "{user}: still sold out after the sale was created again");
+    }
+}
+
+#[tokio::test]
+async fn a_sale_whose_keys_were_lost_is_not_refused_from_memory_for_long() {
+    let redis = RedisServer::start_single().await;
+    let apps = sold_out_then_flushed(&redis, "vase").await;
+
+    for app in &apps {
+        let gone = eventually(Duration::from_secs(6), || async {
+            app.buy("vase", "b", 1, None).await.status() == StatusCode::NOT_FOUND
+        })
+        .await;
+        assert!(gone, "a sale that no longer exists is still answered sold out");
+    }
+}
+
 #[tokio::test]
 async fn a_replay_after_the_sale_sold_out_still_returns_the_original_order() {
     let redis = RedisServer::start().await;
