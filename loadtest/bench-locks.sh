@@ -105,10 +105,11 @@ n=$(( seconds * 50000 ))
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
   EVALSHA "$acquire_sha" 4 'bench:lock:{__rand_int__}' 'bench:fence:{__rand_int__}' \
   'bench:holders:{__rand_int__}' 'bench:writers:{__rand_int__}' \
-  token 30000 0 86400000 0 0 >"$work/acquire.csv" &
+  token 30000 0 86400000 0 0 0 >"$work/acquire.csv" &
 bench_acquire=$!
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
-  EVALSHA "$release_sha" 2 'bench:lock:{__rand_int__}' 'bench:holders:{__rand_int__}' \
+  EVALSHA "$release_sha" 3 'bench:lock:{__rand_int__}' 'bench:holders:{__rand_int__}' \
+  'bench:gone:{__rand_int__}' \
   token bench:released PUBLISH one >"$work/release.csv"
 wait "$bench_acquire"
 rps() { tail -n 1 "$1" | cut -d, -f2 | tr -d '"'; }

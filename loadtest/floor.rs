@@ -114,6 +114,7 @@ async fn acquire(State(floor): State<Arc<Floor>>, body: axum::Json<Acquire>) -> 
         .arg("0")
         .arg(86_400_000)
         .arg(0)
+        .arg("0")
         .arg("0");
     let reply = floor.run(&invocation).await;
     match reply.as_ref().map(code_and_fence) {
@@ -140,6 +141,7 @@ async fn release(
     invocation
         .key(format!("lockgate:lock:{{{key}}}"))
         .key(format!("lockgate:holders:{{{key}}}"))
+        .key(format!("lockgate:gone:{{{key}}}"))
         .arg(token)
         .arg(format!("lockgate:released:{{{key}}}"))
         .arg("PUBLISH")

@@ -14,6 +14,8 @@
 --          waiting writer for that long (0: it does not wait, no mark)
 -- ARGV[6]  "1" when an earlier attempt of this request left that mark (the
 --          grant removes it), else "0"
+-- ARGV[7]  "1" when the grant is a streamed lock's (its release is noted in
+--          the gone hash, see lib/holders.lua), else "0"
 --
 -- Returns {code, field, value, ...}, by code:
 --   granted         a new owner: fence (a new fencing token), holds (1),
@@ -32,6 +34,7 @@
 local lock, fence_key, holders, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, reenter = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local fence_retention, wait_ms, marked = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
+local streamed = ARGV[7] == '1'
 
 local state = redis.call('HMGET', lock, 'owner', 'mode')
 local owner, mode = state[1], state[2]
@@ -72,7 +75,11 @@ if reenter then
 end
 
 local fence, fence_text = next_fence(fence_key, ttl + fence_retention)
-redis.call('HSET', lock, 'owner', token, 'holds', 1, 'fence', fence_text)
+if streamed then
+  redis.call('HSET', lock, 'owner', token, 'holds', 1, 'fence', fence_text, 'streamed', 1)
+else
+  redis.call('HSET', lock, 'owner', token, 'holds', 1, 'fence', fence_text)
+end
 redis.call('PEXPIRE', lock, ttl)
 if marked then
   redis.call('ZREM', writers, token)

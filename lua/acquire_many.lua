@@ -17,6 +17,8 @@
 --          as a waiting writer for that long (0: no mark)
 -- ARGV[8]  "1" when an earlier attempt of this request left that mark (the
 --          grant removes it), else "0"
+-- ARGV[9]  "1" when the grant is a streamed lock's (its release is noted in
+--          the gone hash, see lib/holders.lua), else "0"
 --
 -- Returns {code, field, value, ...}, by code:
 --   granted         a new holder: fence (a new fencing token), holds (1),
@@ -38,6 +40,7 @@ local lock, fence_key, holders, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, reenter = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local fence_retention, mode, limit = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local wait_ms, marked = tonumber(ARGV[7]), ARGV[8] == '1'
+local streamed = ARGV[9] == '1'
 local counted = mode == 'counted'
 
 local state = redis.call('HMGET', lock, 'owner', 'mode', 'limit')
@@ -117,6 +120,9 @@ if count == 0 then
   end
 end
 redis.call('HSET', lock, 'h:' .. token, 1, 'f:' .. token, fence_text, 'fence', fence_text)
+if streamed then
+  redis.call('HSET', lock, 's:' .. token, 1)
+end
 redis.call('HINCRBY', lock, 'holds', 1)
 redis.call('ZADD', holders, now + ttl, token)
 expire_with_latest(lock, holders)

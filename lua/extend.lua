@@ -4,6 +4,7 @@
 -- KEYS[1]  lock hash      <prefix>lock:{<key>}     see lib/holders.lua
 -- KEYS[2]  fence counter  <prefix>fence:{<key>}
 -- KEYS[3]  holders        <prefix>holders:{<key>}
+-- KEYS[4]  gone           <prefix>gone:{<key>}     streamed holders that released
 -- ARGV[1]  the holder's token
 -- ARGV[2]  new lease in milliseconds
 -- ARGV[3]  how long the fence counter outlives the lease, in milliseconds
@@ -13,15 +14,25 @@
 --              lease's new end, Unix ms)
 --   not-found  no such lock: the lease was lost
 --   not-owner  held under other tokens
+--   released   the token no longer holds the lock because it released it
+--              (a streamed holder, noted in the gone hash)
 
-local lock, fence_key, holders = KEYS[1], KEYS[2], KEYS[3]
+local lock, fence_key, holders, gone = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, fence_retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+-- Why the token holds the lock no more: its own release, or `otherwise`.
+local function without_lock(otherwise)
+  if redis.call('HEXISTS', gone, token) == 1 then
+    return {'released'}
+  end
+  return {otherwise}
+end
 
 local state = redis.call('HMGET', lock, 'owner', 'mode')
 local owner, mode = state[1], state[2]
 if owner then
   if owner ~= token then
-    return {'not-owner'}
+    return without_lock('not-owner')
   end
   redis.call('PEXPIRE', lock, ttl)
   -- Keep the fence counter alive at least as long as the lock it fences.
@@ -32,12 +43,12 @@ if owner then
 end
 local now = now_ms()
 if not mode or drop_ended(lock, holders, now) == 0 then
-  return {'not-found'}
+  return without_lock('not-found')
 end
 
 local held = redis.call('HMGET', lock, 'h:' .. token, 'f:' .. token)
 if not held[1] then
-  return {'not-owner'}
+  return without_lock('not-owner')
 end
 redis.call('ZADD', holders, now + ttl, token)
 expire_with_latest(lock, holders)

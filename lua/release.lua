@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  lock hash  <prefix>lock:{<key>}     see lib/holders.lua
 -- KEYS[2]  holders    <prefix>holders:{<key>}
+-- KEYS[3]  gone       <prefix>gone:{<key>}     streamed holders that released
 -- ARGV[1]  the holder's token
 -- ARGV[2]  the lock's release channel, published on when a place is freed
 -- ARGV[3]  PUBLISH, or SPUBLISH in a Redis Cluster (the channel shares the
@@ -18,12 +19,12 @@
 -- The message on the channel is the released holder's fencing token, so a
 -- streamed lock can tell its own release from another holder's.
 
-local lock, holders = KEYS[1], KEYS[2]
+local lock, holders, gone = KEYS[1], KEYS[2], KEYS[3]
 local token, channel, publish = ARGV[1], ARGV[2], ARGV[3]
 local all = ARGV[4] == 'all'
 
-local state = redis.call('HMGET', lock, 'owner', 'fence', 'mode')
-local owner, fence, mode = state[1], state[2], state[3]
+local state = redis.call('HMGET', lock, 'owner', 'fence', 'mode', 'streamed')
+local owner, fence, mode, streamed = state[1], state[2], state[3], state[4]
 if owner then
   if owner ~= token then
     return {'not-owner'}
@@ -34,6 +35,9 @@ if owner then
       return {'holds-left', 'holds', holds}
     end
   end
+  if streamed then
+    note_released(gone, token, redis.call('PTTL', lock))
+  end
   redis.call('DEL', lock)
   redis.call(publish, channel, fence)
   return {'released'}
@@ -42,8 +46,8 @@ if not mode or drop_ended(lock, holders, now_ms()) == 0 then
   return {'not-found'}
 end
 
-local held = redis.call('HMGET', lock, 'h:' .. token, 'f:' .. token)
-local holds, own_fence = tonumber(held[1]), held[2]
+local held = redis.call('HMGET', lock, 'h:' .. token, 'f:' .. token, 's:' .. token)
+local holds, own_fence, own_streamed = tonumber(held[1]), held[2], held[3]
 if not holds then
   return {'not-owner'}
 end
@@ -55,7 +59,10 @@ redis.call('HINCRBY', lock, 'holds', -given_back)
 if given_back < holds then
   return {'holds-left', 'holds', redis.call('HINCRBY', lock, 'h:' .. token, -1)}
 end
-redis.call('HDEL', lock, 'h:' .. token, 'f:' .. token)
+if own_streamed then
+  note_released(gone, token, tonumber(redis.call('ZSCORE', holders, token)) - now_ms())
+end
+redis.call('HDEL', lock, 'h:' .. token, 'f:' .. token, 's:' .. token)
 redis.call('ZREM', holders, token)
 if redis.call('ZCARD', holders) == 0 then
   redis.call('DEL', lock, holders)

@@ -3,12 +3,19 @@
 -- script's own file).
 --
 -- A plain lock (exclusive, one place) is one hash, `lock`, with fields
--- owner, holds, fence; its TTL is the lease.
+-- owner, holds, fence (and streamed, 1 for a streamed lock's holder); its
+-- TTL is the lease.
+--
+-- gone     hash: the tokens of streamed holders that gave their lock back
+--          (a DELETE with the token, or the stream's end), each until its
+--          lease would have ended: a renewal on its way that finds the lock
+--          gone learns it was released, not lost.
 --
 -- A lock with many holders (shared, or counted with more than one place):
 --   lock     hash: mode ('shared' or 'counted'), limit (counted), holds (of
 --            every holder together), fence (the newest grant's), and per
---            holder h:<token> (its holds) and f:<token> (its fencing token)
+--            holder h:<token> (its holds), f:<token> (its fencing token) and
+--            s:<token> (1 when it is a streamed lock's holder)
 --   holders  sorted set: each holder's token, scored by its lease's end
 --            (Unix ms, Redis clock)
 --   writers  sorted set: the tokens of exclusive requests waiting for shared
@@ -31,7 +38,7 @@ local function drop_ended(lock, holders, now)
   for _, token in ipairs(ended) do
     local holds = tonumber(redis.call('HGET', lock, 'h:' .. token) or '0')
     redis.call('HINCRBY', lock, 'holds', -holds)
-    redis.call('HDEL', lock, 'h:' .. token, 'f:' .. token)
+    redis.call('HDEL', lock, 'h:' .. token, 'f:' .. token, 's:' .. token)
   end
   if #ended > 0 then
     redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
@@ -70,6 +77,16 @@ local function mark_writer(writers, token, now, wait_ms)
   redis.call('ZADD', writers, until_ms, token)
   if redis.call('PEXPIRETIME', writers) < until_ms then
     redis.call('PEXPIREAT', writers, until_ms)
+  end
+end
+
+-- Notes that the streamed holder `token` released its lock, for as long as
+-- a renewal of it may still arrive (its lease left, and a second more).
+local function note_released(gone, token, lease_left_ms)
+  local keep = math.max(lease_left_ms, 0) + 1000
+  redis.call('HSET', gone, token, 'released')
+  if redis.call('PTTL', gone) < keep then
+    redis.call('PEXPIRE', gone, keep)
   end
 end
 

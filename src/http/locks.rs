@@ -245,6 +245,7 @@ pub async fn acquire(
             })
             .transpose()?,
         confirmed: true,
+        streamed,
     };
     if streamed {
         // Boxed: a streamed lock's state would otherwise enlarge every

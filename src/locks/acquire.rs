@@ -17,6 +17,7 @@ pub(super) struct AcquireTerms<'a> {
     pub(super) ttl_ms: u64,
     pub(super) deadline: Instant,
     pub(super) confirmed: bool,
+    pub(super) streamed: bool,
 }
 
 /// Why an acquisition ended without a grant.
@@ -172,6 +173,7 @@ impl<'a> Acquisition<'a> {
             ttl_ms: terms.ttl_ms,
             wait_left_ms: millis(terms.deadline.saturating_duration_since(Instant::now())),
             marked: self.handover.marked(),
+            streamed: terms.streamed,
         };
         let (reply, confirmed) = self
             .locks

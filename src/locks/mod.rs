@@ -46,6 +46,9 @@ pub struct AcquireRequest {
     /// requests do; the sale's own short locks need not, since the purchase
     /// they guard is confirmed itself.
     pub confirmed: bool,
+    /// Whether it is a streamed lock's grant, whose release Redis notes so
+    /// that a renewal on its way learns of it ([`Streams`] sets it).
+    pub streamed: bool,
 }
 
 /// A held lease, as acquisition reports it.
@@ -144,6 +147,7 @@ impl Locks {
             ttl_ms: request.ttl.as_millis(),
             deadline: started + request.wait.as_duration(),
             confirmed: request.confirmed,
+            streamed: request.streamed,
         };
         match Acquisition::new(self, terms, &token, &mut handover)
             .run()
@@ -320,7 +324,7 @@ impl Locks {
                 undone: false,
             }),
             ExtendReply::Extended(state) => Ok(state),
-            ExtendReply::NotFound => {
+            ExtendReply::NotFound | ExtendReply::Released => {
                 self.0.metrics.lock(LockOutcome::ExpiredOnExtend);
                 Err(LockError::NotFound { key: key.clone() })
             }

@@ -26,6 +26,9 @@ pub struct LockKeys {
     pub holders: String,
     /// Sorted set: exclusive requests waiting for shared holders to leave.
     pub writers: String,
+    /// Hash: streamed holders that released the lock, until their lease
+    /// would have ended.
+    pub gone: String,
     /// Pub/sub channel told when a place in the lock is freed.
     pub channel: String,
 }
@@ -38,6 +41,7 @@ impl LockKeys {
             fence: format!("{prefix}fence:{{{key}}}"),
             holders: format!("{prefix}holders:{{{key}}}"),
             writers: format!("{prefix}writers:{{{key}}}"),
+            gone: format!("{prefix}gone:{{{key}}}"),
             channel: format!("{prefix}released:{{{key}}}"),
         }
     }
@@ -136,6 +140,8 @@ pub enum ExtendReply {
     Extended(LockState),
     NotFound,
     NotOwner,
+    /// A streamed holder's token released the lock itself.
+    Released,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,13 +151,15 @@ pub enum InspectReply {
 }
 
 /// One attempt of a new holder: who, for how long, how long it may still
-/// wait, and whether an earlier attempt marked it as a waiting writer.
+/// wait, whether an earlier attempt marked it as a waiting writer, and
+/// whether it is a streamed lock's.
 #[derive(Debug, Clone, Copy)]
 pub struct Attempt<'a> {
     pub token: &'a str,
     pub ttl_ms: u64,
     pub wait_left_ms: u64,
     pub marked: bool,
+    pub streamed: bool,
 }
 
 /// Runs the acquire script of `kind` for a new holder.
@@ -192,6 +200,7 @@ pub async fn reenter(
         ttl_ms,
         wait_left_ms: 0,
         marked: false,
+        streamed: false,
     };
     let reply = run_acquire(conn, keys, kind, attempt, true).await?;
     script_of(kind).read(&reply, |reply| match reply.code() {
@@ -243,7 +252,8 @@ async fn run_acquire(
     }
     invocation
         .arg(attempt.wait_left_ms)
-        .arg(if attempt.marked { "1" } else { "0" });
+        .arg(if attempt.marked { "1" } else { "0" })
+        .arg(if attempt.streamed { "1" } else { "0" });
     script.run(&invocation, conn).await
 }
 
@@ -329,6 +339,7 @@ fn release_of<'a>(
     invocation
         .key(&keys.lock)
         .key(&keys.holders)
+        .key(&keys.gone)
         .arg(token)
         .arg(&keys.channel)
         .arg(publish)
@@ -378,6 +389,7 @@ fn extension<'a>(keys: &LockKeys, token: &str, ttl_ms: u64) -> ScriptInvocation<
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.holders)
+        .key(&keys.gone)
         .arg(token)
         .arg(ttl_ms)
         .arg(FENCE_RETENTION_MS);
@@ -394,6 +406,7 @@ fn extend_reply(reply: &Reply, ttl_ms: u64) -> Result<ExtendReply, BackendError>
         })),
         "not-found" => Some(ExtendReply::NotFound),
         "not-owner" => Some(ExtendReply::NotOwner),
+        "released" => Some(ExtendReply::Released),
         _ => None,
     })
 }

@@ -399,5 +399,6 @@ fn sale_lock_request(key: LockKey, wait: WaitTime) -> AcquireRequest {
         token: None,
         // The purchase such a lock guards is confirmed itself.
         confirmed: false,
+        streamed: false,
     }
 }

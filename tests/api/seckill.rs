@@ -357,7 +357,10 @@ async fn a_sale_created_again_after_its_keys_were_lost_sells_on_every_instance_a
             app.buy("lamp", user, 1, None).await.status() == StatusCode::CREATED
         })
         .await;
-        assert!(bought, "{user}: still sold out after the sale was created again");
+        assert!(
+            bought,
+            "{user}: still sold out after the sale was created again"
+        );
     }
 }
 
@@ -371,7 +374,10 @@ async fn a_sale_whose_keys_were_lost_is_not_refused_from_memory_for_long() {
             app.buy("vase", "b", 1, None).await.status() == StatusCode::NOT_FOUND
         })
         .await;
-        assert!(gone, "a sale that no longer exists is still answered sold out");
+        assert!(
+            gone,
+            "a sale that no longer exists is still answered sold out"
+        );
     }
 }
 

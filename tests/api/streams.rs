@@ -216,6 +216,61 @@ async fn a_release_with_the_token_ends_the_stream_with_released() {
     );
 }
 
+/// A `DELETE` with the token can reach Redis just before a renewal of the
+/// same lock: the renewal then finds the lock gone, and may be heard before
+/// the release message. It must still end the stream with `released`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_races_a_renewal_still_ends_the_stream_with_released() {
+    const STREAMS: usize = 300;
+    let redis = RedisServer::start().await;
+    let holding = Arc::new(TestApp::spawn(&redis).await);
+    let releasing = Arc::new(TestApp::spawn(&redis).await);
+    let mut ends = Vec::new();
+    for batch in 0..STREAMS / 30 {
+        let runs: Vec<_> = (0..30)
+            .map(|n| {
+                let (holding, releasing) = (holding.clone(), releasing.clone());
+                tokio::spawn(async move {
+                    let key = format!("race:{batch}:{n}");
+                    // A 30 ms lease is renewed every 10 ms: a release lands
+                    // next to a renewal often.
+                    let (mut stream, grant) = streamed(&holding, &key, 30).await;
+                    let token = grant["token"].as_str().unwrap().to_owned();
+                    tokio::time::sleep(Duration::from_micros(fastrand_like(&key) % 40_000)).await;
+                    let released = releasing.release(&key, &token).await.status();
+                    let mut last = None;
+                    while let Some(event) = stream.next(Duration::from_secs(5)).await {
+                        last = Some(event);
+                    }
+                    (released, last.map(|event| (event.name, event.data)))
+                })
+            })
+            .collect();
+        for run in runs {
+            ends.push(run.await.unwrap());
+        }
+    }
+    let wrong: Vec<_> = ends
+        .iter()
+        .filter(|(released, last)| {
+            *released != StatusCode::NO_CONTENT
+                || !last.as_ref().is_some_and(|(name, _)| name == "released")
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {STREAMS} streams released with their token did not end with `released`: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
+/// A pseudo-random number from `seed`, for spreading the releases over time.
+fn fastrand_like(seed: &str) -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(seed)
+}
+
 #[tokio::test]
 async fn another_holders_release_does_not_end_a_stream() {
     let redis = RedisServer::start().await;

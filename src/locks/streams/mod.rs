@@ -101,6 +101,10 @@ impl Streams {
             return Err(WaitRefused::ShuttingDown.into());
         }
         let ttl = request.ttl;
+        let request = AcquireRequest {
+            streamed: true,
+            ..request
+        };
         let mut lease = self.0.locks.acquire(request).await?;
         let handover = lease.handover.take();
         let (progress, watched) = watch::channel(Progress {

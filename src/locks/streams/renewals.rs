@@ -248,6 +248,11 @@ impl Renewals {
                     holder.renewed(sent, state.expires_at_ms);
                     self.renew_at(holder, sent + holder.period());
                 }
+                // Released with its token (a DELETE, heard here before
+                // its message): a release, not a loss.
+                Ok(ExtendReply::Released) => {
+                    holder.end(StreamEnd::Released);
+                }
                 Ok(ExtendReply::NotFound) => self.lose(holder, LostReason::Gone),
                 Ok(ExtendReply::NotOwner) => self.lose(holder, LostReason::HeldByAnother),
                 Err(()) => {

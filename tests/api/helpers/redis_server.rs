@@ -396,6 +396,7 @@ impl RedisServer {
         .arg(60_000)
         .arg(0)
         .arg("0")
+        .arg("0")
         .invoke_async(&mut self.connection().await)
         .await
         .unwrap();
@@ -413,6 +414,7 @@ impl RedisServer {
         ))
         .key(format!("{namespace}lock:{{{key}}}"))
         .key(format!("{namespace}holders:{{{key}}}"))
+        .key(format!("{namespace}gone:{{{key}}}"))
         .arg(token)
         .arg(format!("{namespace}released:{{{key}}}"))
         .arg(publish)
