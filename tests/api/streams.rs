@@ -254,7 +254,7 @@ async fn a_release_that_races_a_renewal_still_ends_the_stream_with_released() {
         .iter()
         .filter(|(released, last)| {
             *released != StatusCode::NO_CONTENT
-                || !last.as_ref().is_some_and(|(name, _)| name == "released")
+                || last.as_ref().is_none_or(|(name, _)| name != "released")
         })
         .collect();
     assert!(
