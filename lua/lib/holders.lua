@@ -19,8 +19,11 @@
 --   holders  sorted set: each holder's token, scored by its lease's end
 --            (Unix ms, Redis clock)
 --   writers  sorted set: the tokens of exclusive requests waiting for shared
---            holders to leave, scored by the end of their wait; while one
---            waits, new shared requests wait too (no writer starvation)
+--            holders to leave, scored by the end of their presence (at most
+--            a second ahead, and renewed by the waiting request's instance
+--            while it waits: a writer whose gateway died holds nobody back
+--            for longer); while one waits, new shared requests wait too (no
+--            writer starvation)
 -- The hash and the holders set expire with the latest lease, the writers set
 -- with the latest wait, so nothing outlives its use. No sweeper: every script
 -- that touches a lock with many holders first drops those whose lease ended.
@@ -71,9 +74,13 @@ local function writer_waiting(writers, now)
   return tonumber(redis.call('ZRANGE', writers, 0, 0, 'WITHSCORES')[2])
 end
 
--- Marks `token` as an exclusive request waiting until `now + wait_ms`.
+-- How long a waiting writer's mark stands unless its instance renews it.
+local MARK_PRESENCE_MS = 1000
+
+-- Marks `token` as an exclusive request that waits `wait_ms` more: until
+-- then, or a second from now if sooner (its instance renews the mark).
 local function mark_writer(writers, token, now, wait_ms)
-  local until_ms = now + wait_ms
+  local until_ms = now + math.min(wait_ms, MARK_PRESENCE_MS)
   redis.call('ZADD', writers, until_ms, token)
   if redis.call('PEXPIRETIME', writers) < until_ms then
     redis.call('PEXPIREAT', writers, until_ms)

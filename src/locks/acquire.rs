@@ -9,6 +9,9 @@ use crate::duration::millis;
 use crate::redis::BackendError;
 use crate::redis::locks::{self as scripts, AcquireReply, Attempt, LockKeys};
 
+/// How often a waiting writer renews its mark (which stands a second).
+const MARK_RENEWAL: Duration = Duration::from_millis(300);
+
 /// What one acquisition wants, for every attempt it makes.
 #[derive(Clone, Copy)]
 pub(super) struct AcquireTerms<'a> {
@@ -157,12 +160,22 @@ impl<'a> Acquisition<'a> {
         };
         // One millisecond past the lease, so that the key has expired.
         let lease_ends = now + Duration::from_millis(remaining_ms.saturating_add(1));
-        tokio::select! {
-            () = ticket.woken() => Ok(()),
-            () = tokio::time::sleep_until(lease_ends.min(deadline).into()) => Ok(()),
-            () = ticket.closing() => Err(WaitRefused::ShuttingDown.into()),
+        let retry_at = lease_ends.min(deadline);
+        loop {
+            let mark_due = Instant::now() + MARK_RENEWAL;
+            tokio::select! {
+                () = ticket.woken() => return Ok(()),
+                () = tokio::time::sleep_until(retry_at.into()) => return Ok(()),
+                () = ticket.closing() => return Err(WaitRefused::ShuttingDown.into()),
+                () = tokio::time::sleep_until(mark_due.into()), if self.handover.marked() => {
+                    let marked = renew_mark(self.locks, self.terms, &self.token).await;
+                    self.handover.set_marked(marked);
+                }
+            }
         }
     }
+
+
 
     /// Runs the acquire script once (and, when the grant must be confirmed,
     /// waits for the replicas to confirm it).
@@ -190,6 +203,27 @@ impl<'a> Acquisition<'a> {
             return Err(NoGrant::NotReplicated);
         }
         Ok(reply)
+    }
+}
+
+/// Renews a waiting writer's mark, which lapses a second after its last
+/// renewal: a writer whose gateway died holds readers back no longer.
+/// Returns whether the request is still marked; a mark found gone is made
+/// again by its next attempt.
+async fn renew_mark(locks: &Locks, terms: AcquireTerms<'_>, token: &str) -> bool {
+    let wait_left = millis(terms.deadline.saturating_duration_since(Instant::now()));
+    let renewed = async {
+        let mut conn = locks.0.redis.connection().await?;
+        scripts::renew_mark(&mut conn, terms.keys, token, wait_left).await
+    };
+    match renewed.await {
+        Ok(marked) => marked,
+        // Redis is away: the mark is left to lapse or stand, as the next
+        // attempt finds it.
+        Err(err) => {
+            tracing::debug!(error = %err, "could not renew a waiting writer's mark");
+            true
+        }
     }
 }
 

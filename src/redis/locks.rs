@@ -2,7 +2,9 @@
 
 use redis::ScriptInvocation;
 
-use super::scripts::{ACQUIRE, ACQUIRE_MANY, EXTEND, INSPECT, LuaScript, RELEASE, Reply, WITHDRAW};
+use super::scripts::{
+    ACQUIRE, ACQUIRE_MANY, EXTEND, INSPECT, LuaScript, RELEASE, RENEW_MARK, Reply, WITHDRAW,
+};
 use super::{BackendError, Connection};
 
 /// How long a lock's fence counter outlives its lease. Fencing tokens stay
@@ -278,6 +280,27 @@ pub async fn withdraw(
         .await?;
     WITHDRAW.read(&reply, |reply| {
         matches!(reply.code(), "withdrawn" | "not-marked").then_some(())
+    })
+}
+
+/// Runs `renew_mark.lua`: the waiting writer `token` is still there, for
+/// `wait_left_ms` more at most. False when its mark was gone.
+pub async fn renew_mark(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    token: &str,
+    wait_left_ms: u64,
+) -> Result<bool, BackendError> {
+    let reply = RENEW_MARK
+        .run(
+            RENEW_MARK.prepare().key(&keys.writers).arg(token).arg(wait_left_ms),
+            conn,
+        )
+        .await?;
+    RENEW_MARK.read(&reply, |reply| match reply.code() {
+        "renewed" => Some(true),
+        "gone" => Some(false),
+        _ => None,
     })
 }
 

@@ -199,6 +199,7 @@ pub static RELEASE: LuaScript = lua_script!(lock "release.lua");
 pub static EXTEND: LuaScript = lua_script!(lock "extend.lua");
 pub static INSPECT: LuaScript = lua_script!(lock "inspect.lua");
 pub static WITHDRAW: LuaScript = lua_script!("withdraw.lua");
+pub static RENEW_MARK: LuaScript = lua_script!(lock "renew_mark.lua");
 pub static PURCHASE: LuaScript = lua_script!("purchase.lua");
 pub static RESET_SALE: LuaScript = lua_script!("reset_sale.lua");
 pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
@@ -211,13 +212,14 @@ pub fn name_of(sha: &[u8]) -> Option<&'static str> {
 }
 
 /// Every script, for loading at start-up.
-pub static ALL: [&LuaScript; 9] = [
+pub static ALL: [&LuaScript; 10] = [
     &ACQUIRE,
     &ACQUIRE_MANY,
     &RELEASE,
     &EXTEND,
     &INSPECT,
     &WITHDRAW,
+    &RENEW_MARK,
     &PURCHASE,
     &RESET_SALE,
     &RATE_LIMIT,

@@ -7,7 +7,7 @@ use redis::AsyncCommands;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Grant, RedisServer, TestApp, assert_problem};
+use crate::helpers::{GatewayProcess, Grant, RedisServer, TestApp, assert_problem, eventually};
 
 /// Takes `key` as `fields` say (key added), and returns the grant.
 async fn take(app: &TestApp, key: &str, fields: Value) -> Grant {
@@ -159,6 +159,42 @@ fn wait_for(
         let response = app.acquire(body).await;
         (Instant::now(), response)
     })
+}
+
+/// A writer that waits holds new readers back; if its gateway dies, its
+/// place must not outlive it by more than about a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_whose_gateway_died_holds_readers_back_for_a_second_at_most() {
+    let redis = RedisServer::start().await;
+    let app = Arc::new(TestApp::spawn(&redis).await);
+    let reader = take(&app, "k", json!({"mode": "shared", "ttl_ms": 60_000})).await;
+    let mut doomed = GatewayProcess::spawn(&redis, &[], &[]).await;
+    let writer = doomed
+        .acquire(&json!({"key": "k", "wait_ms": 40_000, "ttl_ms": 60_000}))
+        .send();
+    let writer = tokio::spawn(writer);
+    // Until the writer waits, readers still come in.
+    let waits = eventually(Duration::from_secs(5), || async {
+        app.acquire(json!({"key": "k", "mode": "shared"})).await.status() == StatusCode::CONFLICT
+    })
+    .await;
+    assert!(waits, "the writer never held readers back");
+    doomed.child.kill().unwrap();
+    let _ = doomed.child.wait();
+    drop(writer);
+    let waiting_reader = wait_for(&app, "k", json!({"mode": "shared", "wait_ms": 20_000}));
+    let killed = Instant::now();
+
+    assert_eq!(app.release("k", &reader.token).await.status(), StatusCode::NO_CONTENT);
+    let (answered, response) = waiting_reader.await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert!(
+        answered - killed < Duration::from_millis(2_500),
+        "a dead writer held a waiting reader back for {:?}",
+        answered - killed
+    );
+    let another = app.acquire(json!({"key": "k", "mode": "shared"})).await;
+    assert_eq!(another.status(), StatusCode::CREATED);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
