@@ -175,8 +175,6 @@ impl<'a> Acquisition<'a> {
         }
     }
 
-
-
     /// Runs the acquire script once (and, when the grant must be confirmed,
     /// waits for the replicas to confirm it).
     async fn attempt(&self) -> Result<AcquireReply, NoGrant> {

@@ -293,7 +293,11 @@ pub async fn renew_mark(
 ) -> Result<bool, BackendError> {
     let reply = RENEW_MARK
         .run(
-            RENEW_MARK.prepare().key(&keys.writers).arg(token).arg(wait_left_ms),
+            RENEW_MARK
+                .prepare()
+                .key(&keys.writers)
+                .arg(token)
+                .arg(wait_left_ms),
             conn,
         )
         .await?;

@@ -175,7 +175,10 @@ async fn a_waiting_writer_whose_gateway_died_holds_readers_back_for_a_second_at_
     let writer = tokio::spawn(writer);
     // Until the writer waits, readers still come in.
     let waits = eventually(Duration::from_secs(5), || async {
-        app.acquire(json!({"key": "k", "mode": "shared"})).await.status() == StatusCode::CONFLICT
+        app.acquire(json!({"key": "k", "mode": "shared"}))
+            .await
+            .status()
+            == StatusCode::CONFLICT
     })
     .await;
     assert!(waits, "the writer never held readers back");
@@ -185,7 +188,10 @@ async fn a_waiting_writer_whose_gateway_died_holds_readers_back_for_a_second_at_
     let waiting_reader = wait_for(&app, "k", json!({"mode": "shared", "wait_ms": 20_000}));
     let killed = Instant::now();
 
-    assert_eq!(app.release("k", &reader.token).await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.release("k", &reader.token).await.status(),
+        StatusCode::NO_CONTENT
+    );
     let (answered, response) = waiting_reader.await.unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
     assert!(
