@@ -41,10 +41,10 @@ lint:
 unit:
 	CARGO=$(CARGO) ./scripts/run-tests.sh
 
-# The lock, lock-kind, flash-sale and streamed-lock suites again, each test against its own
-# three-master Redis Cluster.
+# The lock, lock-kind, fair-queue, watch, idempotent-acquire, flash-sale and
+# streamed-lock suites again, each test against its own three-master Redis Cluster.
 cluster-suite:
-	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: seckill:: streams::
+	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams::
 
 # schemathesis against the served OpenAPI document of a running gateway.
 fuzz:

@@ -10,16 +10,21 @@
 # loadtest/floor.rs: the same stack and scripts with nothing of the
 # gateway's, and beside the three ways to reach Redis), contention (plain,
 # read-write and counting locks), waiters' memory, and how many streamed
-# locks one gateway keeps renewed.
+# locks one gateway keeps renewed; and last round's gateway beside this
+# one: its uncontended cycles, contention and hand-off across three
+# instances, built from BENCH_BASELINE (a commit; default 7072f5d, the last
+# of the round before the fair queue; empty skips it).
 # BENCH_SECONDS sets each run's length (default 10).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${BENCH_SECONDS:-10}"
 work="$(mktemp -d)"
+baseline_rev="${BENCH_BASELINE-7072f5d}"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  git -C "$root" worktree remove --force "$work/baseline" 2>/dev/null || true
   wait 2>/dev/null || true
   [ -d "$work/redis-cluster" ] && "$root/scripts/redis-cluster.sh" stop "$work/redis-cluster"
   rm -rf "$work"
@@ -37,6 +42,14 @@ echo "building (release)..." >&2
 lockgate="$root/target/release/lockgate"
 lockbench="$root/target/release/examples/lockbench"
 floor="$root/target/release/examples/floor"
+baseline=""
+if [ -n "$baseline_rev" ]; then
+  echo "building last round's gateway ($baseline_rev, release)..." >&2
+  git -C "$root" worktree add --detach --force "$work/baseline" "$baseline_rev" >/dev/null 2>&1
+  (cd "$work/baseline" && CARGO_TARGET_DIR="$root/target/baseline" cargo build --release --locked --quiet --bin lockgate)
+  git -C "$root" worktree remove --force "$work/baseline"
+  baseline="$root/target/baseline/release/lockgate"
+fi
 
 redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
@@ -84,6 +97,25 @@ gateway_with() {
 floor_server() {
   exec "$floor" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$redis_port" "$@"
 }
+baseline_with() {
+  exec "$baseline" serve --listen "127.0.0.1:$port" --redis-url "redis://127.0.0.1:$redis_port" "$@"
+}
+# Starts $2 gateways of binary $1 on the benchmark's Redis; their URLs,
+# comma-separated, in $urls, and their pids in $started.
+start_gateways() {
+  urls="" started=()
+  for _ in $(seq "$2"); do
+    local port; port="$(free_port)"
+    "$1" serve --listen "127.0.0.1:$port" --redis-url "redis://127.0.0.1:$redis_port" \
+      >>"$work/gateways.log" 2>&1 &
+    pids+=($!); started+=($!)
+    wait_for curl -sf "http://127.0.0.1:$port/readyz"
+    urls="${urls:+$urls,}http://127.0.0.1:$port"
+  done
+}
+stop_gateways() {
+  kill "${started[@]}"; wait "${started[@]}" 2>/dev/null || true
+}
 
 echo "the floor: the same stack and scripts with nothing of the gateway's (${seconds}s)..." >&2
 floor_run="$(measure_cycles floor_server)"
@@ -97,20 +129,26 @@ floor_ratio="$(python3 -c "print(f'{$(field "$cycles" per_second) / $(field "$fl
 
 echo "the same scripts by redis-benchmark..." >&2
 # As the gateway loads them: the lock scripts' shared functions first.
-acquire_sha="$(redis-cli -p "$redis_port" script load "$(cat "$root/lua/lib/holders.lua" "$root/lua/acquire.lua")")"
-release_sha="$(redis-cli -p "$redis_port" script load "$(cat "$root/lua/lib/holders.lua" "$root/lua/release.lua")")"
+libs=("$root/lua/lib/base.lua" "$root/lua/lib/events.lua" "$root/lua/lib/holders.lua" "$root/lua/lib/queue.lua")
+acquire_sha="$(redis-cli -p "$redis_port" script load "$(cat "${libs[@]}" "$root/lua/acquire.lua")")"
+release_sha="$(redis-cli -p "$redis_port" script load "$(cat "${libs[@]}" "$root/lua/release.lua")")"
+# The eight keys of lock bench:<n> (lua/lib/base.lua), and the three
+# arguments every lock script takes first.
+lock_args=()
+for name in lock fence holders queue waiters watch events gone; do
+  lock_args+=("bench:$name:{__rand_int__}")
+done
+lock_args+=(PUBLISH bench: __rand_int__)
 # Acquire and release run at once over 1000 keys with one token, so every
-# call does real work: grant, re-enter, give back a hold, or free the lock.
+# call does real work: grant or find the lock held, free it or find it free.
 n=$(( seconds * 50000 ))
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
-  EVALSHA "$acquire_sha" 4 'bench:lock:{__rand_int__}' 'bench:fence:{__rand_int__}' \
-  'bench:holders:{__rand_int__}' 'bench:writers:{__rand_int__}' \
-  token 30000 0 86400000 0 0 0 >"$work/acquire.csv" &
+  EVALSHA "$acquire_sha" 8 "${lock_args[@]}" \
+  token exclusive 1 30000 0 86400000 0 '' bench 0 0 '' '' '' >"$work/acquire.csv" &
 bench_acquire=$!
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
-  EVALSHA "$release_sha" 3 'bench:lock:{__rand_int__}' 'bench:holders:{__rand_int__}' \
-  'bench:gone:{__rand_int__}' \
-  token bench:released PUBLISH one >"$work/release.csv"
+  EVALSHA "$release_sha" 8 "${lock_args[@]}" \
+  token one 86400000 >"$work/release.csv"
 wait "$bench_acquire"
 rps() { tail -n 1 "$1" | cut -d, -f2 | tr -d '"'; }
 raw_cycles="$(python3 -c "print(round(($(rps "$work/acquire.csv") + $(rps "$work/release.csv")) / 2))")"
@@ -146,6 +184,30 @@ wait_for curl -sf "http://127.0.0.1:$cluster_gateway_port/readyz"
 on_cluster="$("$lockbench" cycles --url "http://127.0.0.1:$cluster_gateway_port" --clients 50 --seconds "$seconds")"
 kill "${pids[-1]}"
 "$root/scripts/redis-cluster.sh" stop "$work/redis-cluster"
+
+echo "hand-off: 100 waiters over three gateways, 5 rounds..." >&2
+start_gateways "$lockgate" 3
+handoff="$("$lockbench" handoff --urls "$urls" --waiters 100 --rounds 5)"
+stop_gateways
+handoff_row="| hand-off from a release to the next holder, 100 waiters over three gateways: p50 / p99 (ms), granted out of arrival order | $(field "$handoff" handoff_p50_ms) / $(field "$handoff" handoff_p99_ms), $(field "$handoff" out_of_order) of $(field "$handoff" done) | |"
+baseline_rows="" baseline_results=""
+if [ -n "$baseline" ]; then
+  echo "last round's gateway ($baseline_rev): cycles, contention, hand-off (${seconds}s each)..." >&2
+  baseline_cycles="$(measure_cycles baseline_with)"
+  now_cycles="$(measure_cycles gateway_with)"
+  start_gateways "$baseline" 1
+  baseline_contended="$("$lockbench" contended --url "$urls" --clients 8 --hold-ms 1 --work-ms 5 --seconds "$seconds")"
+  stop_gateways
+  start_gateways "$baseline" 3
+  baseline_handoff="$("$lockbench" handoff --urls "$urls" --waiters 100 --rounds 5)"
+  stop_gateways
+  baseline_rows="| this round beside last round ($baseline_rev), same run: uncontended cycles/s (server CPU per request, µs) | $(field "$now_cycles" per_second) ($(field "$now_cycles" cpu_us)) | $(field "$baseline_cycles" per_second) ($(field "$baseline_cycles" cpu_us)) |
+| this round beside last round: contended acquisitions/s, wait p50 / p99 (ms) | $(field "$contended" per_second), $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | $(field "$baseline_contended" per_second), $(field "$baseline_contended" wait_p50_ms) / $(field "$baseline_contended" wait_p99_ms) |
+| this round beside last round: hand-off p50 / p99 (ms), out of arrival order | $(field "$handoff" handoff_p50_ms) / $(field "$handoff" handoff_p99_ms), $(field "$handoff" out_of_order) | $(field "$baseline_handoff" handoff_p50_ms) / $(field "$baseline_handoff" handoff_p99_ms), $(field "$baseline_handoff" out_of_order) |"
+  baseline_results="last round: cycles $baseline_cycles, this round again: $now_cycles
+$baseline_contended
+$baseline_handoff"
+fi
 
 echo "10 000 waiters..." >&2
 waiters="$("$lockbench" waiters --url "$gateway" --clients 10000 --pid "$gateway_pid")"
@@ -198,6 +260,8 @@ lockgate lock benchmark: $(nproc) cores, $(date -u +%Y-%m-%d), ${seconds}s per r
 | read-write wait p50 / p99 (ms), readers; writers | $(field "$read_write" read_wait_p50_ms) / $(field "$read_write" read_wait_p99_ms); $(field "$read_write" write_wait_p50_ms) / $(field "$read_write" write_wait_p99_ms) | |
 | the same 8 clients on a counting lock of 3 places: acquisitions/s, wait p50 / p99 (ms) | $(field "$counted" per_second), $(field "$counted" wait_p50_ms) / $(field "$counted" wait_p99_ms) | |
 | etcd HTTP lock API, same uncontended load | | $etcd_line |
+$handoff_row
+$baseline_rows
 | gateway RSS idle / with 10 000 waiters (MiB) | $rss_idle / $rss_waiting | ($(field "$waiters" ended_early) of 10 000 waiters refused) |
 | CPU per uncontended request (µs): gateway / Redis / load generator | $gateway_us / $redis_us / $(python3 -c "print(round($(field "$cycles" generator_cpu_ms_per_request) * 1000))") | |
 
@@ -216,6 +280,8 @@ $contended
 $poll
 $read_write
 $counted
+$handoff
+$baseline_results
 $waiters
 $stream_results
 EOF

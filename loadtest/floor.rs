@@ -30,7 +30,13 @@ use serde::Deserialize;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-const PRELUDE: &str = include_str!("../lua/lib/holders.lua");
+/// The lock libraries every lock script starts with, as the gateway loads them.
+const PRELUDE: &str = concat!(
+    include_str!("../lua/lib/base.lua"),
+    include_str!("../lua/lib/events.lua"),
+    include_str!("../lua/lib/holders.lua"),
+    include_str!("../lua/lib/queue.lua"),
+);
 const ACQUIRE: &str = include_str!("../lua/acquire.lua");
 const RELEASE: &str = include_str!("../lua/release.lua");
 
@@ -104,18 +110,22 @@ async fn acquire(State(floor): State<Arc<Floor>>, body: axum::Json<Acquire>) -> 
     let token = uuid::Uuid::new_v4().simple().to_string();
     let key = &body.key;
     let mut invocation = floor.acquire.prepare_invoke();
+    bind_lock(&mut invocation, key);
     invocation
-        .key(format!("lockgate:lock:{{{key}}}"))
-        .key(format!("lockgate:fence:{{{key}}}"))
-        .key(format!("lockgate:holders:{{{key}}}"))
-        .key(format!("lockgate:writers:{{{key}}}"))
         .arg(&token)
+        .arg("exclusive")
+        .arg(1)
         .arg(body.ttl_ms)
         .arg("0")
         .arg(86_400_000)
         .arg(0)
+        .arg("")
+        .arg("floor")
         .arg("0")
-        .arg("0");
+        .arg("0")
+        .arg("")
+        .arg("")
+        .arg("");
     let reply = floor.run(&invocation).await;
     match reply.as_ref().map(code_and_fence) {
         Ok(Some((code, Some(fence)))) if code == "granted" => (
@@ -138,20 +148,25 @@ async fn release(
         return StatusCode::BAD_REQUEST;
     };
     let mut invocation = floor.release.prepare_invoke();
-    invocation
-        .key(format!("lockgate:lock:{{{key}}}"))
-        .key(format!("lockgate:holders:{{{key}}}"))
-        .key(format!("lockgate:gone:{{{key}}}"))
-        .arg(token)
-        .arg(format!("lockgate:released:{{{key}}}"))
-        .arg("PUBLISH")
-        .arg("one");
+    bind_lock(&mut invocation, &key);
+    invocation.arg(token).arg("one").arg(86_400_000);
     let reply = floor.run(&invocation).await;
     match reply.as_ref().map(code_and_fence) {
         Ok(Some((code, _))) if code == "released" || code == "holds-left" => StatusCode::NO_CONTENT,
         Ok(_) => StatusCode::CONFLICT,
         Err(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
+}
+
+/// The lock's keys and the arguments every lock script takes first
+/// (`lua/lib/base.lua`).
+fn bind_lock(invocation: &mut redis::ScriptInvocation<'_>, key: &str) {
+    for name in [
+        "lock", "fence", "holders", "queue", "waiters", "watch", "events", "gone",
+    ] {
+        invocation.key(format!("lockgate:{name}:{{{key}}}"));
+    }
+    invocation.arg("PUBLISH").arg("lockgate:").arg(key);
 }
 
 fn flag(args: &[String], name: &str, default: &str) -> String {

@@ -1,88 +1,141 @@
--- acquire.lua: take a plain lock (exclusive, one place) for a new owner, or
--- re-enter it for its holder. (After lib/holders.lua.)
+-- acquire.lua: take a place in a lock for a new holder (a plain lock, a
+-- shared lock or a counting lock), or join its queue; or re-enter the place
+-- a token holds; or answer again the grant an Idempotency-Key made.
+-- (After the lock libraries: KEYS and ARGV[1..3] as lib/base.lua says.)
 --
--- KEYS[1]  lock hash      <prefix>lock:{<key>}     see lib/holders.lua
--- KEYS[2]  fence counter  <prefix>fence:{<key>}    the last fencing token issued
--- KEYS[3]  holders        <prefix>holders:{<key>}  of a lock with many holders
--- KEYS[4]  writers        <prefix>writers:{<key>}  exclusive requests waiting
--- ARGV[1]  token: a fresh owner token, or the holder's own when re-entering
--- ARGV[2]  lease in milliseconds
--- ARGV[3]  "1" when the client asks to re-enter with its token, else "0"
--- ARGV[4]  how long the fence counter outlives the lease, in milliseconds
--- ARGV[5]  how long this request may still wait, in milliseconds: when it is
---          refused because shared holders have the lock, it is marked as a
---          waiting writer for that long (0: it does not wait, no mark)
--- ARGV[6]  "1" when an earlier attempt of this request left that mark (the
---          grant removes it), else "0"
--- ARGV[7]  "1" when the grant is a streamed lock's (its release is noted in
---          the gone hash, see lib/holders.lua), else "0"
+-- ARGV[4]   token: a fresh one, or the holder's own when re-entering
+-- ARGV[5]   mode: 'exclusive' (a plain lock), 'shared' or 'counted'
+-- ARGV[6]   the limit of a counted lock (2 or more); 1 otherwise
+-- ARGV[7]   lease in milliseconds
+-- ARGV[8]   "1" when the client asks to re-enter with its token, else "0"
+-- ARGV[9]   how long the fence counter outlives the lease, in milliseconds
+-- ARGV[10]  how long the request may still wait, in milliseconds
+-- ARGV[11]  the waiter's id when the request should join the queue if it
+--           gets no place now (its instance is subscribed to its grant
+--           channel), else ''
+-- ARGV[12]  the instance the request waits on
+-- ARGV[13]  "1" for a streamed lock's grant, else "0"
+-- ARGV[14]  "1" when the request gives a value, else "0"
+-- ARGV[15]  the value (public, shown to everyone)
+-- ARGV[16]  the request's Idempotency-Key, or ''
+-- ARGV[17]  the hash of the request the key was sent with
 --
 -- Returns {code, field, value, ...}, by code:
---   granted         a new owner: fence (a new fencing token), holds (1),
---                   ttl_ms, expires_at_ms (the lease's end, Unix ms), room
---                   (0: a plain lock admits nobody else)
---   reentered       fence (unchanged), holds (one more), ttl_ms,
---                   expires_at_ms (the lease reset)
---   held            held by others: remaining_ms (until the holder's lease,
---                   the earliest with many holders, ends), marked (1 when
---                   the request was marked as a waiting writer, else 0),
---                   behind_writer (0)
+--   granted         a new holder: fence (a new fencing token), holds (1),
+--                   ttl_ms, expires_at_ms (the lease's end, Unix ms)
+--   reentered       fence (the holder's, unchanged), holds (one more),
+--                   ttl_ms, expires_at_ms (the lease reset)
+--   replayed        the Idempotency-Key's grant still lives: token, fence,
+--                   holds, expires_at_ms (of that grant)
+--   key-reused      the Idempotency-Key's grant lives, made for another
+--                   request
+--   queued          no place now; the request waits in the queue at
+--                   position (1 is next), and a place may free in
+--                   free_in_ms (the earliest lease end)
+--   held            no place now and no wait: free_in_ms, as above
 --   not-owner       re-entry asked with a token that does not hold the lock
---   limit-mismatch  a counted lock holds the key: limit (its places)
---   mode-conflict   re-entry asked with a token that holds the lock shared
+--   limit-mismatch  held with another limit: limit (1 for a plain lock)
+--   mode-conflict   re-entry asked in the other mode than the token holds it
 
-local lock, fence_key, holders, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, ttl, reenter = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
-local fence_retention, wait_ms, marked = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
-local streamed = ARGV[7] == '1'
+local ctx = context()
+local request = {
+  token = ARGV[4], mode = ARGV[5], limit = tonumber(ARGV[6]), ttl = tonumber(ARGV[7]),
+  streamed = ARGV[13] == '1', value = ARGV[14] == '1' and ARGV[15],
+  idem = ARGV[16] ~= '' and ARGV[16], body = ARGV[17],
+}
+local reenter, keep = ARGV[8] == '1', tonumber(ARGV[9])
+local wait_ms, waiter_id, instance = tonumber(ARGV[10]), ARGV[11], ARGV[12]
+local now = now_ms()
 
-local state = redis.call('HMGET', lock, 'owner', 'mode')
-local owner, mode = state[1], state[2]
-if owner == token then
-  local holds = redis.call('HINCRBY', lock, 'holds', 1)
-  redis.call('PEXPIRE', lock, ttl)
-  local fence = tonumber(redis.call('HGET', lock, 'fence'))
-  return {'reentered', 'fence', fence, 'holds', holds, 'ttl_ms', ttl,
-    'expires_at_ms', redis.call('PEXPIRETIME', lock)}
+-- The grant an Idempotency-Key made, while it lives: its token and the
+-- hash of the request that made it.
+local function made_under_key(idem)
+  local plain = redis.call('HMGET', ctx.lock, 'owner', 'idem', 'body')
+  if plain[1] then
+    if plain[2] == idem then
+      return plain[1], plain[3]
+    end
+    return nil
+  end
+  local token = redis.call('HGET', ctx.lock, 'k:' .. idem)
+  if not token then
+    return nil
+  end
+  local record = redis.call('HGET', ctx.lock, 'i:' .. token) or ''
+  return token, string.match(record, ' ([^ ]*)$')
 end
-if owner then
-  if reenter then
+
+if request.idem and not reenter then
+  local token, body = made_under_key(request.idem)
+  local place = token and holder(ctx, token, now)
+  if place then
+    if body ~= request.body then
+      return {'key-reused'}
+    end
+    return {'replayed', 'token', token, 'fence', place.fence, 'holds', place.holds,
+      'expires_at_ms', place.ends}
+  end
+end
+
+local state = held(ctx, now)
+
+if reenter then
+  local place = holder(ctx, request.token, now)
+  if not place then
     return {'not-owner'}
   end
-  return {'held', 'remaining_ms', redis.call('PTTL', lock), 'marked', 0, 'behind_writer', 0}
-end
-if mode then
-  local now = now_ms()
-  if drop_ended(lock, holders, now) > 0 then
-    if mode == 'counted' then
-      return {'limit-mismatch', 'limit', tonumber(redis.call('HGET', lock, 'limit'))}
-    end
-    if reenter then
-      local shared = redis.call('HEXISTS', lock, 'h:' .. token) == 1
-      return {shared and 'mode-conflict' or 'not-owner'}
-    end
-    local writer = 0
-    if wait_ms > 0 then
-      mark_writer(writers, token, now, wait_ms)
-      writer = 1
-    end
-    return {'held', 'remaining_ms', earliest_end(holders) - now, 'marked', writer,
-      'behind_writer', 0}
+  if (state.kind == 'shared') ~= (request.mode == 'shared') then
+    return {'mode-conflict'}
   end
-end
-if reenter then
-  return {'not-owner'}
+  if state.kind == 'exclusive' and request.mode == 'counted' then
+    return {'limit-mismatch', 'limit', 1}
+  end
+  if state.kind == 'counted' and state.limit ~= request.limit then
+    return {'limit-mismatch', 'limit', state.limit}
+  end
+  local holds
+  if state.kind == 'exclusive' then
+    holds = redis.call('HINCRBY', ctx.lock, 'holds', 1)
+    redis.call('PEXPIRE', ctx.lock, request.ttl)
+  else
+    holds = redis.call('HINCRBY', ctx.lock, 'h:' .. request.token, 1)
+    redis.call('HINCRBY', ctx.lock, 'holds', 1)
+    redis.call('ZADD', ctx.holders, now + request.ttl, request.token)
+    expire_with_latest(ctx)
+  end
+  return {'reentered', 'fence', place.fence, 'holds', holds, 'ttl_ms', request.ttl,
+    'expires_at_ms', now + request.ttl}
 end
 
-local fence, fence_text = next_fence(fence_key, ttl + fence_retention)
-if streamed then
-  redis.call('HSET', lock, 'owner', token, 'holds', 1, 'fence', fence_text, 'streamed', 1)
+-- Two clients that disagree on a limit are told, never given another one.
+if state.kind == 'exclusive' and request.mode == 'counted' then
+  return {'limit-mismatch', 'limit', 1}
+end
+if state.kind == 'counted' and request.mode ~= 'shared' and state.limit ~= request.limit then
+  return {'limit-mismatch', 'limit', state.limit}
+end
+
+-- Those who wait go first: a place that frees is theirs, in order.
+if queued(ctx) then
+  serve(ctx, now, keep)
+  state = held(ctx, now)
+end
+if not queued(ctx) and admits(state, request.mode, request.limit) then
+  local fence, ends = grant_place(ctx, request, request.ttl, now, keep)
+  return {'granted', 'fence', fence, 'holds', 1, 'ttl_ms', request.ttl, 'expires_at_ms', ends}
+end
+
+local free_in = math.max(state.free_in, 1)
+if waiter_id == '' or wait_ms <= 0 then
+  return {'held', 'free_in_ms', free_in}
+end
+local position = redis.call('ZRANK', ctx.queue, waiter_id)
+if position then
+  position = position + 1
 else
-  redis.call('HSET', lock, 'owner', token, 'holds', 1, 'fence', fence_text)
+  position = enqueue(ctx, {id = waiter_id, inst = instance, token = request.token,
+    mode = request.mode, limit = request.limit, ttl = request.ttl, since = now,
+    deadline = now + wait_ms, streamed = request.streamed and 1 or 0,
+    value = request.value or false, idem = request.idem or false, body = request.body}, now)
 end
-redis.call('PEXPIRE', lock, ttl)
-if marked then
-  redis.call('ZREM', writers, token)
-end
-return {'granted', 'fence', fence, 'holds', 1, 'ttl_ms', ttl,
-  'expires_at_ms', redis.call('PEXPIRETIME', lock), 'room', 0}
+return {'queued', 'position', position, 'free_in_ms', free_in}

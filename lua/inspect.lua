@@ -1,39 +1,24 @@
--- inspect.lua: read a lock's state without any holder's token. (After
--- lib/holders.lua.)
---
--- KEYS[1]  lock hash  <prefix>lock:{<key>}     see lib/holders.lua
--- KEYS[2]  holders    <prefix>holders:{<key>}
+-- inspect.lua: read a lock's state, its holders and its waiters, without
+-- any token. (After the lock libraries: KEYS and ARGV[1..3] as
+-- lib/base.lua says.)
 --
 -- Returns {code, field, value, ...}, by code:
---   held       fence (the newest grant's), holds (of every holder
---              together), ttl_ms and expires_at_ms (Unix ms: the time to,
---              and the end of, the latest lease), mode ('exclusive',
---              'shared' or 'counted'), limit (places: 1 for a plain lock, 0
---              for a shared one), holders (how many hold it)
---   not-found  no such lock
+--   held       mode ('exclusive', 'shared' or 'counted'), limit (places: 1
+--              for a plain lock, 0 for a shared one), holders (how many),
+--              holds (of every holder together), fence (the newest
+--              grant's), ttl_ms and expires_at_ms (the time to, and the end
+--              of, the latest lease), and JSON lists: leases (each holder's
+--              fencing_token, value, holds, acquired_at_ms, expires_at_ms,
+--              oldest grant first) and waiters (position, mode,
+--              waiting_since_ms, in the order they will be served)
+--   not-found  no such lock: waiters (as above)
 
-local lock, holders = KEYS[1], KEYS[2]
-
-local state = redis.call('HMGET', lock, 'fence', 'holds', 'mode', 'limit', 'owner')
-local fence, holds, mode, limit, owner = state[1], state[2], state[3], state[4], state[5]
-if owner then
-  local ttl = redis.call('PTTL', lock)
-  if ttl < 0 then
-    return {'not-found'}
-  end
-  return {'held', 'fence', tonumber(fence), 'holds', tonumber(holds), 'ttl_ms', ttl,
-    'expires_at_ms', redis.call('PEXPIRETIME', lock), 'mode', 'exclusive', 'limit', 1, 'holders', 1}
-end
+local ctx = context()
 local now = now_ms()
-if not mode then
-  return {'not-found'}
+local state, leases, waiters = lock_view(ctx, now)
+if state.kind == 'free' then
+  return {'not-found', 'waiters', waiters}
 end
-local count = drop_ended(lock, holders, now)
-if count == 0 then
-  return {'not-found'}
-end
--- Read again: dropping ended holders changes the holds.
-holds = tonumber(redis.call('HGET', lock, 'holds'))
-local latest = tonumber(redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2])
-return {'held', 'fence', tonumber(fence), 'holds', holds, 'ttl_ms', latest - now,
-  'expires_at_ms', latest, 'mode', mode, 'limit', tonumber(limit or '0'), 'holders', count}
+return {'held', 'mode', state.kind, 'limit', state.limit or 0, 'holders', state.count,
+  'holds', state.holds, 'fence', state.fence, 'ttl_ms', state.latest - now,
+  'expires_at_ms', state.latest, 'leases', leases, 'waiters', waiters}

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::http::{self, AppState};
-use crate::locks::{Locks, Streams, Waiting};
+use crate::locks::{Locks, Streams, Waiting, Watches};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::{BackendError, Redis};
@@ -49,11 +49,12 @@ pub struct Gateway {
 }
 
 /// The domains of one instance, built in one place: the locks clients
-/// take, the streamed locks it renews, the sales, and the waiting room
-/// they share.
+/// take, the streamed locks it renews, the watchers it serves, the sales,
+/// and the waiting room they share.
 struct Domains {
     locks: Locks,
     streams: Streams,
+    watches: Watches,
     sales: Sales,
     waiting: Waiting,
 }
@@ -70,7 +71,7 @@ impl Gateway {
         let instance_header = HeaderValue::try_from(instance_id.as_str())
             .map_err(|_| StartError::InstanceId(instance_id.clone()))?;
         let subscriber = redis.subscriber().map_err(StartError::RedisUrl)?;
-        let domains = Domains::build(config, &redis, &subscriber, &metrics);
+        let domains = Domains::build(config, &instance_id, &redis, &subscriber, &metrics);
         warn_of_open_doors(config);
         let routes = config.route_settings().map_err(StartError::BuyerKey)?;
         let state = AppState::new(domains.handed_to_routes(&redis, metrics), routes);
@@ -119,6 +120,7 @@ impl Gateway {
         tracing::info!("shutting down: refusing new connections, ending waits and streamed locks");
         stopping.cancel();
         self.domains.waiting.close();
+        self.domains.watches.close();
         self.domains.streams.close().await;
         let drain_limit = self.drain_timeout;
         if tokio::time::timeout(drain_limit, serving).await.is_err() {
@@ -162,15 +164,25 @@ async fn listen(config: &Config) -> Result<(TcpListener, SocketAddr), StartError
 impl Domains {
     fn build(
         config: &Config,
+        instance_id: &str,
         redis: &Redis,
         subscriber: &Subscriber,
         metrics: &Arc<Metrics>,
     ) -> Self {
-        let waiting = Waiting::new(subscriber.clone(), config.max_waiters);
+        let waiting = Waiting::new(subscriber.clone(), instance_id, config.max_waiters);
+        waiting.start_tending(redis.clone());
         let locks = Locks::new(
             redis.clone(),
             &config.key_prefix,
             waiting.clone(),
+            metrics.clone(),
+            config.lock_limits(),
+        );
+        let watches = Watches::new(
+            redis.clone(),
+            &config.key_prefix,
+            waiting.clone(),
+            subscriber.clone(),
             metrics.clone(),
         );
         let streams = Streams::new(locks.clone(), subscriber.clone(), metrics.clone());
@@ -181,6 +193,7 @@ impl Domains {
             &format!("{}internal:", config.key_prefix),
             waiting.clone(),
             metrics.clone(),
+            config.lock_limits(),
         );
         let sales = Sales::new(
             redis.clone(),
@@ -193,6 +206,7 @@ impl Domains {
         Self {
             locks,
             streams,
+            watches,
             sales,
             waiting,
         }
@@ -203,6 +217,7 @@ impl Domains {
         http::Domains {
             locks: self.locks.clone(),
             streams: self.streams.clone(),
+            watches: self.watches.clone(),
             sales: self.sales.clone(),
             redis: redis.clone(),
             metrics,

@@ -169,6 +169,10 @@ pub enum LockOutcome {
     Released,
     /// An extension found the lease gone.
     ExpiredOnExtend,
+    /// An operator ended every hold of a lock.
+    Revoked,
+    /// Joined a lock's queue to wait.
+    Queued,
 }
 
 impl LockOutcome {
@@ -180,6 +184,8 @@ impl LockOutcome {
             Self::Waited => "waited",
             Self::Released => "released",
             Self::ExpiredOnExtend => "expired_on_extend",
+            Self::Revoked => "revoked",
+            Self::Queued => "queued",
         }
     }
 }
@@ -213,6 +219,11 @@ pub struct Gauges {
     pub waiters: usize,
     /// Streamed locks held.
     pub streamed_locks: usize,
+    /// Watchers of locks (`GET /locks/{key}/events`) open.
+    pub watchers: usize,
+    /// Requests in the queues of the locks with waiters here, on every
+    /// instance.
+    pub queued: u64,
 }
 
 /// Every metric of one gateway instance.
@@ -226,6 +237,7 @@ pub struct Metrics {
     rate_limited: LabelledCounters,
     redis_commands: LabelledHistograms,
     redis_errors: LabelledCounters,
+    lock_events: LabelledCounters,
 }
 
 impl Metrics {
@@ -246,6 +258,11 @@ impl Metrics {
     /// How long a request waited for a lock (granted or not).
     pub fn lock_wait(&self, waited: Duration) {
         self.lock_wait.observe(waited);
+    }
+
+    /// An event of a lock watched here, heard once: `acquired`, `released`, ...
+    pub fn lock_event(&self, kind: &str) {
+        self.lock_events.add(kind);
     }
 
     /// A purchase's outcome: `created`, `replayed`, `sold_out`, ...
@@ -303,6 +320,24 @@ impl Metrics {
              # TYPE lockgate_streamed_locks gauge\nlockgate_streamed_locks {}",
             gauges.streamed_locks
         );
+        let _ = writeln!(
+            out,
+            "# HELP lockgate_lock_watchers Watchers of locks open on this instance now.\n\
+             # TYPE lockgate_lock_watchers gauge\nlockgate_lock_watchers {}",
+            gauges.watchers
+        );
+        let _ = writeln!(
+            out,
+            "# HELP lockgate_lock_queue_length Requests waiting in the queues of the locks this instance has waiters on, on every instance.\n\
+             # TYPE lockgate_lock_queue_length gauge\nlockgate_lock_queue_length {}",
+            gauges.queued
+        );
+        self.lock_events.render(
+            &mut out,
+            "lockgate_lock_events_total",
+            "Events of the locks watched on this instance, as heard, by event.",
+            "event",
+        );
         self.renewals.render(
             &mut out,
             "lockgate_stream_renewals_total",
@@ -353,6 +388,8 @@ mod tests {
         let text = metrics.render(Gauges {
             waiters: 7,
             streamed_locks: 2,
+            watchers: 3,
+            queued: 4,
         });
         assert!(
             text.contains("lockgate_lock_wait_seconds_bucket{le=\"0.001\"} 0\n"),
@@ -376,6 +413,8 @@ mod tests {
         );
         assert!(text.contains("lockgate_lock_waiters 7\n"), "{text}");
         assert!(text.contains("lockgate_streamed_locks 2\n"), "{text}");
+        assert!(text.contains("lockgate_lock_watchers 3\n"), "{text}");
+        assert!(text.contains("lockgate_lock_queue_length 4\n"), "{text}");
     }
 
     #[test]

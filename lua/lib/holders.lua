@@ -1,114 +1,275 @@
--- lib/holders.lua: what the lock scripts share, prepended to each of them
--- when the gateway loads it (so the script Redis runs is this, then the
--- script's own file).
+-- lib/holders.lua: a lock's holders: granting a place, dropping holders
+-- whose lease ended, taking a holder out, and what the lock is held as.
 --
 -- A plain lock (exclusive, one place) is one hash, `lock`, with fields
--- owner, holds, fence (and streamed, 1 for a streamed lock's holder); its
--- TTL is the lease.
---
--- gone     hash: the tokens of streamed holders that gave their lock back
---          (a DELETE with the token, or the stream's end), each until its
---          lease would have ended: a renewal on its way that finds the lock
---          gone learns it was released, not lost.
+-- owner, holds, fence, at (granted at, Unix ms), streamed (1 for a
+-- streamed lock's holder), value (the holder's public value), and idem
+-- and body (the Idempotency-Key it was granted under, and its request's
+-- hash); its TTL is the lease.
 --
 -- A lock with many holders (shared, or counted with more than one place):
 --   lock     hash: mode ('shared' or 'counted'), limit (counted), holds (of
 --            every holder together), fence (the newest grant's), and per
---            holder h:<token> (its holds), f:<token> (its fencing token) and
---            s:<token> (1 when it is a streamed lock's holder)
+--            holder h:<token> (its holds), f:<token> (its fencing token),
+--            a:<token> (granted at), s:<token> (streamed), v:<token> (its
+--            value), i:<token> (`<idempotency key> <request hash>`), and
+--            k:<idempotency key> -> token
 --   holders  sorted set: each holder's token, scored by its lease's end
 --            (Unix ms, Redis clock)
---   writers  sorted set: the tokens of exclusive requests waiting for shared
---            holders to leave, scored by the end of their presence (at most
---            a second ahead, and renewed by the waiting request's instance
---            while it waits: a writer whose gateway died holds nobody back
---            for longer); while one waits, new shared requests wait too (no
---            writer starvation)
--- The hash and the holders set expire with the latest lease, the writers set
--- with the latest wait, so nothing outlives its use. No sweeper: every script
--- that touches a lock with many holders first drops those whose lease ended.
+-- The hash and the holders set expire with the latest lease, so nothing
+-- outlives its use. No sweeper: every script that touches a lock with many
+-- holders first drops those whose lease ended.
+--
+-- gone     hash: the tokens of streamed holders whose place ended by a
+--          release (`released`) or a revocation (`revoked`), each kept
+--          until its lease would have ended: a renewal on its way that
+--          finds the lock gone learns why, rather than calling it lost.
 
--- The Redis clock, in Unix milliseconds.
-local function now_ms()
-  local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- The fields a holder of a lock with many holders has, but its idempotency
+-- record's reverse entry.
+local HOLDER_FIELDS = {'h:', 'f:', 'a:', 's:', 'v:', 'i:'}
+
+-- Removes a holder's fields from a lock with many holders.
+local function forget_holder(ctx, token)
+  local record = redis.call('HGET', ctx.lock, 'i:' .. token)
+  if record then
+    redis.call('HDEL', ctx.lock, 'k:' .. string.match(record, '^(.*) [^ ]*$'))
+  end
+  local fields = {}
+  for _, field in ipairs(HOLDER_FIELDS) do
+    fields[#fields + 1] = field .. token
+  end
+  redis.call('HDEL', ctx.lock, unpack(fields))
 end
 
--- Drops the holders whose lease has ended (at `now`); returns how many are
--- left. The lock is deleted when none is.
-local function drop_ended(lock, holders, now)
-  local ended = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
+-- Drops the holders of a lock with many holders whose lease has ended (at
+-- `now`); returns how many are left. The lock is deleted when none is.
+local function drop_ended(ctx, now)
+  local ended = redis.call('ZRANGEBYSCORE', ctx.holders, '-inf', now)
   for _, token in ipairs(ended) do
-    local holds = tonumber(redis.call('HGET', lock, 'h:' .. token) or '0')
-    redis.call('HINCRBY', lock, 'holds', -holds)
-    redis.call('HDEL', lock, 'h:' .. token, 'f:' .. token, 's:' .. token)
+    local holds = tonumber(redis.call('HGET', ctx.lock, 'h:' .. token) or '0')
+    redis.call('HINCRBY', ctx.lock, 'holds', -holds)
+    forget_holder(ctx, token)
   end
   if #ended > 0 then
-    redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', ctx.holders, '-inf', now)
   end
-  local left = redis.call('ZCARD', holders)
+  local left = redis.call('ZCARD', ctx.holders)
   if left == 0 then
-    redis.call('DEL', lock, holders)
+    redis.call('DEL', ctx.lock, ctx.holders)
   end
   return left
 end
 
--- Keeps the lock hash and its holders until the latest lease ends; returns
--- that end.
-local function expire_with_latest(lock, holders)
-  local latest = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2]
-  redis.call('PEXPIREAT', lock, latest)
-  redis.call('PEXPIREAT', holders, latest)
-  return tonumber(latest)
+-- Keeps the lock hash and its holders until the latest lease ends.
+local function expire_with_latest(ctx)
+  local latest = redis.call('ZRANGE', ctx.holders, -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', ctx.lock, latest)
+  redis.call('PEXPIREAT', ctx.holders, latest)
 end
 
 -- The end of the earliest lease among the holders.
-local function earliest_end(holders)
-  return tonumber(redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2])
+local function earliest_end(ctx)
+  return tonumber(redis.call('ZRANGE', ctx.holders, 0, 0, 'WITHSCORES')[2])
 end
 
--- The end of the earliest wait among the exclusive requests still waiting
--- (after dropping those whose wait is over), or nil if none waits.
-local function writer_waiting(writers, now)
-  redis.call('ZREMRANGEBYSCORE', writers, '-inf', now)
-  return tonumber(redis.call('ZRANGE', writers, 0, 0, 'WITHSCORES')[2])
-end
-
--- How long a waiting writer's mark stands unless its instance renews it.
-local MARK_PRESENCE_MS = 1000
-
--- Marks `token` as an exclusive request that waits `wait_ms` more: until
--- then, or a second from now if sooner (its instance renews the mark).
-local function mark_writer(writers, token, now, wait_ms)
-  local until_ms = now + math.min(wait_ms, MARK_PRESENCE_MS)
-  redis.call('ZADD', writers, until_ms, token)
-  if redis.call('PEXPIRETIME', writers) < until_ms then
-    redis.call('PEXPIREAT', writers, until_ms)
+-- How the lock is held now (after dropping ended holders): `kind` is
+-- 'free', 'exclusive' (a plain lock), 'shared' or 'counted'; `limit` its
+-- places (counted), `count` its holders, `free_in` the milliseconds until
+-- a place may free (the earliest lease end), `owner` a plain lock's token.
+local function held(ctx, now)
+  local state = redis.call('HMGET', ctx.lock, 'owner', 'mode', 'limit')
+  if state[1] then
+    return {kind = 'exclusive', limit = 1, count = 1, owner = state[1],
+      free_in = redis.call('PTTL', ctx.lock)}
   end
+  if not state[2] then
+    return {kind = 'free', count = 0, free_in = 0}
+  end
+  local count = drop_ended(ctx, now)
+  if count == 0 then
+    return {kind = 'free', count = 0, free_in = 0}
+  end
+  return {kind = state[2], limit = tonumber(state[3]), count = count,
+    free_in = earliest_end(ctx) - now}
 end
 
--- Notes that the streamed holder `token` released its lock, for as long as
--- a renewal of it may still arrive (its lease left, and a second more).
-local function note_released(gone, token, lease_left_ms)
-  local keep = math.max(lease_left_ms, 0) + 1000
-  redis.call('HSET', gone, token, 'released')
-  if redis.call('PTTL', gone) < keep then
-    redis.call('PEXPIRE', gone, keep)
+-- Whether a request of `mode` ('exclusive', 'shared' or 'counted', with
+-- `limit`) can take a place of the lock as `state` (from held) says.
+local function admits(state, mode, limit)
+  if state.kind == 'free' then
+    return true
   end
+  if state.kind == 'shared' then
+    return mode == 'shared'
+  end
+  return state.kind == 'counted' and mode == 'counted' and state.limit == limit
+    and state.count < limit
 end
 
 -- A new fencing token: one more than the last, and never below the Redis
 -- clock in microseconds. The clock keeps tokens increasing after the counter
 -- key has expired, so the counter need not be kept forever; the counter
 -- keeps them increasing if the clock steps back while it lives. Returns the
--- token as a number and as text (%d, not tostring: tostring would print
--- 1.7e+15 for a number this large).
-local function next_fence(fence_key, keep_ms)
+-- token as a number and as text (%d: tostring would print 1.7e+15).
+local function next_fence(ctx, keep_ms)
   local time = redis.call('TIME')
   local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  local last = tonumber(redis.call('GET', fence_key) or '0')
+  local last = tonumber(redis.call('GET', ctx.fence) or '0')
   local fence = math.max(last + 1, now_us)
   local text = string.format('%d', fence)
-  redis.call('SET', fence_key, text, 'PX', keep_ms)
+  redis.call('SET', ctx.fence, text, 'PX', keep_ms)
   return fence, text
+end
+
+-- Grants a place to `grant` (token, mode, limit, ttl, streamed, value, idem,
+-- body) for `lease_ms`, at `now`; `keep_ms` is how long the fence counter
+-- outlives the lease. Records the `acquired` event. Returns the fencing
+-- token and the lease's end.
+local function grant_place(ctx, grant, lease_ms, now, keep_ms)
+  local fence, fence_text = next_fence(ctx, lease_ms + keep_ms)
+  local ends = now + lease_ms
+  local token = grant.token
+  if grant.mode == 'exclusive' then
+    local fields = {'owner', token, 'holds', 1, 'fence', fence_text, 'at', now}
+    if grant.streamed then
+      fields[#fields + 1], fields[#fields + 2] = 'streamed', 1
+    end
+    if grant.value then
+      fields[#fields + 1], fields[#fields + 2] = 'value', grant.value
+    end
+    if grant.idem then
+      fields[#fields + 1], fields[#fields + 2] = 'idem', grant.idem
+      fields[#fields + 1], fields[#fields + 2] = 'body', grant.body
+    end
+    redis.call('HSET', ctx.lock, unpack(fields))
+    redis.call('PEXPIRE', ctx.lock, lease_ms)
+    ends = redis.call('PEXPIRETIME', ctx.lock)
+  else
+    if redis.call('ZCARD', ctx.holders) == 0 then
+      redis.call('HSET', ctx.lock, 'mode', grant.mode)
+      if grant.mode == 'counted' then
+        redis.call('HSET', ctx.lock, 'limit', grant.limit)
+      end
+    end
+    local fields = {'h:' .. token, 1, 'f:' .. token, fence_text, 'fence', fence_text,
+      'a:' .. token, now}
+    if grant.streamed then
+      fields[#fields + 1], fields[#fields + 2] = 's:' .. token, 1
+    end
+    if grant.value then
+      fields[#fields + 1], fields[#fields + 2] = 'v:' .. token, grant.value
+    end
+    if grant.idem then
+      fields[#fields + 1], fields[#fields + 2] = 'i:' .. token, grant.idem .. ' ' .. grant.body
+      fields[#fields + 1], fields[#fields + 2] = 'k:' .. grant.idem, token
+    end
+    redis.call('HSET', ctx.lock, unpack(fields))
+    redis.call('HINCRBY', ctx.lock, 'holds', 1)
+    redis.call('ZADD', ctx.holders, ends, token)
+    expire_with_latest(ctx)
+  end
+  on_acquired(ctx, token, fence, grant.value, grant.mode, ends)
+  return fence, ends
+end
+
+-- A holder as the lock records it: its fencing token (number), holds,
+-- lease end, streamed flag, value; nil when `token` holds no place.
+local function holder(ctx, token, now)
+  local plain = redis.call('HMGET', ctx.lock, 'owner', 'fence', 'holds', 'streamed', 'value')
+  if plain[1] then
+    if plain[1] ~= token then
+      return nil
+    end
+    return {fence = tonumber(plain[2]), holds = tonumber(plain[3]),
+      ends = redis.call('PEXPIRETIME', ctx.lock), streamed = plain[4], value = plain[5]}
+  end
+  local many = redis.call('HMGET', ctx.lock, 'h:' .. token, 'f:' .. token, 's:' .. token,
+    'v:' .. token)
+  if not many[1] then
+    return nil
+  end
+  local ends = tonumber(redis.call('ZSCORE', ctx.holders, token))
+  if not ends or ends <= now then
+    return nil
+  end
+  return {fence = tonumber(many[2]), holds = tonumber(many[1]), ends = ends,
+    streamed = many[3], value = many[4]}
+end
+
+-- Takes `token`'s place away, every hold of it: `why` is `released` or
+-- `revoked`. A streamed holder's end is noted in `gone` (until its lease
+-- would have ended), the watchers get the event, and the release channel
+-- the holder's fencing token (or `revoked`).
+local function take_place(ctx, token, place, why, now)
+  if place.streamed then
+    local keep = math.max(place.ends - now, 0) + 1000
+    redis.call('HSET', ctx.gone, token, why)
+    if redis.call('PTTL', ctx.gone) < keep then
+      redis.call('PEXPIRE', ctx.gone, keep)
+    end
+  end
+  if redis.call('HEXISTS', ctx.lock, 'owner') == 1 then
+    redis.call('DEL', ctx.lock)
+  else
+    redis.call('HINCRBY', ctx.lock, 'holds', -place.holds)
+    forget_holder(ctx, token)
+    redis.call('ZREM', ctx.holders, token)
+    if redis.call('ZCARD', ctx.holders) == 0 then
+      redis.call('DEL', ctx.lock, ctx.holders)
+    else
+      expire_with_latest(ctx)
+    end
+  end
+  on_ended(ctx, why, place.fence)
+  local message = string.format('%d', place.fence)
+  if why == 'revoked' then
+    message = 'revoked ' .. message
+  end
+  redis.call(ctx.publish, ctx.released, message)
+end
+
+-- Records `expired` for each holder granted while the lock was watched
+-- that holds it no more (its lease ran out; releases and revocations say
+-- so themselves). Returns how many.
+local function record_expired(ctx, now)
+  if not watched(ctx) then
+    return 0
+  end
+  local live = redis.call('HGETALL', ctx.watch)
+  local count = 0
+  for i = 1, #live, 2 do
+    if string.sub(live[i], 1, 2) == 'f:' and not holder(ctx, live[i + 1], now) then
+      on_ended(ctx, 'expired', tonumber(string.sub(live[i], 3)))
+      count = count + 1
+    end
+  end
+  return count
+end
+
+-- How long a watch stands unless a watching instance renews it.
+local WATCH_KEPT_MS = 10000
+
+-- Starts the watch, or keeps it another WATCH_KEPT_MS. A watch started anew
+-- notes the present holders (their end is owed an event too) and begins
+-- the history with a `start` entry: a reader who saw events before it has
+-- a gap.
+local function keep_watching(ctx, now)
+  if not watched(ctx) then
+    redis.call('HSET', ctx.watch, 'since', now)
+    local owner = redis.call('HMGET', ctx.lock, 'owner', 'fence')
+    if owner[1] then
+      redis.call('HSET', ctx.watch, fence_field(owner[2]), owner[1])
+    else
+      for _, token in ipairs(redis.call('ZRANGE', ctx.holders, 0, -1)) do
+        local fence = redis.call('HGET', ctx.lock, 'f:' .. token)
+        if fence then
+          redis.call('HSET', ctx.watch, fence_field(fence), token)
+        end
+      end
+    end
+    record(ctx, 'start', '{}')
+  end
+  redis.call('PEXPIRE', ctx.watch, WATCH_KEPT_MS)
+  redis.call('PEXPIRE', ctx.events, HISTORY_KEPT_MS)
 end

@@ -4,8 +4,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts};
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
 
 use super::error::ApiError;
 
@@ -65,20 +65,26 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let credentials = C::from_ref(state);
-        let accepted = credentials.accepted();
-        if accepted.is_empty() {
-            return C::unconfigured().map_or(Ok(Self(PhantomData)), Err);
-        }
-        authorize(parts, accepted).map(|()| Self(PhantomData))
+        permitted(&C::from_ref(state), &parts.headers).map(|()| Self(PhantomData))
     }
+}
+
+/// Whether `headers` carry credentials that `credentials` grant (as the
+/// [`Access`] extractor checks), for a route whose guard depends on the
+/// request itself.
+pub fn permitted<C: Credentials>(credentials: &C, headers: &HeaderMap) -> Result<(), ApiError> {
+    let accepted = credentials.accepted();
+    if accepted.is_empty() {
+        return C::unconfigured().map_or(Ok(()), Err);
+    }
+    authorize(headers, accepted)
 }
 
 /// Admits the request if its bearer token is one of the `accepted`.
 /// Missing or malformed credentials are 401; a wrong token is 403. Every
 /// accepted secret is compared, in constant time, whatever matches.
-fn authorize(parts: &Parts, accepted: &[impl AsRef<str>]) -> Result<(), ApiError> {
-    let given = bearer(parts).ok_or(ApiError::Unauthorized)?;
+fn authorize(headers: &HeaderMap, accepted: &[impl AsRef<str>]) -> Result<(), ApiError> {
+    let given = bearer(headers).ok_or(ApiError::Unauthorized)?;
     let matched = accepted.iter().fold(false, |matched, secret| {
         matched | same_secret(given.as_bytes(), secret.as_ref().as_bytes())
     });
@@ -90,8 +96,8 @@ fn authorize(parts: &Parts, accepted: &[impl AsRef<str>]) -> Result<(), ApiError
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
-pub(super) fn bearer(parts: &Parts) -> Option<&str> {
-    let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }

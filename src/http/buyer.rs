@@ -112,7 +112,7 @@ fn buyer_token(
     let Some(key) = tokens.0 else {
         return Ok(None);
     };
-    let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
+    let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
     Ok(Some((key, token)))
 }
 

@@ -91,8 +91,9 @@ pub enum ApiError {
     )]
     ConflictingTokens,
     /// 409 `lock-held`, 409 `not-owner`, 404 `lock-not-found`, 409
-    /// `limit-mismatch`, 409 `mode-conflict`, 503 `too-many-waiters`, 503
-    /// `shutting-down`, 503 `backend-unavailable`.
+    /// `limit-mismatch`, 409 `mode-conflict`, 422 `idempotency-key-reused`,
+    /// 503 `too-many-waiters`, 503 `shutting-down`, 503
+    /// `backend-unavailable`.
     #[error(transparent)]
     Lock(#[from] LockError),
     /// 404 `sale-not-found`, 409 `sold-out`, 409 `limit-exceeded`, 422
@@ -156,6 +157,7 @@ impl ApiError {
             Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
             Self::Lock(LockError::LimitMismatch { .. }) => ProblemType::LimitMismatch,
             Self::Lock(LockError::ModeConflict { .. }) => ProblemType::ModeConflict,
+            Self::Lock(LockError::KeyReused { .. }) => ProblemType::IdempotencyKeyReused,
             Self::Lock(LockError::CannotWait(WaitRefused::TooManyWaiters(_))) => {
                 ProblemType::TooManyWaiters
             }
@@ -234,6 +236,7 @@ impl ApiError {
                 | LockError::NotFound { key }
                 | LockError::LimitMismatch { key, .. }
                 | LockError::ModeConflict { key }
+                | LockError::KeyReused { key }
                 | LockError::NotReplicated { key, .. },
             ) => Some(key.to_string()),
             _ => None,

@@ -4,18 +4,18 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{ConnectInfo, FromRef, FromRequest, FromRequestParts, Path, Query, Request};
+use axum::extract::{ConnectInfo, FromRef, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::{Json, RequestPartsExt};
 use bytes::Bytes;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Number;
 
 use super::error::ApiError;
+use crate::locks::IdempotencyKey;
 use crate::locks::{InvalidKey, InvalidToken, LockKey, Token};
-use crate::seckill::{IdempotencyKey, Sku};
+use crate::seckill::Sku;
 
 /// The header that carries an owner's token.
 pub const LOCK_TOKEN: &str = "lock-token";
@@ -100,26 +100,6 @@ impl<S: Send + Sync> FromRequestParts<S> for KeyPath {
     }
 }
 
-/// The owner's token of a `DELETE`: the `Lock-Token` header, or `?token=` for
-/// clients that cannot set headers.
-pub struct OwnerToken(pub Token);
-
-#[derive(Deserialize)]
-struct TokenQuery {
-    token: Option<String>,
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for OwnerToken {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        // A query that does not decode (a repeated `token`, say) is no token.
-        let query = Query::<TokenQuery>::try_from_uri(&parts.uri).map_err(|_| InvalidToken)?;
-        let from_query = query.0.token.as_deref().map(Token::parse).transpose()?;
-        one_token(from_query, token_header(&parts.headers)?).map(Self)
-    }
-}
-
 /// The token a request names in one of two places (the body or the query,
 /// and the `Lock-Token` header). Two different ones are refused rather
 /// than one of them silently used.
@@ -180,7 +160,8 @@ impl<S: Send + Sync> FromRequestParts<S> for SkuPath {
     }
 }
 
-/// The `Idempotency-Key` header of a purchase, parsed, when the request has one.
+/// The `Idempotency-Key` header (of a purchase, or an acquisition), parsed,
+/// when the request has one.
 pub struct IdempotencyKeyHeader(pub Option<IdempotencyKey>);
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
@@ -192,7 +173,9 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
         };
         // A value that is not visible ASCII fails the key's own check.
         let text = value.to_str().unwrap_or_default();
-        Ok(Self(Some(IdempotencyKey::parse(text)?)))
+        let key = IdempotencyKey::parse(text)
+            .map_err(|err| ApiError::invalid_field("Idempotency-Key", err.to_string()))?;
+        Ok(Self(Some(key)))
     }
 }
 

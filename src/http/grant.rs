@@ -1,10 +1,23 @@
-//! The body of a granted lock: what `POST /locks` answers, and what a streamed lock's `acquired` event carries.
+//! A granted lock as the API answers it: the body `POST /locks` answers (and a streamed lock's `acquired` event carries), and the response that hands a new grant over.
 
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::error::ApiError;
 use crate::duration::millis;
-use crate::locks::Lease;
+use crate::locks::{Handover, Lease};
+
+/// The header that marks a grant answered again for its Idempotency-Key.
+static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// A granted (or re-entered) lock. The token is shown only here.
 #[derive(Debug, Serialize, ToSchema)]
@@ -41,5 +54,72 @@ impl From<&Lease> for LockGrant {
             holds: lease.state.holds,
             waited_ms: millis(lease.waited),
         }
+    }
+}
+
+/// The answer to `POST /locks` that made (or re-entered, or replayed) a
+/// grant: `201` with `Location` for a new grant (its handover completed
+/// when the body is written), `201` with `Idempotent-Replayed: true` for a
+/// replay, `200` for a re-entry.
+pub fn granted(mut lease: Lease) -> Result<Response, ApiError> {
+    let json = serde_json::to_vec(&LockGrant::from(&lease)).map_err(|_| ApiError::Internal)?;
+    let json_type = (
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if lease.replayed {
+        let replayed = (
+            IDEMPOTENT_REPLAYED.clone(),
+            HeaderValue::from_static("true"),
+        );
+        return Ok((StatusCode::CREATED, [json_type, replayed], json).into_response());
+    }
+    let Some(handover) = lease.handover.take() else {
+        return Ok(([json_type], json).into_response());
+    };
+    let location =
+        HeaderValue::try_from(format!("/locks/{}", lease.key)).map_err(|_| ApiError::Internal)?;
+    let body = GrantBody {
+        json: Some(Bytes::from(json)),
+        handover: Some(handover),
+    };
+    Ok((
+        StatusCode::CREATED,
+        [json_type, (header::LOCATION, location)],
+        Body::new(body),
+    )
+        .into_response())
+}
+
+/// The body of a new grant. Hyper polls a body only to write it to a live
+/// connection, so the first poll completes the handover; a body dropped
+/// unpolled (the client left while the grant was being made) releases the
+/// grant instead of leaving it held by nobody.
+struct GrantBody {
+    json: Option<Bytes>,
+    handover: Option<Handover>,
+}
+
+impl http_body::Body for GrantBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let body = self.get_mut();
+        if let Some(handover) = body.handover.take() {
+            handover.complete();
+        }
+        Poll::Ready(body.json.take().map(|json| Ok(Frame::data(json))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.json.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.json.as_ref().map_or(0, |json| json.len() as u64))
     }
 }

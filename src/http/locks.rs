@@ -1,32 +1,26 @@
-//! The lock routes: `POST /locks`, `DELETE`/`GET /locks/{key}`, `PUT /locks/{key}/ttl`.
-
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+//! The lock routes that change a lock: `POST /locks`, `DELETE /locks/{key}` (a release, or with `force=true` a revocation), `PUT /locks/{key}/ttl`, `PUT /locks/{key}/value`.
 
 use axum::Json;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use http_body::{Frame, SizeHint};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
 use utoipa::ToSchema;
 
-use super::auth::ApiKeyAccess;
+use super::auth::{AdminToken, ApiKeyAccess, ApiKeys, permitted};
 use super::error::ApiError;
 use super::extract::{
-    JsonBody, KeyPath, OwnerToken, one_token, token_header, whole_number, whole_number_or,
+    IdempotencyKeyHeader, JsonBody, KeyPath, one_token, token_header, whole_number, whole_number_or,
 };
-use super::grant::LockGrant;
+use super::grant::{LockGrant, granted};
 use super::responses::problem_responses;
-use super::schema::{LockKeyText, LockModeText, TokenText};
+use super::schema::{IdempotencyKeyText, LockKeyText, LockModeText, TokenText};
 use super::stream::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
-    AcquireRequest, EXAMPLE_TOKEN, Handover, Inspection, InvalidKind, LockKey, LockKind,
-    LockLimits, Locks, Released, Streams, Token, Ttl, WaitTime, lock_kind,
+    AcquireRequest, EXAMPLE_TOKEN, IdempotencyKey, InvalidKind, LockKey, LockKind, LockLimits,
+    LockValue, Locks, Released, Streams, Token, Ttl, WaitTime, lock_kind,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -40,15 +34,17 @@ pub struct AcquireBody {
     /// (default 3 600 000).
     #[schema(value_type = Option<u64>, default = 30000, example = 30000)]
     ttl_ms: Option<Number>,
-    /// How long to wait while another owner holds the lock, in milliseconds,
-    /// up to the configured maximum (default 60 000); 0 tries once.
+    /// How long to wait while there is no place, in milliseconds, up to
+    /// the configured maximum (default 60 000); 0 tries once. Waiters are
+    /// served in arrival order, on whichever instance they wait.
     #[schema(value_type = Option<u64>, default = 0, example = 0)]
     wait_ms: Option<Number>,
     /// The holder's token, to re-enter a lock it holds.
     #[schema(value_type = Option<TokenText>)]
     token: Option<String>,
     /// `exclusive`: one holder alone (or one of `limit`). `shared`: with any
-    /// number of other shared holders, while no exclusive request waits.
+    /// number of other shared holders, while no exclusive request waits
+    /// ahead of it.
     #[schema(value_type = Option<LockModeText>, default = "exclusive")]
     mode: Option<String>,
     /// How many exclusive holders the lock admits at once: 1 is a plain
@@ -56,6 +52,10 @@ pub struct AcquireBody {
     /// key must name the limit it was taken with. Not with `shared`.
     #[schema(value_type = Option<u64>, default = 1, example = 1)]
     limit: Option<Number>,
+    /// The holder's public value, at most 1024 bytes: shown to everyone who
+    /// reads or watches the lock (an address, a host name), never a secret.
+    #[schema(example = "10.0.0.7:9000")]
+    value: Option<String>,
 }
 
 /// `PUT /locks/{key}/ttl`: the owner's token and the new lease length.
@@ -72,58 +72,25 @@ pub struct ExtendBody {
     ttl_ms: Option<Number>,
 }
 
-/// A lock's state. No token is ever shown.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LockStatus {
-    #[schema(example = "orders:42")]
-    key: String,
-    /// Always true: a lock that is not held answers 404.
-    held: bool,
-    /// Until the latest lease ends, in milliseconds.
-    ttl_ms: u64,
-    /// When the latest lease ends, in Unix ms by the Redis clock.
-    expires_at_ms: u64,
-    /// The newest grant's fencing token.
-    fencing_token: u64,
-    /// Re-entrant holds, of every holder together.
-    holds: u64,
-    #[schema(value_type = LockModeText)]
-    mode: &'static str,
-    /// Places of an exclusive lock (1 for a plain lock); absent for a
-    /// shared one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(example = 1)]
-    limit: Option<u32>,
-    /// How many hold it.
-    #[schema(example = 1)]
-    holders: u64,
+/// `PUT /locks/{key}/value`: the holder's token and its new public value.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ValueBody {
+    /// The holder's token. (The gateway also takes it from the `Lock-Token`
+    /// header when the body has none.)
+    #[schema(value_type = TokenText, required = true)]
+    token: Option<String>,
+    /// The new value, at most 1024 bytes; null removes it.
+    #[schema(example = "10.0.0.8:9000")]
+    value: Option<String>,
 }
 
-impl LockStatus {
-    fn new(key: &LockKey, lock: Inspection) -> Self {
-        Self {
-            key: key.to_string(),
-            held: true,
-            ttl_ms: lock.state.ttl_ms,
-            expires_at_ms: lock.state.expires_at_ms,
-            fencing_token: lock.state.fencing_token,
-            holds: lock.state.holds,
-            mode: if lock.kind.is_shared() {
-                "shared"
-            } else {
-                "exclusive"
-            },
-            limit: lock.kind.limit(),
-            holders: lock.holders,
-        }
-    }
-}
-
-/// A renewed lease.
+/// A holder's lease as it now stands.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LeaseRenewal {
     #[schema(example = "orders:42")]
     key: String,
+    /// The lease's length from now (the new one, after a renewal).
     ttl_ms: u64,
     expires_at_ms: u64,
     fencing_token: u64,
@@ -145,14 +112,15 @@ problem_responses!(
     AcquireProblems:
         MalformedBody, Unauthorized, Forbidden, LockHeld, NotOwner, LimitMismatch,
         ModeConflict, BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidField,
-        BackendUnavailable, TooManyWaiters, ShuttingDown, NotReplicated, RequestTimeout,
+        IdempotencyKeyReused, BackendUnavailable, TooManyWaiters, ShuttingDown, NotReplicated,
+        RequestTimeout,
 );
 
 problem_responses!(
     /// What `DELETE /locks/{key}` can refuse with.
     ReleaseProblems:
-        MissingToken, Unauthorized, Forbidden, LockNotFound, NotOwner, InvalidKey,
-        InvalidToken, BackendUnavailable,
+        MissingToken, Unauthorized, Forbidden, AdministrationDisabled, LockNotFound, NotOwner,
+        InvalidKey, InvalidToken, InvalidField, BackendUnavailable,
 );
 
 problem_responses!(
@@ -164,35 +132,45 @@ problem_responses!(
 );
 
 problem_responses!(
-    /// What `GET /locks/{key}` can refuse with.
-    InspectProblems:
-        Unauthorized, Forbidden, LockNotFound, InvalidKey, BackendUnavailable,
+    /// What `PUT /locks/{key}/value` can refuse with.
+    ValueProblems:
+        MissingToken, MalformedBody, Unauthorized, Forbidden, LockNotFound, NotOwner,
+        BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidToken, InvalidField,
+        BackendUnavailable,
 );
 
 /// Take a lock, wait for it, or re-enter it; or hold it as a stream.
 ///
 /// With `wait_ms` > 0 the request waits on the server while there is no
-/// place for it: a release wakes it at once (Redis pub/sub, no polling), an
-/// expiry no later than the earliest holder's remaining lease. A client that
-/// disconnects while waiting stops waiting and is granted nothing.
+/// place for it, in the lock's queue: waiters are served in arrival order
+/// across every instance, the release hands the place to the head of the
+/// queue and tells that waiter alone (no polling), a lease that runs out
+/// does the same at its end, and a waiter whose client disconnects loses
+/// its place at once (within a second if its gateway died).
 ///
 /// `mode` and `limit` make it a shared (read-write) or counting lock: any
-/// number of `shared` holders at once, an exclusive one alone, and while
-/// an exclusive request waits, new shared ones wait behind it; or up to
-/// `limit` exclusive holders. Each holder has its own token, lease, holds
-/// and fencing token. A held key must be asked for with the limit it was
-/// taken with (`409 limit-mismatch`), and re-entered in the mode it was
-/// taken in (`409 mode-conflict`).
+/// number of `shared` holders at once, an exclusive one alone; or up to
+/// `limit` exclusive holders. Each holder has its own token, lease, holds,
+/// fencing token and public `value`. A held key must be asked for with the
+/// limit it was taken with (`409 limit-mismatch`), and re-entered in the
+/// mode it was taken in (`409 mode-conflict`).
+///
+/// With an `Idempotency-Key`, a retry of the same request while the grant
+/// it made lives answers that grant again (`201`, `Idempotent-Replayed:
+/// true`), on any instance; the same key with another request is `422
+/// idempotency-key-reused`. Not for streamed locks nor re-entry.
 ///
 /// With `Accept: text/event-stream` the lock is held for as long as the
 /// response stays open: the gateway renews it every `ttl_ms / 3` and
 /// releases it (every hold) the moment the client closes the connection.
-/// The answer is `200` with Server-Sent Events: `acquired` (the grant, as a
+/// The answer is `200` with Server-Sent Events: `queued` (`QueuedEvent`:
+/// its place in the queue, while it waits), `acquired` (the grant, as a
 /// `201` body), `renewed` (`RenewedEvent`) after each renewal, and last
 /// `released` (`ReleasedEvent`: someone released it with `DELETE` and the
-/// token) or `lost` (`LostEvent`, with its reason). An idle stream gets an
-/// SSE comment at least every 15 s. Refusals are the ordinary answers; a
-/// re-entry `token` is refused with `422`.
+/// token), `lost` (`LostEvent`, with its reason) or, when the wait ran out
+/// after the stream began, `refused` (the problem document a plain request
+/// would have been answered with). An idle stream gets an SSE comment at
+/// least every 15 s. Refusals before any wait are the ordinary answers.
 #[utoipa::path(
     post,
     path = "/locks",
@@ -200,19 +178,24 @@ problem_responses!(
     security((), ("api_key" = [])),
     params(
         ("Accept" = Option<String>, Header, description = "`text/event-stream` for a streamed lock"),
+        ("Idempotency-Key" = Option<IdempotencyKeyText>, Header, description = "A fresh client-chosen key (a UUID) per acquisition, so that a retry after a lost answer gets the same grant"),
     ),
     request_body = AcquireBody,
     responses(
-        (status = 201, description = "Acquired by a new owner", body = LockGrant,
-            headers(("Location" = String, description = "/locks/{key}"))),
+        (status = 201, description = "Acquired by a new owner (or, with `Idempotent-Replayed: true`, the grant this Idempotency-Key made)", body = LockGrant,
+            headers(
+                ("Location" = String, description = "/locks/{key}"),
+                ("Idempotent-Replayed" = Option<String>, description = "`true` when the grant is answered again"),
+            )),
         (status = 200, description = "Re-entered with the holder's token (`application/json`); or, with \
             `Accept: text/event-stream`, the event stream of a streamed lock",
             content(
                 (LockGrant = "application/json"),
                 (String = "text/event-stream", example = json!(
-                    "event: acquired\ndata: {\"key\":\"orders:42\",\"token\":\"5c0f4e1e-3c4e-4d8b-9a51-0e6c1f2d7a90\",\
+                    "event: queued\ndata: {\"position\":1}\n\n\
+                    event: acquired\ndata: {\"key\":\"orders:42\",\"token\":\"5c0f4e1e-3c4e-4d8b-9a51-0e6c1f2d7a90\",\
                     \"fencing_token\":1795331974189167,\"ttl_ms\":3000,\"expires_at_ms\":1795331977189,\"holds\":1,\
-                    \"waited_ms\":0}\n\nevent: renewed\ndata: {\"expires_at_ms\":1795331978190}\n\n\
+                    \"waited_ms\":120}\n\nevent: renewed\ndata: {\"expires_at_ms\":1795331978190}\n\n\
                     event: released\ndata: {\"key\":\"orders:42\"}\n\n"
                 )),
             )),
@@ -225,114 +208,106 @@ pub async fn acquire(
     State(streams): State<Streams>,
     State(limits): State<LockLimits>,
     State(keep_alive): State<StreamKeepAlive>,
-    WantsStream(streamed): WantsStream,
+    headers: AcquireHeaders,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, ApiError> {
-    let request = AcquireRequest {
-        key: LockKey::parse(&body.key)?,
-        kind: kind(body.mode.as_deref(), body.limit.as_ref())?,
-        ttl: ttl(body.ttl_ms.as_ref(), limits)?,
-        wait: wait(body.wait_ms.as_ref(), limits)?,
-        token: body
-            .token
-            .map(|text| {
-                Token::parse(&text).map_err(|_| {
-                    ApiError::invalid_field(
-                        "token",
-                        format!("must be the token of a grant: a UUID such as {EXAMPLE_TOKEN}"),
-                    )
-                })
-            })
-            .transpose()?,
-        confirmed: true,
+    let AcquireHeaders {
         streamed,
-    };
+        idempotency_key,
+    } = headers;
+    let mut request = AcquireRequest::new(
+        LockKey::parse(&body.key)?,
+        kind(body.mode.as_deref(), body.limit.as_ref())?,
+        ttl(body.ttl_ms.as_ref(), limits)?,
+        wait(body.wait_ms.as_ref(), limits)?,
+    );
+    request.token = body.token.as_deref().map(reentry_token).transpose()?;
+    request.value = body.value.as_deref().map(value).transpose()?;
+    if idempotency_key.is_some() && (streamed || request.token.is_some()) {
+        return Err(ApiError::invalid_field(
+            "Idempotency-Key",
+            "is for new grants only: a streamed lock is its own grant, and a re-entry repeats \
+             nothing",
+        ));
+    }
+    request.idempotency_key = idempotency_key;
     if streamed {
         // Boxed: a streamed lock's state would otherwise enlarge every
         // plain request waiting for a lock.
-        return Box::pin(stream::respond(&streams, request, keep_alive)).await;
+        return Box::pin(stream::respond(streams, request, keep_alive)).await;
     }
-    let mut lease = locks.acquire(request).await?;
-    let json = serde_json::to_vec(&LockGrant::from(&lease)).map_err(|_| ApiError::Internal)?;
-    let Some(handover) = lease.handover.take() else {
-        return Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response());
-    };
-    let location =
-        HeaderValue::try_from(format!("/locks/{}", lease.key)).map_err(|_| ApiError::Internal)?;
-    let body = GrantBody {
-        json: Some(Bytes::from(json)),
-        handover: Some(handover),
-    };
-    Ok((
-        StatusCode::CREATED,
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
-            (header::LOCATION, location),
-        ],
-        Body::new(body),
-    )
-        .into_response())
+    granted(locks.acquire(request).await?)
 }
 
-/// The body of a new grant. Hyper polls a body only to write it to a live
-/// connection, so the first poll completes the handover; a body dropped
-/// unpolled (the client left while the grant was being made) releases the
-/// grant instead of leaving it held by nobody.
-struct GrantBody {
-    json: Option<Bytes>,
-    handover: Option<Handover>,
+/// What `POST /locks` reads from its headers: whether it asks for a
+/// streamed lock, and its Idempotency-Key.
+pub struct AcquireHeaders {
+    streamed: bool,
+    idempotency_key: Option<IdempotencyKey>,
 }
 
-impl http_body::Body for GrantBody {
-    type Data = Bytes;
-    type Error = Infallible;
+impl<S: Send + Sync> FromRequestParts<S> for AcquireHeaders {
+    type Rejection = ApiError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let body = self.get_mut();
-        if let Some(handover) = body.handover.take() {
-            handover.complete();
-        }
-        Poll::Ready(body.json.take().map(|json| Ok(Frame::data(json))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.json.is_none()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.json.as_ref().map_or(0, |json| json.len() as u64))
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Ok(WantsStream(streamed)) = WantsStream::from_request_parts(parts, state).await;
+        let IdempotencyKeyHeader(idempotency_key) =
+            IdempotencyKeyHeader::from_request_parts(parts, state).await?;
+        Ok(Self {
+            streamed,
+            idempotency_key,
+        })
     }
 }
 
-/// Release one hold; the last one frees the lock and wakes waiters.
+/// Release one hold; the last one frees the lock, and the head of its
+/// queue is granted it. With `force=true` and the admin token: revoke it.
+///
+/// A revocation ends every hold of the lock at once (`204`; `404` when it
+/// is not held): each streamed holder's stream ends with `lost`
+/// (`revoked`), `lockgate run` stops its command, watchers get `revoked`,
+/// the queue is served, and the next grant's fencing token is larger than
+/// any before, so a resource that checks fencing tokens refuses the old
+/// holder's writes.
 #[utoipa::path(
     delete,
     path = "/locks/{key}",
     tag = "locks",
-    security((), ("api_key" = [])),
+    security((), ("api_key" = []), ("admin" = [])),
     params(
         ("key" = LockKeyText, Path, description = "The lock"),
-        ("Lock-Token" = TokenText, Header, description = "The holder's token (or `?token=` instead)"),
+        ("Lock-Token" = Option<TokenText>, Header, description = "The holder's token (or `?token=` instead)"),
         ("token" = Option<TokenText>, Query, description = "The holder's token, for clients that cannot set headers"),
+        ("force" = Option<bool>, Query, description = "`true` revokes the lock (every hold; needs the admin token)"),
     ),
     responses(
-        (status = 204, description = "Released; waiters are woken"),
+        (status = 204, description = "Released (or revoked); the next waiter is served"),
         (status = 200, description = "One re-entrant hold released; still held", body = HoldReleased),
         ReleaseProblems,
     )
 )]
 pub async fn release(
-    _access: ApiKeyAccess,
     State(locks): State<Locks>,
+    State(api_keys): State<ApiKeys>,
+    State(admin): State<AdminToken>,
     KeyPath(key): KeyPath,
-    OwnerToken(token): OwnerToken,
+    headers: HeaderMap,
+    uri: Uri,
 ) -> Result<Response, ApiError> {
+    let Query(query) = Query::<ReleaseQuery>::try_from_uri(&uri)
+        .map_err(|_| ApiError::invalid_field("query", "takes each parameter at most once"))?;
+    match query.force.as_deref() {
+        None | Some("false") => {}
+        Some("true") => {
+            permitted(&admin, &headers)?;
+            locks.revoke(&key).await?;
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        Some(_) => return Err(ApiError::invalid_field("force", "must be true or false")),
+    }
+    permitted(&api_keys, &headers)?;
+    let from_query = query.token.as_deref().map(Token::parse).transpose()?;
+    let token = one_token(from_query, token_header(&headers)?)?;
     Ok(match locks.release(&key, &token).await? {
         Released::Free => StatusCode::NO_CONTENT.into_response(),
         Released::HoldsLeft(holds) => Json(HoldReleased {
@@ -341,6 +316,13 @@ pub async fn release(
         })
         .into_response(),
     })
+}
+
+/// The query of `DELETE /locks/{key}`.
+#[derive(Deserialize)]
+struct ReleaseQuery {
+    token: Option<String>,
+    force: Option<String>,
 }
 
 /// Renew a lease: it ends `ttl_ms` from now.
@@ -380,26 +362,55 @@ pub async fn extend(
     }))
 }
 
-/// Inspect a lock: whether it is held, until when, its fencing token, its
-/// mode and limit, and how many hold it.
+/// Replace the holder's public value (an election's "proclaim"): everyone
+/// who reads the lock sees it, watchers get a `value` event. The lease is
+/// not renewed.
 #[utoipa::path(
-    get,
-    path = "/locks/{key}",
+    put,
+    path = "/locks/{key}/value",
     tag = "locks",
     security((), ("api_key" = [])),
-    params(("key" = LockKeyText, Path, description = "The lock")),
+    params(
+        ("key" = LockKeyText, Path, description = "The lock"),
+        ("Lock-Token" = Option<TokenText>, Header, description = "The holder's token, when the body has none"),
+    ),
+    request_body = ValueBody,
     responses(
-        (status = 200, description = "Held", body = LockStatus),
-        InspectProblems,
+        (status = 200, description = "Set; the holder's lease as it stands", body = LeaseRenewal),
+        ValueProblems,
     )
 )]
-pub async fn inspect(
+pub async fn set_value(
     _access: ApiKeyAccess,
     State(locks): State<Locks>,
     KeyPath(key): KeyPath,
-) -> Result<Json<LockStatus>, ApiError> {
-    let state = locks.inspect(&key).await?;
-    Ok(Json(LockStatus::new(&key, state)))
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<ValueBody>,
+) -> Result<Json<LeaseRenewal>, ApiError> {
+    let from_body = body.token.as_deref().map(Token::parse).transpose()?;
+    let token = one_token(from_body, token_header(&headers)?)?;
+    let value = body.value.as_deref().map(value).transpose()?;
+    let state = locks.set_value(&key, &token, value.as_ref()).await?;
+    Ok(Json(LeaseRenewal {
+        key: key.to_string(),
+        ttl_ms: 0,
+        expires_at_ms: state.expires_at_ms,
+        fencing_token: state.fencing_token,
+        holds: state.holds,
+    }))
+}
+
+fn reentry_token(text: &str) -> Result<Token, ApiError> {
+    Token::parse(text).map_err(|_| {
+        ApiError::invalid_field(
+            "token",
+            format!("must be the token of a grant: a UUID such as {EXAMPLE_TOKEN}"),
+        )
+    })
+}
+
+fn value(text: &str) -> Result<LockValue, ApiError> {
+    LockValue::parse(text).map_err(|err| ApiError::invalid_field("value", err))
 }
 
 fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {

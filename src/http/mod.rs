@@ -5,6 +5,7 @@ mod buyer;
 mod error;
 mod extract;
 mod grant;
+mod lock_status;
 mod locks;
 mod ops;
 mod problems;
@@ -13,6 +14,7 @@ mod schema;
 mod seckill;
 mod state;
 mod stream;
+mod watch;
 
 use std::sync::LazyLock;
 
@@ -38,15 +40,17 @@ pub use stream::StreamKeepAlive;
 #[openapi(
     info(
         title = "lockgate",
-        description = "Distributed locks on Redis over plain HTTP: acquire (try or wait), \
-            release by owner token, renew, inspect; re-entry and monotonic fencing tokens. \
+        description = "Distributed locks on Redis over plain HTTP: acquire (try or wait in a \
+            fair queue), release by owner token, renew, inspect, watch, revoke; re-entry, \
+            shared and counting locks, public values and monotonic fencing tokens. \
             Every error is application/problem+json with a stable slug in `type`; \
             every response carries X-Instance-Id. Swagger UI is served at /docs.",
         license(name = "MIT OR Apache-2.0"),
     ),
     components(schemas(
         Problem, LockKeyText, TokenText, NameText, IdempotencyKeyText,
-        stream::RenewedEvent, stream::ReleasedEvent, stream::LostEvent,
+        stream::RenewedEvent, stream::ReleasedEvent, stream::LostEvent, stream::QueuedEvent,
+        watch::FreeLock, watch::AcquiredEvent, watch::ValueEvent, watch::EndedEvent,
     )),
     modifiers(&SecuritySchemes),
     tags(
@@ -88,9 +92,11 @@ impl utoipa::Modify for SecuritySchemes {
 /// Every documented route, feeding both the server and the OpenAPI document.
 fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(locks::acquire))
-        .routes(routes!(locks::release, locks::inspect))
+        .routes(routes!(locks::acquire, lock_status::list))
+        .routes(routes!(locks::release, lock_status::inspect))
         .routes(routes!(locks::extend))
+        .routes(routes!(locks::set_value))
+        .routes(routes!(watch::events))
         .routes(routes!(seckill::reset_sale, seckill::sale))
         .routes(routes!(seckill::purchase, seckill::orders))
         .routes(routes!(ops::healthz))

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::error::{ApiError, ProblemType};
 use super::responses::problem_responses;
-use crate::locks::{Locks, Streams};
+use crate::locks::{Locks, Streams, Watches};
 use crate::metrics::{Gauges, Metrics};
 use crate::redis::Redis;
 
@@ -60,10 +60,13 @@ pub async fn metrics(
     State(metrics): State<Arc<Metrics>>,
     State(locks): State<Locks>,
     State(streams): State<Streams>,
+    State(watches): State<Watches>,
 ) -> impl IntoResponse {
     let gauges = Gauges {
         waiters: locks.waiters(),
         streamed_locks: streams.held(),
+        watchers: watches.open(),
+        queued: locks.queued(),
     };
     (
         [(

@@ -12,10 +12,12 @@ use utoipa::openapi::schema::{Object, Schema};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{Modify, Number, ToSchema};
 
+use super::lock_status::MAX_LIST;
 use crate::locks::{
-    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MAX_LIMIT, MIN_TTL_MS, Token, key_pattern,
+    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MAX_LIMIT, MIN_TTL_MS, Token, idempotency_key_pattern,
+    key_pattern,
 };
-use crate::seckill::{MAX_PAGE, MAX_QUANTITY, MAX_STOCK, idempotency_key_pattern, name_pattern};
+use crate::seckill::{MAX_PAGE, MAX_QUANTITY, MAX_STOCK, name_pattern};
 
 /// A lock key: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`, not only dots.
 #[derive(ToSchema)]
@@ -32,7 +34,7 @@ pub struct TokenText(String);
 #[schema(value_type = String, example = "phone-2026")]
 pub struct NameText(String);
 
-/// An Idempotency-Key: 1 to 128 visible ASCII characters (a UUID is typical).
+/// An Idempotency-Key: 1 to 200 visible ASCII characters (a UUID is typical).
 #[derive(ToSchema)]
 #[schema(value_type = String)]
 pub struct IdempotencyKeyText(String);
@@ -88,6 +90,9 @@ impl Modify for Bounds {
         let page = query_parameter(openapi, "/seckill/{sku}/orders", "limit")
             .expect("the document has the orders' page limit");
         Bound::Range(1, MAX_PAGE as u64).apply(page);
+        let locks = query_parameter(openapi, "/locks", "limit")
+            .expect("the document has the lock listing's page limit");
+        Bound::Range(1, MAX_LIST as u64).apply(locks);
     }
 }
 

@@ -8,7 +8,7 @@ use super::auth::{AdminToken, ApiKeys};
 use super::buyer::BuyerTokens;
 use super::extract::TrustedProxies;
 use super::stream::StreamKeepAlive;
-use crate::locks::{LockLimits, Locks, Streams};
+use crate::locks::{LockLimits, Locks, Streams, Watches};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
 use crate::seckill::Sales;
@@ -19,6 +19,7 @@ use crate::seckill::Sales;
 pub struct AppState {
     pub locks: Locks,
     pub streams: Streams,
+    pub watches: Watches,
     pub sales: Sales,
     pub redis: Redis,
     pub metrics: Arc<Metrics>,
@@ -46,6 +47,7 @@ pub struct RouteSettings {
 pub struct Domains {
     pub locks: Locks,
     pub streams: Streams,
+    pub watches: Watches,
     pub sales: Sales,
     pub redis: Redis,
     pub metrics: Arc<Metrics>,
@@ -56,6 +58,7 @@ impl AppState {
         let Domains {
             locks,
             streams,
+            watches,
             sales,
             redis,
             metrics,
@@ -71,6 +74,7 @@ impl AppState {
         Self {
             locks,
             streams,
+            watches,
             sales,
             redis,
             metrics,

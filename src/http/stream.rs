@@ -1,6 +1,7 @@
 //! Streamed locks over HTTP: `POST /locks` with `Accept: text/event-stream` answers Server-Sent Events, and the lock is held while the response stays open.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::extract::FromRequestParts;
@@ -8,14 +9,14 @@ use axum::http::header;
 use axum::http::request::Parts;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
 use futures_util::stream;
 use serde::Serialize;
+use tokio::sync::watch;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::grant::LockGrant;
-use crate::locks::{AcquireRequest, StreamEnd, StreamEvent, StreamedLock, Streams};
+use crate::locks::{AcquireRequest, LockError, StreamEnd, StreamEvent, StreamedLock, Streams};
 
 /// How often an idle event stream gets a comment, so that proxies keep it
 /// open (renewals count: a stream renewed more often gets none).
@@ -41,7 +42,8 @@ pub struct ReleasedEvent {
 pub struct LostEvent {
     /// `lock-gone` (its lease ran out or it was deleted), `held-by-another`,
     /// `backend-unavailable` (no renewal reached Redis before the lease
-    /// would end) or `shutting-down` (the instance released it as it stopped).
+    /// would end), `revoked` (an operator revoked it) or `shutting-down`
+    /// (the instance released it as it stopped).
     #[schema(example = "lock-gone")]
     reason: &'static str,
 }
@@ -66,11 +68,43 @@ impl<S: Send + Sync> FromRequestParts<S> for WantsStream {
     }
 }
 
-/// Takes the lock and answers its event stream: `acquired` with the grant,
-/// `renewed` after each renewal, and at last `released` or `lost`.
+/// `queued`: the request waits in the lock's queue.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueuedEvent {
+    /// Its place: 1 is next.
+    #[schema(example = 1)]
+    position: u64,
+}
+
+/// The acquisition of a streamed lock, until its grant.
+type Holding = Pin<Box<dyn Future<Output = Result<StreamedLock, LockError>> + Send>>;
+
+/// Where a streamed lock's event stream is.
+enum Phase {
+    /// Waiting in the queue.
+    Queued {
+        holding: Holding,
+        positions: watch::Receiver<u64>,
+        /// The position told last (0: none yet).
+        told: u64,
+    },
+    /// Granted: the `acquired` event is next.
+    Granted(StreamedLock),
+    /// Holding, after `acquired`.
+    Holding(StreamedLock),
+    Done,
+}
+
+/// Takes the lock and answers its event stream: `queued` while it waits
+/// (once the wait has begun, the answer is the stream), `acquired` with the
+/// grant, `renewed` after each renewal, and at last `released` or `lost`;
+/// or `refused` when the wait ends without a grant.
+///
+/// A request granted or refused before it joins the queue gets the
+/// ordinary answer: a refusal is then a plain problem response.
 pub async fn respond(
-    streams: &Streams,
-    request: AcquireRequest,
+    streams: Streams,
+    mut request: AcquireRequest,
     keep_alive: StreamKeepAlive,
 ) -> Result<Response, ApiError> {
     if request.token.is_some() {
@@ -79,20 +113,91 @@ pub async fn respond(
             "cannot be given for a streamed lock, which is always a new grant (re-enter with a plain POST /locks)",
         ));
     }
-    let lock = streams.hold(request).await?;
-    let acquired = Event::default()
-        .event("acquired")
-        .json_data(LockGrant::from(lock.lease()))
-        .map_err(|_| ApiError::Internal)?;
-    let rest = stream::unfold(lock, |mut lock| async move {
-        let next = lock.next().await?;
-        let event = event(&lock, next)?;
-        Some((Ok::<_, Infallible>(event), lock))
+    let (told, mut positions) = watch::channel(0);
+    request.positions = Some(told);
+    let mut holding: Holding = Box::pin(async move { streams.hold(request).await });
+    let phase = tokio::select! {
+        biased;
+        held = &mut holding => Phase::Granted(held?),
+        queued = positions.changed() => match queued {
+            Ok(()) => Phase::Queued { holding, positions, told: 0 },
+            // The request dropped its sender: it ended; its answer is ready.
+            Err(_) => Phase::Granted(holding.await?),
+        },
+    };
+    let events = stream::unfold(phase, |phase| async move {
+        let (event, next) = advance(phase).await?;
+        Some((Ok::<_, Infallible>(event), next))
     });
-    let events = stream::once(async move { Ok(acquired) }).chain(rest);
     let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive.0));
     // nginx would otherwise buffer the stream and hold the events back.
     Ok(([("x-accel-buffering", "no")], sse).into_response())
+}
+
+/// The next event of a streamed lock's stream, and where that leaves it.
+async fn advance(phase: Phase) -> Option<(Event, Phase)> {
+    match phase {
+        Phase::Queued {
+            mut holding,
+            mut positions,
+            told,
+        } => {
+            loop {
+                let position = *positions.borrow_and_update();
+                if position > 0 && position != told {
+                    let queued = json_event("queued", &QueuedEvent { position });
+                    let next = Phase::Queued {
+                        holding,
+                        positions,
+                        told: position,
+                    };
+                    return Some((queued, next));
+                }
+                // Nothing new to tell: the grant, the refusal or a new position.
+                tokio::select! {
+                    held = &mut holding => return Some(ended(held)),
+                    changed = positions.changed() => if changed.is_err() {
+                        // The acquisition ended; its answer is ready.
+                        return Some(ended(holding.await));
+                    },
+                }
+            }
+        }
+        Phase::Granted(lock) => Some((acquired(&lock), Phase::Holding(lock))),
+        Phase::Holding(mut lock) => {
+            let next = lock.next().await?;
+            let event = event(&lock, next)?;
+            Some((event, Phase::Holding(lock)))
+        }
+        Phase::Done => None,
+    }
+}
+
+/// The event a wait in the queue ended with, and what is left.
+fn ended(held: Result<StreamedLock, LockError>) -> (Event, Phase) {
+    match held {
+        Ok(lock) => (acquired(&lock), Phase::Holding(lock)),
+        Err(err) => (refused(err), Phase::Done),
+    }
+}
+
+fn acquired(lock: &StreamedLock) -> Event {
+    json_event("acquired", &LockGrant::from(lock.lease()))
+}
+
+/// `refused`: the problem document a plain request would have been
+/// answered with.
+fn refused(err: LockError) -> Event {
+    let problem = ApiError::from(err).problem_json();
+    Event::default()
+        .event("refused")
+        .data(String::from_utf8_lossy(&problem))
+}
+
+fn json_event(name: &str, data: &impl Serialize) -> Event {
+    Event::default()
+        .event(name)
+        .data(serde_json::to_string(data).unwrap_or_default())
 }
 
 /// The SSE event for `event`; none for the end nobody hears (the client left).

@@ -1,36 +1,52 @@
-//! One request's way to a new grant: its attempts, its place among this instance's waiters, and the handover that guards what it is granted.
+//! One request's way to a new grant: a first attempt, then, while there is no place, its wait in the lock's queue until its grant is heard and claimed.
+//!
+//! The first attempt joins no queue, so a request that is granted at once
+//! (the common case) costs one script and no subscription. A request that
+//! must wait subscribes its instance to the lock's grant channel first and
+//! then joins the queue in its second attempt, so that no grant can be
+//! published before anyone listens. Granted from the queue, it holds its
+//! place for a second at most until it claims it for its whole lease (an
+//! extension): a waiter whose instance died meanwhile holds nothing long.
 
 use std::time::{Duration, Instant};
 
-use super::handover::Handover;
-use super::waiting::{Ticket, WaitRefused};
-use super::{LockKind, LockState, Locks, Token};
+use super::waiting::{Standing, Ticket, WaitRefused};
+use super::{AcquireRequest, LockState, Locks, Token};
 use crate::duration::millis;
+use crate::metrics::LockOutcome;
 use crate::redis::BackendError;
-use crate::redis::locks::{self as scripts, AcquireReply, Attempt, LockKeys};
-
-/// How often a waiting writer renews its mark (which stands a second).
-const MARK_RENEWAL: Duration = Duration::from_millis(300);
+use crate::redis::locks::LockKeys;
+use crate::redis::locks::grant::{self as scripts, AcquireReply, Attempt, ExtendReply, LeaveReply};
 
 /// What one acquisition wants, for every attempt it makes.
 #[derive(Clone, Copy)]
 pub(super) struct AcquireTerms<'a> {
     pub(super) keys: &'a LockKeys,
-    pub(super) kind: LockKind,
-    pub(super) ttl_ms: u64,
+    pub(super) request: &'a AcquireRequest,
+    pub(super) request_hash: &'a str,
+    /// The request's id in the lock's queue, should it wait there.
+    pub(super) waiter_id: &'a str,
     pub(super) deadline: Instant,
-    pub(super) confirmed: bool,
-    pub(super) streamed: bool,
+}
+
+/// A grant, however it came.
+pub(super) struct Granted {
+    pub(super) state: LockState,
+    pub(super) waited: Duration,
+    /// The token of the grant an Idempotency-Key made earlier, when this
+    /// is that grant answered again.
+    pub(super) replayed_token: Option<Token>,
 }
 
 /// Why an acquisition ended without a grant.
 pub(super) enum NoGrant {
     Held {
-        remaining_ms: u64,
+        free_in_ms: u64,
     },
     LimitMismatch {
         limit: u64,
     },
+    KeyReused,
     CannotWait(WaitRefused),
     /// Granted, but too few replicas confirmed it.
     NotReplicated,
@@ -49,184 +65,255 @@ impl From<BackendError> for NoGrant {
     }
 }
 
-/// A new holder's attempts at one lock, until it is granted, refused, or
-/// its wait runs out.
+/// A new holder's attempts at one lock.
 pub(super) struct Acquisition<'a> {
     locks: &'a Locks,
     terms: AcquireTerms<'a>,
     token: String,
-    handover: &'a mut Handover,
-    /// Its place among this instance's waiters, once it has to wait.
-    ticket: Option<Ticket>,
-    /// When it was first refused: the wait is counted from there.
+    /// When the first attempt found no place: the wait is counted from there.
     refused_at: Option<Instant>,
 }
 
+/// Where an attempt left the request.
+enum Outcome {
+    Granted(Granted),
+    /// In the queue at this position.
+    Queued {
+        position: u64,
+        free_in_ms: u64,
+    },
+    /// No place, and not queued.
+    Held {
+        free_in_ms: u64,
+    },
+    Refused(NoGrant),
+}
+
 impl<'a> Acquisition<'a> {
-    pub(super) fn new(
-        locks: &'a Locks,
-        terms: AcquireTerms<'a>,
-        token: &Token,
-        handover: &'a mut Handover,
-    ) -> Self {
+    pub(super) fn new(locks: &'a Locks, terms: AcquireTerms<'a>, token: &Token) -> Self {
         Self {
             locks,
             terms,
             token: token.expose(),
-            handover,
-            ticket: None,
             refused_at: None,
         }
     }
 
-    /// Tries the acquire script; while there is no place and the deadline
-    /// is ahead, waits in the lock's queue and tries again when a release
-    /// message picks this waiter, when a holder's lease (as last reported)
-    /// runs out, and once at the deadline. Never on a polling interval.
-    /// Returns the grant and how long it was waited for.
-    pub(super) async fn run(mut self) -> Result<(LockState, Duration), NoGrant> {
+    /// Tries once; without a place and with a wait, queues and waits for
+    /// the grant, the deadline, or the instance's shutdown.
+    pub(super) async fn run(mut self) -> Result<Granted, NoGrant> {
+        // Boxed: the round trip's state is large, and only lives while it
+        // runs; a request waiting for a lock keeps only the small rest.
+        let free_in_ms = match Box::pin(self.attempt(None)).await? {
+            Outcome::Granted(granted) => return Ok(granted),
+            Outcome::Refused(refused) => return Err(refused),
+            Outcome::Held { free_in_ms } | Outcome::Queued { free_in_ms, .. } => free_in_ms,
+        };
+        if self.terms.request.wait.is_zero() || Instant::now() >= self.terms.deadline {
+            return Err(NoGrant::Held { free_in_ms });
+        }
+        self.refused_at = Some(Instant::now());
+        let reports_position = self.terms.request.positions.is_some();
+        let waiting = &self.locks.0.waiting;
+        let mut ticket = waiting.enter(self.terms.keys, self.terms.waiter_id, reports_position)?;
+        let _ = tokio::time::timeout_at(self.terms.deadline.into(), ticket.subscribed()).await;
+        self.wait(&mut ticket).await
+    }
+
+    /// Joins the queue and waits in it.
+    async fn wait(&self, ticket: &mut Ticket) -> Result<Granted, NoGrant> {
+        // When a place may free, as last heard: the refusal's retry hint.
+        let mut free_at = match Box::pin(self.attempt(Some(ticket.id()))).await? {
+            Outcome::Granted(granted) => return Ok(granted),
+            Outcome::Refused(refused) => return Err(refused),
+            Outcome::Held { free_in_ms } => return Err(NoGrant::Held { free_in_ms }),
+            Outcome::Queued {
+                position,
+                free_in_ms,
+            } => {
+                self.joined(ticket, position, free_in_ms);
+                Instant::now() + Duration::from_millis(free_in_ms)
+            }
+        };
+        let closing = ticket.closing();
         loop {
-            // Boxed: the round trip's state is large, and only lives while
-            // it runs; a request waiting for a lock keeps only the small rest.
-            let reply = Box::pin(self.attempt()).await?;
-            let remaining_ms = match self.refused(reply) {
-                Ok(granted) => return Ok(granted),
-                Err(Refused::Held { remaining_ms }) => remaining_ms,
-                Err(Refused::LimitMismatch { limit }) => {
-                    return Err(NoGrant::LimitMismatch { limit });
+            let standing = tokio::select! {
+                standing = ticket.changed() => standing,
+                () = tokio::time::sleep_until(self.terms.deadline.into()) => {
+                    return match Box::pin(self.leave(ticket)).await? {
+                        Some(granted) => Ok(granted),
+                        None => Err(NoGrant::Held {
+                            free_in_ms: millis(free_at.saturating_duration_since(Instant::now())),
+                        }),
+                    };
+                }
+                () = closing.cancelled() => {
+                    // Whatever was granted meanwhile goes back with the handover.
+                    let _ = Box::pin(self.leave(ticket)).await;
+                    return Err(WaitRefused::ShuttingDown.into());
                 }
             };
-            let now = Instant::now();
-            self.refused_at.get_or_insert(now);
-            if now >= self.terms.deadline {
-                return Err(NoGrant::Held { remaining_ms });
+            match standing {
+                Standing::Queued { position } => self.report(position),
+                Standing::Granted { .. } => {
+                    if let Some(granted) = Box::pin(self.claim()).await? {
+                        return Ok(granted);
+                    }
+                }
+                Standing::Unaccounted => {
+                    if let Some(granted) = Box::pin(self.leave(ticket)).await? {
+                        return Ok(granted);
+                    }
+                }
             }
-            self.wait(now, remaining_ms).await?;
+            // Passed over (its place offered too long ago, or its instance
+            // was away): it queues again, at the end.
+            if !matches!(standing, Standing::Queued { .. }) {
+                match Box::pin(self.attempt(Some(ticket.id()))).await? {
+                    Outcome::Granted(granted) => return Ok(granted),
+                    Outcome::Refused(refused) => return Err(refused),
+                    Outcome::Held { free_in_ms } => return Err(NoGrant::Held { free_in_ms }),
+                    Outcome::Queued {
+                        position,
+                        free_in_ms,
+                    } => {
+                        self.joined(ticket, position, free_in_ms);
+                        free_at = Instant::now() + Duration::from_millis(free_in_ms);
+                    }
+                }
+            }
         }
     }
 
-    /// What one attempt's reply means: the grant (passing a wake-up on when
-    /// there is room for more), or why there was no place.
-    fn refused(&mut self, reply: AcquireReply) -> Result<(LockState, Duration), Refused> {
-        match reply {
-            AcquireReply::Granted { state, room } => {
-                self.handover.set_marked(false);
-                if let (true, Some(ticket)) = (room, self.ticket.as_ref()) {
-                    ticket.wake_next();
-                }
-                let waited = self
-                    .refused_at
-                    .map_or(Duration::ZERO, |at: Instant| at.elapsed());
-                Ok((state, waited))
-            }
-            AcquireReply::Held {
-                remaining_ms,
-                marked,
-                behind_writer,
-            } => {
-                if marked {
-                    self.handover.set_marked(true);
-                }
-                // The key is free but for a waiting writer. The release
-                // that freed it may have woken this reader instead of that
-                // writer: pass the wake-up on to a local writer, or it would
-                // sleep until its wait ends.
-                if let (true, Some(ticket)) = (behind_writer, self.ticket.as_ref()) {
-                    ticket.wake_writer();
-                }
-                Err(Refused::Held { remaining_ms })
-            }
-            AcquireReply::LimitMismatch { limit } => Err(Refused::LimitMismatch { limit }),
-        }
-    }
-
-    /// Waits for the next reason to try again: a release message that picks
-    /// this waiter, the end of the holder's lease, or the deadline.
-    async fn wait(&mut self, now: Instant, remaining_ms: u64) -> Result<(), NoGrant> {
-        let deadline = self.terms.deadline;
-        let Some(ticket) = self.ticket.as_mut() else {
-            // First refusal: join the queue, and try once more as soon as
-            // the subscription stands, so a release between the refusal and
-            // the subscription is not missed.
-            let writer = !self.terms.kind.is_shared();
-            let mut joined = self
-                .locks
+    /// Notes a place in the queue: the ticket hears it, the client (of a
+    /// streamed lock) is told, and the lock is tended when its lease ends.
+    fn joined(&self, ticket: &Ticket, position: u64, free_in_ms: u64) {
+        ticket.joined(position);
+        self.locks.0.metrics.lock(LockOutcome::Queued);
+        self.report(position);
+        if free_in_ms > 0 {
+            self.locks
                 .0
                 .waiting
-                .enter(&self.terms.keys.channel, writer)?;
-            let _ = tokio::time::timeout_at(deadline.into(), joined.subscribed()).await;
-            self.ticket = Some(joined);
-            return Ok(());
-        };
-        // One millisecond past the lease, so that the key has expired.
-        let lease_ends = now + Duration::from_millis(remaining_ms.saturating_add(1));
-        let retry_at = lease_ends.min(deadline);
-        loop {
-            let mark_due = Instant::now() + MARK_RENEWAL;
-            tokio::select! {
-                () = ticket.woken() => return Ok(()),
-                () = tokio::time::sleep_until(retry_at.into()) => return Ok(()),
-                () = ticket.closing() => return Err(WaitRefused::ShuttingDown.into()),
-                () = tokio::time::sleep_until(mark_due.into()), if self.handover.marked() => {
-                    let marked = renew_mark(self.locks, self.terms, &self.token).await;
-                    self.handover.set_marked(marked);
-                }
-            }
+                .due(self.terms.keys, Duration::from_millis(free_in_ms));
         }
     }
 
-    /// Runs the acquire script once (and, when the grant must be confirmed,
-    /// waits for the replicas to confirm it).
-    async fn attempt(&self) -> Result<AcquireReply, NoGrant> {
+    fn report(&self, position: u64) {
+        if let Some(positions) = &self.terms.request.positions {
+            positions.send_if_modified(|was| std::mem::replace(was, position) != position);
+        }
+    }
+
+    /// Leaves the queue; the grant, if one was made before it left.
+    async fn leave(&self, ticket: &Ticket) -> Result<Option<Granted>, NoGrant> {
+        let mut conn = self.locks.0.redis.connection().await?;
+        let left = scripts::leave(
+            &mut conn,
+            self.terms.keys,
+            self.locks.publish(),
+            ticket.id(),
+            &self.token,
+        )
+        .await?;
+        drop(conn);
+        match left {
+            LeaveReply::Granted { .. } => self.claim().await,
+            LeaveReply::Left | LeaveReply::Gone => Ok(None),
+        }
+    }
+
+    /// Claims a place granted from the queue for the whole lease (the
+    /// grant stood for a second at most), confirmed by the replicas when
+    /// they must confirm it. `None` when the place is gone: it stood too
+    /// long unclaimed, and the request queues again.
+    async fn claim(&self) -> Result<Option<Granted>, NoGrant> {
+        let request = self.terms.request;
+        let keys = self.terms.keys;
+        let (publish, ttl_ms) = (self.locks.publish(), request.ttl.as_millis());
+        let (reply, confirmed) = self
+            .locks
+            .0
+            .redis
+            .write(
+                &keys.lock,
+                request.confirmed,
+                async |conn| scripts::extend(conn, keys, publish, &self.token, ttl_ms).await,
+                |reply| matches!(reply, ExtendReply::Extended(_)),
+            )
+            .await?;
+        match reply {
+            ExtendReply::Extended(_) if !confirmed => Err(NoGrant::NotReplicated),
+            ExtendReply::Extended(state) => Ok(Some(self.granted(state, None))),
+            ExtendReply::Lost(_) => Ok(None),
+        }
+    }
+
+    fn granted(&self, state: LockState, replayed_token: Option<Token>) -> Granted {
+        Granted {
+            state,
+            waited: self.refused_at.map_or(Duration::ZERO, |at| at.elapsed()),
+            replayed_token,
+        }
+    }
+
+    /// Runs the acquire script once: as a waiter `waiter_id` that joins the
+    /// queue if there is no place, or (`None`) trying once. A grant is
+    /// confirmed by the replicas when they must confirm it.
+    async fn attempt(&self, waiter_id: Option<&str>) -> Result<Outcome, NoGrant> {
         let terms = self.terms;
+        let request = terms.request;
+        let instance = self.locks.0.waiting.instance().to_owned();
+        let idempotency = request.idempotency_key.as_ref();
         let attempt = Attempt {
             token: &self.token,
-            ttl_ms: terms.ttl_ms,
+            kind: request.kind,
+            ttl_ms: request.ttl.as_millis(),
+            reenter: false,
             wait_left_ms: millis(terms.deadline.saturating_duration_since(Instant::now())),
-            marked: self.handover.marked(),
-            streamed: terms.streamed,
+            waiter: waiter_id.map(|id| scripts::Waiter {
+                id,
+                instance: &instance,
+            }),
+            streamed: request.streamed,
+            value: request.value.as_ref().map(super::LockValue::as_str),
+            idempotency: idempotency.map(|key| (key.as_str(), terms.request_hash)),
         };
+        let publish = self.locks.publish();
         let (reply, confirmed) = self
             .locks
             .0
             .redis
             .write(
                 &terms.keys.lock,
-                terms.confirmed,
-                async |conn| scripts::acquire(conn, terms.keys, terms.kind, attempt).await,
-                |reply| matches!(reply, AcquireReply::Granted { .. }),
+                request.confirmed,
+                async |conn| scripts::acquire(conn, terms.keys, publish, attempt).await,
+                |reply| matches!(reply, AcquireReply::Granted(_)),
             )
             .await?;
-        if !confirmed {
-            return Err(NoGrant::NotReplicated);
-        }
-        Ok(reply)
+        Ok(match reply {
+            AcquireReply::Granted(_) if !confirmed => Outcome::Refused(NoGrant::NotReplicated),
+            AcquireReply::Granted(state) => Outcome::Granted(self.granted(state, None)),
+            AcquireReply::Replayed { token, state } => match super::Token::parse(&token) {
+                Ok(token) => Outcome::Granted(self.granted(state, Some(token))),
+                Err(_) => Outcome::Refused(NoGrant::KeyReused),
+            },
+            AcquireReply::KeyReused => Outcome::Refused(NoGrant::KeyReused),
+            AcquireReply::Queued {
+                position,
+                free_in_ms,
+            } => Outcome::Queued {
+                position,
+                free_in_ms,
+            },
+            AcquireReply::Held { free_in_ms } => Outcome::Held { free_in_ms },
+            AcquireReply::LimitMismatch { limit } => {
+                Outcome::Refused(NoGrant::LimitMismatch { limit })
+            }
+            // A fresh token holds nothing to re-enter or conflict with.
+            AcquireReply::Reentered(_) | AcquireReply::NotOwner | AcquireReply::ModeConflict => {
+                Outcome::Refused(NoGrant::Held { free_in_ms: 0 })
+            }
+        })
     }
-}
-
-/// Renews a waiting writer's mark, which lapses a second after its last
-/// renewal: a writer whose gateway died holds readers back no longer.
-/// Returns whether the request is still marked; a mark found gone is made
-/// again by its next attempt.
-async fn renew_mark(locks: &Locks, terms: AcquireTerms<'_>, token: &str) -> bool {
-    let wait_left = millis(terms.deadline.saturating_duration_since(Instant::now()));
-    let renewed = async {
-        let mut conn = locks.0.redis.connection().await?;
-        scripts::renew_mark(&mut conn, terms.keys, token, wait_left).await
-    };
-    match renewed.await {
-        Ok(marked) => marked,
-        // Redis is away: the mark is left to lapse or stand, as the next
-        // attempt finds it.
-        Err(err) => {
-            tracing::debug!(error = %err, "could not renew a waiting writer's mark");
-            true
-        }
-    }
-}
-
-/// Why one attempt found no place.
-enum Refused {
-    Held { remaining_ms: u64 },
-    LimitMismatch { limit: u64 },
 }

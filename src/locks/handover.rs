@@ -1,56 +1,55 @@
-//! Handing a new grant to its client: a grant whose client went away is released, not left held.
+//! Handing a new grant to its client: a grant whose client went away is released (and its place in the queue left), not left held.
 
 use std::fmt;
 
 use super::{LockKey, Locks, Token};
+use crate::redis::locks::grant;
 
 /// Guards a new grant until its client has it. Dropped while armed (the
 /// client disconnected while the request waited, or before its response
-/// could be written), it releases the grant in the background. Releasing by
-/// the fresh token is harmless when nothing was granted: the script answers
-/// "not found" or "not owner" and changes nothing.
+/// could be written), it leaves the lock's queue if the request waited in
+/// it, and releases the grant, in the background. Releasing by the fresh
+/// token is harmless when nothing was granted: the script answers "not
+/// found" or "not owner" and changes nothing.
 ///
-/// It also remembers whether the request is marked in Redis as a waiting
-/// writer (an exclusive request waiting for shared holders, which holds new
-/// shared requests back): a request that ends without the lock withdraws
-/// that mark, so readers need not wait out its whole wait.
+/// A request sent with an Idempotency-Key keeps a grant it had claimed for
+/// its whole lease before its client left: the client's retry gets it (and
+/// its lease ends it if no retry comes). A place offered from the queue but
+/// not yet claimed goes back either way.
 pub struct Handover {
     armed: Option<(Locks, LockKey, Token)>,
-    marked: bool,
+    keep_if_left: bool,
+    /// Whether the grant was made for its whole lease.
+    claimed: bool,
+    /// The request's id in the lock's queue, while it waits there.
+    queued_as: Option<String>,
 }
 
 impl Handover {
-    pub(super) fn new(locks: Locks, key: LockKey, token: Token) -> Self {
+    pub(super) fn new(locks: Locks, key: LockKey, token: Token, keep_if_left: bool) -> Self {
         Self {
             armed: Some((locks, key, token)),
-            marked: false,
+            keep_if_left,
+            claimed: false,
+            queued_as: None,
         }
     }
 
-    /// The client has the grant: keep it.
+    /// The grant is made for its whole lease: all that is left is to hand
+    /// it to the client.
+    pub(super) fn claimed(&mut self) {
+        self.claimed = true;
+    }
+
+    /// The client has the grant, or the request ended without one and left
+    /// nothing behind: nothing to undo.
     pub fn complete(mut self) {
         self.armed = None;
     }
 
-    /// Whether the request is marked as a waiting writer.
-    pub(super) fn marked(&self) -> bool {
-        self.marked
-    }
-
-    /// The request is now marked as a waiting writer (`true`), or its grant
-    /// removed the mark (`false`).
-    pub(super) fn set_marked(&mut self, marked: bool) {
-        self.marked = marked;
-    }
-
-    /// Nothing was granted: there is nothing to undo but the mark, if any.
-    pub(super) fn cancel(mut self) {
-        if let Some((locks, key, token)) = self.armed.take()
-            && self.marked
-        {
-            let label = key.clone();
-            spawn(async move { locks.withdraw(&key, &token).await }, label);
-        }
+    /// The request waits in the lock's queue as `id` (until `None`).
+    pub(super) fn queued_as(&mut self, id: Option<&str>) {
+        self.queued_as = id.map(str::to_owned);
     }
 }
 
@@ -59,40 +58,43 @@ impl Drop for Handover {
         let Some((locks, key, token)) = self.armed.take() else {
             return;
         };
-        tracing::debug!(%key, "the client left before receiving its grant; releasing it");
-        let marked = self.marked;
-        let label = key.clone();
-        spawn(
-            async move {
-                if marked {
-                    locks.withdraw(&key, &token).await?;
-                }
-                locks.release(&key, &token).await.map(drop)
-            },
-            label,
-        );
-    }
-}
-
-/// Runs `undo` in the background, if there is a runtime to run it.
-fn spawn(undo: impl Future<Output = Result<(), super::LockError>> + Send + 'static, key: LockKey) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        if let Err(err) = undo.await {
-            // Usually Redis is down, and every failing request would say so
-            // again here: the lease (or the wait's end) cleans up anyway.
-            tracing::debug!(%key, error = %err, "could not undo an abandoned request; its lease or wait will end it");
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let queued_as = self.queued_as.take();
+        let keep = self.keep_if_left && self.claimed;
+        if keep {
+            tracing::debug!(%key, "the client left before receiving its grant; kept for its retry");
+        } else {
+            tracing::debug!(%key, "the client left before receiving its grant; undoing it");
         }
-    });
+        runtime.spawn(async move {
+            let mut granted = true;
+            if let Some(id) = queued_as {
+                match locks.leave_queue(&key, &id, &token).await {
+                    Ok(grant::LeaveReply::Granted { .. }) => {}
+                    Ok(grant::LeaveReply::Left | grant::LeaveReply::Gone) => granted = false,
+                    Err(err) => tracing::debug!(%key, error = %err, "could not leave a lock's queue; the waiter's wait will end it"),
+                }
+            }
+            if granted
+                && !keep
+                && let Err(err) = locks.release_all(&key, &token).await
+            {
+                    // Usually nothing was granted, or Redis is down: the
+                    // lease ends it anyway.
+                    tracing::debug!(%key, error = %err, "could not release an abandoned grant; its lease will end it");
+            }
+        });
+    }
 }
 
 impl fmt::Debug for Handover {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Handover")
             .field("armed", &self.armed.is_some())
-            .field("marked", &self.marked)
+            .field("claimed", &self.claimed)
+            .field("queued_as", &self.queued_as)
             .finish()
     }
 }

@@ -68,6 +68,18 @@ impl LockKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Checks the start of a key (a listing's prefix): the key alphabet,
+    /// at most as long as a key; empty, or only dots, are allowed.
+    pub fn check_prefix(text: &str) -> Result<(), InvalidKey> {
+        if let Some(bad) = text.chars().find(|c| !is_key_char(*c)) {
+            return Err(InvalidKey::BadCharacter(bad));
+        }
+        if text.len() > MAX_KEY_LEN {
+            return Err(InvalidKey::TooLong(text.len()));
+        }
+        Ok(())
+    }
 }
 
 fn is_key_char(c: char) -> bool {
@@ -133,6 +145,67 @@ impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Token(<redacted>)")
     }
+}
+
+/// The longest public value a holder may give, in bytes.
+pub const MAX_VALUE_BYTES: usize = 1024;
+
+/// A holder's public value: what every reader sees (an address, a host
+/// name), at most [`MAX_VALUE_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockValue(String);
+
+/// A value too long.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("is at most {MAX_VALUE_BYTES} bytes; this one has {0}")]
+pub struct ValueTooLong(usize);
+
+impl LockValue {
+    pub fn parse(text: &str) -> Result<Self, ValueTooLong> {
+        if text.len() > MAX_VALUE_BYTES {
+            return Err(ValueTooLong(text.len()));
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The longest Idempotency-Key.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 200;
+
+/// A client's name for one attempt (a lock's acquisition, a purchase), so
+/// that a retry does nothing twice: 1 to [`MAX_IDEMPOTENCY_KEY_LEN`]
+/// visible ASCII characters (a UUID is typical).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+/// A string that is no Idempotency-Key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters")]
+pub struct InvalidIdempotencyKey;
+
+impl IdempotencyKey {
+    pub fn parse(text: &str) -> Result<Self, InvalidIdempotencyKey> {
+        if text.is_empty()
+            || text.len() > MAX_IDEMPOTENCY_KEY_LEN
+            || !text.bytes().all(|byte| byte.is_ascii_graphic())
+        {
+            return Err(InvalidIdempotencyKey);
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The rule an Idempotency-Key follows, as a regular expression.
+pub fn idempotency_key_pattern() -> String {
+    format!("^[!-~]{{1,{MAX_IDEMPOTENCY_KEY_LEN}}}$")
 }
 
 /// The most holders a counting lock may admit at once.
@@ -223,6 +296,10 @@ impl WaitTime {
         Duration::from_millis(self.0)
     }
 
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+
     pub fn is_zero(self) -> bool {
         self.0 == 0
     }
@@ -299,6 +376,34 @@ mod tests {
         ] {
             assert_eq!(Token::parse(text), Err(InvalidToken), "{text:?}");
         }
+    }
+
+    #[test]
+    fn idempotency_keys_are_visible_ascii_of_a_bounded_length() {
+        assert!(IdempotencyKey::parse("0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b").is_ok());
+        assert!(IdempotencyKey::parse(&"k".repeat(MAX_IDEMPOTENCY_KEY_LEN)).is_ok());
+        for bad in [
+            "",
+            "has space",
+            "tab\t",
+            "é",
+            &"k".repeat(MAX_IDEMPOTENCY_KEY_LEN + 1),
+        ] {
+            assert_eq!(
+                IdempotencyKey::parse(bad),
+                Err(InvalidIdempotencyKey),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn values_are_bounded_in_bytes() {
+        assert!(LockValue::parse(&"v".repeat(MAX_VALUE_BYTES)).is_ok());
+        assert_eq!(
+            LockValue::parse(&"v".repeat(MAX_VALUE_BYTES + 1)),
+            Err(ValueTooLong(MAX_VALUE_BYTES + 1))
+        );
     }
 
     #[test]

@@ -1,16 +1,20 @@
-//! The lock domain: acquire (or wait for), release, extend and inspect named locks held in Redis.
+//! The lock domain: acquire (or wait in the fair queue for), release, extend, inspect, watch and revoke named locks held in Redis.
 //!
-//! A plain lock is a Redis hash (`owner`, `holds`, `fence`) whose TTL is the
-//! lease, so a crashed holder's lock frees itself. A shared or counting lock
-//! keeps each holder's lease in a sorted set, and every script drops the
-//! holders whose lease ended (`lua/lib/holders.lua`). Every read-check-write
-//! is one Lua script (see `lua/`), and times come from the Redis clock.
+//! A plain lock is a Redis hash whose TTL is the lease, so a crashed
+//! holder's lock frees itself; a shared or counting lock keeps each
+//! holder's lease in a sorted set, and every script drops the holders whose
+//! lease ended. Waiters queue in Redis in arrival order across every
+//! instance ([`waiting`]); a change writes its event in the same script
+//! while someone watches ([`watch`]). Every read-check-write is one Lua
+//! script (see `lua/`), and times come from the Redis clock.
 
 mod acquire;
 mod handover;
 mod inputs;
+mod listing;
 mod streams;
 pub mod waiting;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,18 +22,24 @@ use std::time::{Duration, Instant};
 use acquire::{AcquireTerms, Acquisition, NoGrant};
 pub use handover::Handover;
 pub use inputs::{
-    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, EXAMPLE_TOKEN, InvalidKey, InvalidKind, InvalidToken,
-    LockKey, LockLimits, MAX_KEY_LEN, MAX_LIMIT, MIN_TTL_MS, OutOfRange, Token, Ttl, WaitTime,
-    key_pattern, lock_kind,
+    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, EXAMPLE_TOKEN, IdempotencyKey, InvalidIdempotencyKey,
+    InvalidKey, InvalidKind, InvalidToken, LockKey, LockLimits, LockValue, MAX_IDEMPOTENCY_KEY_LEN,
+    MAX_KEY_LEN, MAX_LIMIT, MAX_VALUE_BYTES, MIN_TTL_MS, OutOfRange, Token, Ttl, ValueTooLong,
+    WaitTime, idempotency_key_pattern, key_pattern, lock_kind,
 };
+pub use listing::{ListCursor, LockPage};
 pub use streams::{LostReason, StreamEnd, StreamEvent, StreamedLock, Streams};
 pub use waiting::{WaitRefused, Waiting};
+pub use watch::{WatchEvent, Watcher, Watches};
 
 use crate::metrics::{LockOutcome, Metrics};
-use crate::redis::locks::{
-    self as scripts, ExtendReply, Holds, InspectReply, LockKeys, ReenterReply, ReleaseReply,
+use crate::redis::locks::grant::{
+    self as scripts, ExtendReply, Holds, LeaveReply, NoPlace, ReleaseReply, SetValueReply,
 };
-pub use crate::redis::locks::{Inspection, LockKind, LockState};
+use crate::redis::locks::{LockKeys, view};
+// Read from Redis as they are and handed on unchanged: one type each.
+pub use crate::redis::locks::view::{LockSight, LockView};
+pub use crate::redis::locks::{LeaseView, LockKind, LockState, WaiterView};
 use crate::redis::{BackendError, Redis};
 
 /// A request to take (or re-enter) a lock.
@@ -49,6 +59,53 @@ pub struct AcquireRequest {
     /// Whether it is a streamed lock's grant, whose release Redis notes so
     /// that a renewal on its way learns of it ([`Streams`] sets it).
     pub streamed: bool,
+    /// The holder's public value.
+    pub value: Option<LockValue>,
+    /// The client's Idempotency-Key: a retry of the same request while the
+    /// grant lives gets that grant again.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Told the request's place in the queue while it waits (a streamed
+    /// lock's `queued` events).
+    pub positions: Option<tokio::sync::watch::Sender<u64>>,
+}
+
+impl AcquireRequest {
+    /// A request of `kind` for `key`, with nothing optional.
+    pub fn new(key: LockKey, kind: LockKind, ttl: Ttl, wait: WaitTime) -> Self {
+        Self {
+            key,
+            kind,
+            ttl,
+            wait,
+            token: None,
+            confirmed: true,
+            streamed: false,
+            value: None,
+            idempotency_key: None,
+            positions: None,
+        }
+    }
+
+    /// What makes two requests under one Idempotency-Key the same request:
+    /// a stable hash (FNV-1a, the same on every instance and build) of the
+    /// lock, its kind, lease, wait and value.
+    fn request_hash(&self) -> String {
+        let described = format!(
+            "{}\u{1f}{}\u{1f}{:?}\u{1f}{}\u{1f}{}\u{1f}{}",
+            self.key,
+            self.kind.mode(),
+            self.kind.limit(),
+            self.ttl.as_millis(),
+            self.wait.as_millis(),
+            self.value.as_ref().map_or("\u{0}", LockValue::as_str),
+        );
+        let hash = described
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        format!("{hash:016x}")
+    }
 }
 
 /// A held lease, as acquisition reports it.
@@ -62,12 +119,14 @@ pub struct Lease {
     /// Present for a new grant (absent for re-entry): complete it once the
     /// client has the lease, or the grant is released when it is dropped.
     pub handover: Option<Handover>,
+    /// The grant an Idempotency-Key made earlier, answered again.
+    pub replayed: bool,
 }
 
 /// What releasing one hold left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
-    /// The lock is free; waiters were told.
+    /// The lock is free (or granted to the next waiter).
     Free,
     /// Re-entrant holds remain.
     HoldsLeft(u64),
@@ -86,6 +145,8 @@ pub enum LockError {
     LimitMismatch { key: LockKey, limit: u64 },
     #[error("the token holds {key} in the other mode; re-enter in the mode it was taken in")]
     ModeConflict { key: LockKey },
+    #[error("this Idempotency-Key's grant of {key} was made for a different request")]
+    KeyReused { key: LockKey },
     #[error(transparent)]
     CannotWait(#[from] WaitRefused),
     #[error("{}", not_replicated(key, *undone))]
@@ -104,15 +165,25 @@ struct LocksState {
     prefix: Box<str>,
     waiting: Waiting,
     metrics: Arc<Metrics>,
+    /// The longest lease a client may ask for: how long a revoked lock's
+    /// fence counter must outlive it.
+    max_ttl_ms: u64,
 }
 
 impl Locks {
-    pub fn new(redis: Redis, prefix: &str, waiting: Waiting, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        redis: Redis,
+        prefix: &str,
+        waiting: Waiting,
+        metrics: Arc<Metrics>,
+        limits: LockLimits,
+    ) -> Self {
         Self(Arc::new(LocksState {
             redis,
             prefix: prefix.into(),
             waiting,
             metrics,
+            max_ttl_ms: limits.max_ttl_ms,
         }))
     }
 
@@ -120,18 +191,29 @@ impl Locks {
         LockKeys::new(&self.0.prefix, key.as_str())
     }
 
+    fn publish(&self) -> &'static str {
+        self.0.redis.publish_command()
+    }
+
     /// Requests waiting for a lock on this instance now.
     pub fn waiters(&self) -> usize {
         self.0.waiting.count()
     }
 
-    /// Takes the lock for a new holder, waiting up to `request.wait` while
-    /// there is no place for it, or re-enters it with the holder's token.
+    /// Requests waiting, on every instance, for the locks with waiters here.
+    pub fn queued(&self) -> u64 {
+        self.0.waiting.queued()
+    }
+
+    /// Takes the lock for a new holder, waiting in its queue up to
+    /// `request.wait` while there is no place, or re-enters it with the
+    /// holder's token.
     ///
     /// A new grant is guarded by its [`Handover`] from before the first
     /// attempt: if this future is dropped (the client disconnected while
     /// waiting) or the lease is dropped before the handover completes, the
-    /// grant is released, so a client that went away holds nothing.
+    /// grant is released, so a client that went away holds nothing (unless
+    /// it sent an Idempotency-Key: its retry gets the grant).
     pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, LockError> {
         if let Some(token) = request.token {
             // Boxed, like every round trip here: see `Acquisition::run`.
@@ -140,31 +222,48 @@ impl Locks {
         let started = Instant::now();
         let keys = self.keys(&request.key);
         let token = Token::generate();
-        let mut handover = Handover::new(self.clone(), request.key.clone(), token);
+        let keep_if_left = request.idempotency_key.is_some();
+        let mut handover = Handover::new(self.clone(), request.key.clone(), token, keep_if_left);
+        let request_hash = request.request_hash();
+        // Named up front, so that a request dropped while it waits (its
+        // client left) leaves the queue by it.
+        let waiter_id = uuid::Uuid::new_v4().to_string();
+        if !request.wait.is_zero() {
+            handover.queued_as(Some(&waiter_id));
+        }
         let terms = AcquireTerms {
             keys: &keys,
-            kind: request.kind,
-            ttl_ms: request.ttl.as_millis(),
+            request: &request,
+            request_hash: &request_hash,
+            waiter_id: &waiter_id,
             deadline: started + request.wait.as_duration(),
-            confirmed: request.confirmed,
-            streamed: request.streamed,
         };
-        match Acquisition::new(self, terms, &token, &mut handover)
-            .run()
-            .await
-        {
-            Ok((state, waited)) => {
-                self.0.metrics.lock(LockOutcome::Acquired);
-                if !waited.is_zero() {
-                    self.0.metrics.lock(LockOutcome::Waited);
-                    self.0.metrics.lock_wait(waited);
+        match Acquisition::new(self, terms, &token).run().await {
+            Ok(granted) => {
+                let waited = granted.waited;
+                if granted.replayed_token.is_none() {
+                    self.0.metrics.lock(LockOutcome::Acquired);
+                    if !waited.is_zero() {
+                        self.0.metrics.lock(LockOutcome::Waited);
+                        self.0.metrics.lock_wait(waited);
+                    }
                 }
+                let replayed = granted.replayed_token.is_some();
+                let handover = if replayed {
+                    // The grant is the earlier request's, and stays.
+                    handover.complete();
+                    None
+                } else {
+                    handover.claimed();
+                    Some(handover)
+                };
                 Ok(Lease {
                     key: request.key,
-                    token,
-                    state,
+                    token: granted.replayed_token.unwrap_or(token),
+                    state: granted.state,
                     waited,
-                    handover: Some(handover),
+                    handover,
+                    replayed,
                 })
             }
             Err(refused) => {
@@ -176,8 +275,7 @@ impl Locks {
     }
 
     /// The error for an acquisition that ended without a grant, once what
-    /// it left behind is undone: a waiting writer's mark, or a grant too few
-    /// replicas confirmed.
+    /// it left behind is undone: a grant too few replicas confirmed.
     async fn not_granted(
         &self,
         refused: NoGrant,
@@ -185,34 +283,38 @@ impl Locks {
         waited: Option<Duration>,
     ) -> LockError {
         match refused {
-            NoGrant::Held { remaining_ms } => {
-                handover.cancel();
+            NoGrant::Held { free_in_ms } => {
+                handover.complete();
                 self.0.metrics.lock(LockOutcome::Conflict);
                 if let Some(waited) = waited {
                     self.0.metrics.lock_wait(waited);
                 }
                 LockError::Held {
                     key,
-                    retry_after_ms: remaining_ms,
+                    retry_after_ms: free_in_ms,
                 }
             }
             NoGrant::LimitMismatch { limit } => {
-                handover.cancel();
+                handover.complete();
                 LockError::LimitMismatch { key, limit }
             }
+            NoGrant::KeyReused => {
+                handover.complete();
+                LockError::KeyReused { key }
+            }
             NoGrant::CannotWait(err) => {
-                handover.cancel();
+                handover.complete();
                 err.into()
             }
             NoGrant::NotReplicated => {
                 // Undo the grant now, so the answer is true when it is read;
                 // if that fails, the handover keeps trying in the background.
                 if Box::pin(self.release(&key, &token)).await.is_ok() {
-                    handover.cancel();
+                    handover.complete();
                 }
                 LockError::NotReplicated { key, undone: true }
             }
-            // Not cancelled: the script may have run before the failure.
+            // Not completed: the script may have run before the failure.
             NoGrant::Backend(err) => err.into(),
         }
     }
@@ -221,60 +323,75 @@ impl Locks {
     /// renewed. A re-entry too few replicas confirm is given back.
     async fn reenter(&self, request: AcquireRequest, token: Token) -> Result<Lease, LockError> {
         let keys = self.keys(&request.key);
-        let (ttl_ms, text) = (request.ttl.as_millis(), token.expose());
+        let text = token.expose();
+        let attempt = scripts::Attempt {
+            token: &text,
+            kind: request.kind,
+            ttl_ms: request.ttl.as_millis(),
+            reenter: true,
+            wait_left_ms: 0,
+            waiter: None,
+            streamed: false,
+            value: None,
+            idempotency: None,
+        };
+        let publish = self.publish();
         let (reply, confirmed) = self
             .0
             .redis
             .write(
                 &keys.lock,
                 request.confirmed,
-                async |conn| scripts::reenter(conn, &keys, request.kind, &text, ttl_ms).await,
-                |reply| matches!(reply, ReenterReply::Reentered(_)),
+                async |conn| scripts::acquire(conn, &keys, publish, attempt).await,
+                |reply| matches!(reply, scripts::AcquireReply::Reentered(_)),
             )
             .await?;
+        let key = request.key;
         match reply {
-            ReenterReply::Reentered(_) if !confirmed => {
+            scripts::AcquireReply::Reentered(_) if !confirmed => {
                 // Give the hold just taken back.
-                self.release(&request.key, &token).await?;
-                Err(LockError::NotReplicated {
-                    key: request.key,
-                    undone: true,
-                })
+                self.release(&key, &token).await?;
+                Err(LockError::NotReplicated { key, undone: true })
             }
-            ReenterReply::Reentered(state) => {
+            scripts::AcquireReply::Reentered(state) => {
                 self.0.metrics.lock(LockOutcome::Reentered);
                 Ok(Lease {
-                    key: request.key,
+                    key,
                     token,
                     state,
                     waited: Duration::ZERO,
                     handover: None,
+                    replayed: false,
                 })
             }
-            ReenterReply::NotOwner => Err(LockError::NotOwner { key: request.key }),
-            ReenterReply::LimitMismatch { limit } => Err(LockError::LimitMismatch {
-                key: request.key,
-                limit,
-            }),
-            ReenterReply::ModeConflict => Err(LockError::ModeConflict { key: request.key }),
+            scripts::AcquireReply::LimitMismatch { limit } => {
+                Err(LockError::LimitMismatch { key, limit })
+            }
+            scripts::AcquireReply::ModeConflict => Err(LockError::ModeConflict { key }),
+            _ => Err(LockError::NotOwner { key }),
         }
     }
 
-    /// Withdraws `token`'s mark as a waiting writer: the request stopped
-    /// waiting without the lock. Shared waiters are told.
-    pub(crate) async fn withdraw(&self, key: &LockKey, token: &Token) -> Result<(), LockError> {
+    /// Takes waiter `id` (with `token`) out of the lock's queue; a grant it
+    /// was made meanwhile stands.
+    async fn leave_queue(
+        &self,
+        key: &LockKey,
+        id: &str,
+        token: &Token,
+    ) -> Result<LeaveReply, LockError> {
         let mut conn = self.0.redis.connection().await?;
-        let publish = self.0.redis.publish_command();
-        scripts::withdraw(&mut conn, &self.keys(key), &token.expose(), publish).await?;
-        Ok(())
+        let keys = self.keys(key);
+        Ok(scripts::leave(&mut conn, &keys, self.publish(), id, &token.expose()).await?)
     }
 
-    /// Gives up one hold; the last one frees the lock and wakes its waiters.
+    /// Gives up one hold; the last one frees the place, which goes to the
+    /// head of the queue.
     pub async fn release(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
         self.release_holds(key, token, Holds::One).await
     }
 
-    /// Gives up every hold of `token` at once, freeing the lock.
+    /// Gives up every hold of `token` at once, freeing its place.
     pub async fn release_all(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
         self.release_holds(key, token, Holds::All).await
     }
@@ -286,10 +403,10 @@ impl Locks {
         holds: Holds,
     ) -> Result<Released, LockError> {
         let mut conn = self.0.redis.connection().await?;
-        let publish = self.0.redis.publish_command();
         let keys = self.keys(key);
-        let token = token.expose();
-        let released = match scripts::release(&mut conn, &keys, &token, publish, holds).await? {
+        let reply =
+            scripts::release(&mut conn, &keys, self.publish(), &token.expose(), holds).await?;
+        let released = match reply {
             ReleaseReply::Released => Released::Free,
             ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),
             ReleaseReply::NotFound => return Err(LockError::NotFound { key: key.clone() }),
@@ -307,14 +424,14 @@ impl Locks {
         ttl: Ttl,
     ) -> Result<LockState, LockError> {
         let keys = self.keys(key);
-        let text = token.expose();
+        let (text, publish) = (token.expose(), self.publish());
         let (reply, confirmed) = self
             .0
             .redis
             .write(
                 &keys.lock,
                 true,
-                async |conn| scripts::extend(conn, &keys, &text, ttl.as_millis()).await,
+                async |conn| scripts::extend(conn, &keys, publish, &text, ttl.as_millis()).await,
                 |reply| matches!(reply, ExtendReply::Extended(_)),
             )
             .await?;
@@ -324,21 +441,69 @@ impl Locks {
                 undone: false,
             }),
             ExtendReply::Extended(state) => Ok(state),
-            ExtendReply::NotFound | ExtendReply::Released => {
-                self.0.metrics.lock(LockOutcome::ExpiredOnExtend);
-                Err(LockError::NotFound { key: key.clone() })
+            ExtendReply::Lost(why) => {
+                if why == NoPlace::NotFound {
+                    self.0.metrics.lock(LockOutcome::ExpiredOnExtend);
+                }
+                Err(lost(key, why))
             }
-            ExtendReply::NotOwner => Err(LockError::NotOwner { key: key.clone() }),
         }
     }
 
-    /// Reads the lock's state; never a token.
-    pub async fn inspect(&self, key: &LockKey) -> Result<Inspection, LockError> {
+    /// Replaces the holder's public value (none removes it); the holder's
+    /// lease as it stands.
+    pub async fn set_value(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        value: Option<&LockValue>,
+    ) -> Result<LockState, LockError> {
         let mut conn = self.0.redis.connection().await?;
-        match scripts::inspect(&mut conn, &self.keys(key)).await? {
-            InspectReply::Held(state) => Ok(state),
-            InspectReply::NotFound => Err(LockError::NotFound { key: key.clone() }),
+        let keys = self.keys(key);
+        let value = value.map(LockValue::as_str);
+        let reply =
+            scripts::set_value(&mut conn, &keys, self.publish(), &token.expose(), value).await?;
+        match reply {
+            SetValueReply::Set {
+                fencing_token,
+                holds,
+                expires_at_ms,
+            } => Ok(LockState {
+                fencing_token,
+                holds,
+                ttl_ms: 0,
+                expires_at_ms,
+            }),
+            SetValueReply::Lost(why) => Err(lost(key, why)),
         }
+    }
+
+    /// Reads the lock's state, holders and waiters; never a token.
+    pub async fn inspect(&self, key: &LockKey) -> Result<LockSight, LockError> {
+        let mut conn = self.0.redis.connection().await?;
+        Ok(view::inspect(&mut conn, &self.keys(key), self.publish()).await?)
+    }
+
+    /// Ends every hold of the lock at once; the waiters are served, the
+    /// streamed holders told `revoked`. Returns how many places ended.
+    pub async fn revoke(&self, key: &LockKey) -> Result<u64, LockError> {
+        let mut conn = self.0.redis.connection().await?;
+        let keys = self.keys(key);
+        let revoked = scripts::revoke(&mut conn, &keys, self.publish(), self.0.max_ttl_ms)
+            .await?
+            .ok_or_else(|| LockError::NotFound { key: key.clone() })?;
+        self.0.metrics.lock(LockOutcome::Revoked);
+        tracing::info!(%key, holders = revoked, "a lock was revoked");
+        Ok(revoked)
+    }
+}
+
+/// The error for a token that holds its place no more.
+fn lost(key: &LockKey, why: NoPlace) -> LockError {
+    let key = key.clone();
+    match why {
+        NoPlace::NotOwner => LockError::NotOwner { key },
+        NoPlace::NotFound | NoPlace::Released | NoPlace::Revoked => LockError::NotFound { key },
     }
 }
 

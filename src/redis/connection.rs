@@ -119,6 +119,52 @@ impl Connection {
         Ok(redis::from_redis_value(result?)?)
     }
 
+    /// The primaries behind this connection, in a stable order: one Redis
+    /// (`None`: this connection's own), or every master of a cluster, by
+    /// address.
+    pub async fn primaries(&mut self) -> Result<Vec<Option<(String, u16)>>, RedisError> {
+        let Link::Cluster { .. } = &self.link else {
+            return Ok(vec![None]);
+        };
+        // CLUSTER SLOTS: per range of slots, its start and end, then the
+        // master's [host, port, id, ...], then the replicas'.
+        let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(self).await?;
+        let mut masters: Vec<(String, u16)> = ranges
+            .iter()
+            .filter_map(|range| match range.get(2)? {
+                Value::Array(node) => {
+                    let host: String = redis::from_redis_value_ref(node.first()?).ok()?;
+                    let port: u16 = redis::from_redis_value_ref(node.get(1)?).ok()?;
+                    Some((host, port))
+                }
+                _ => None,
+            })
+            .collect();
+        masters.sort();
+        masters.dedup();
+        Ok(masters.into_iter().map(Some).collect())
+    }
+
+    /// Runs `cmd` on one primary, as [`Connection::primaries`] names it.
+    pub async fn query_on<T: redis::FromRedisValue>(
+        &mut self,
+        primary: &Option<(String, u16)>,
+        cmd: &Cmd,
+    ) -> Result<T, RedisError> {
+        let (Link::Cluster { connection, .. }, Some((host, port))) = (&mut self.link, primary)
+        else {
+            return cmd.query_async(self).await;
+        };
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port: *port,
+        });
+        let started = Instant::now();
+        let result = connection.route_command(cmd.clone(), routing).await;
+        self.note(&operation(cmd), started, &result);
+        Ok(redis::from_redis_value(result?)?)
+    }
+
     fn note<T>(&mut self, operation: &str, started: Instant, result: &Result<T, RedisError>) {
         self.metrics.redis_command(operation, started.elapsed());
         let Err(err) = result else {

@@ -4,6 +4,7 @@ mod connection;
 pub mod locks;
 mod pool;
 pub mod pubsub;
+pub mod scan;
 mod scripts;
 pub mod seckill;
 

@@ -181,12 +181,15 @@ macro_rules! lua_script {
     ($file:literal) => {
         LuaScript::new($file, include_str!(concat!("../../lua/", $file)))
     };
-    // A lock script: the functions every lock script shares, then its own.
+    // A lock script: the libraries every lock script shares, then its own.
     (lock $file:literal) => {
         LuaScript::new(
             $file,
             concat!(
+                include_str!("../../lua/lib/base.lua"),
+                include_str!("../../lua/lib/events.lua"),
                 include_str!("../../lua/lib/holders.lua"),
+                include_str!("../../lua/lib/queue.lua"),
                 include_str!(concat!("../../lua/", $file))
             ),
         )
@@ -194,12 +197,15 @@ macro_rules! lua_script {
 }
 
 pub static ACQUIRE: LuaScript = lua_script!(lock "acquire.lua");
-pub static ACQUIRE_MANY: LuaScript = lua_script!(lock "acquire_many.lua");
 pub static RELEASE: LuaScript = lua_script!(lock "release.lua");
 pub static EXTEND: LuaScript = lua_script!(lock "extend.lua");
 pub static INSPECT: LuaScript = lua_script!(lock "inspect.lua");
-pub static WITHDRAW: LuaScript = lua_script!("withdraw.lua");
-pub static RENEW_MARK: LuaScript = lua_script!(lock "renew_mark.lua");
+pub static LEAVE: LuaScript = lua_script!(lock "leave.lua");
+pub static TEND: LuaScript = lua_script!(lock "tend.lua");
+pub static WATCH: LuaScript = lua_script!(lock "watch.lua");
+pub static HISTORY: LuaScript = lua_script!(lock "history.lua");
+pub static SET_VALUE: LuaScript = lua_script!(lock "set_value.lua");
+pub static REVOKE: LuaScript = lua_script!(lock "revoke.lua");
 pub static PURCHASE: LuaScript = lua_script!("purchase.lua");
 pub static RESET_SALE: LuaScript = lua_script!("reset_sale.lua");
 pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
@@ -212,14 +218,17 @@ pub fn name_of(sha: &[u8]) -> Option<&'static str> {
 }
 
 /// Every script, for loading at start-up.
-pub static ALL: [&LuaScript; 10] = [
+pub static ALL: [&LuaScript; 13] = [
     &ACQUIRE,
-    &ACQUIRE_MANY,
     &RELEASE,
     &EXTEND,
     &INSPECT,
-    &WITHDRAW,
-    &RENEW_MARK,
+    &LEAVE,
+    &TEND,
+    &WATCH,
+    &HISTORY,
+    &SET_VALUE,
+    &REVOKE,
     &PURCHASE,
     &RESET_SALE,
     &RATE_LIMIT,

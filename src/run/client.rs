@@ -26,11 +26,12 @@ pub enum Refused {
 }
 
 /// How to hold the lock: shared, or as one of `limit` places (neither: a
-/// plain exclusive lock).
-#[derive(Debug, Clone, Copy)]
+/// plain exclusive lock), and the holder's public value.
+#[derive(Debug, Clone)]
 pub struct Holding {
     pub shared: bool,
     pub limit: Option<u64>,
+    pub value: Option<String>,
 }
 
 /// The grant, as the `acquired` event reports it.
@@ -75,7 +76,7 @@ impl GatewayClient {
     pub async fn acquire(
         &self,
         key: &str,
-        kind: Holding,
+        kind: &Holding,
         ttl: Duration,
         wait: Duration,
     ) -> Result<(Grant, LockStream), Refused> {
@@ -85,6 +86,9 @@ impl GatewayClient {
         }
         if let Some(limit) = kind.limit {
             body["limit"] = json!(limit);
+        }
+        if let Some(value) = &kind.value {
+            body["value"] = json!(value);
         }
         let response = self
             .request(reqwest::Method::POST, "/locks")
@@ -100,15 +104,29 @@ impl GatewayClient {
             response,
             buffer: Vec::new(),
         };
-        match stream.next_event().await {
-            Some((name, data)) if name == "acquired" => serde_json::from_str(&data)
-                .map(|grant| (grant, stream))
-                .map_err(|err| {
-                    Refused::Unavailable(format!("the gateway's grant is unreadable: {err}"))
-                }),
-            _ => Err(Refused::Unavailable(
-                "the gateway's answer is not a streamed lock".into(),
-            )),
+        loop {
+            return match stream.next_event().await {
+                // Our place in the lock's queue, while we wait.
+                Some((name, _)) if name == "queued" => continue,
+                Some((name, data)) if name == "acquired" => serde_json::from_str(&data)
+                    .map(|grant| (grant, stream))
+                    .map_err(|err| {
+                        Refused::Unavailable(format!("the gateway's grant is unreadable: {err}"))
+                    }),
+                // The wait ended without a grant, after the stream began.
+                Some((name, data)) if name == "refused" => {
+                    let problem = serde_json::from_str(&data).unwrap_or(Value::Null);
+                    let status = problem["status"]
+                        .as_u64()
+                        .and_then(|status| u16::try_from(status).ok())
+                        .and_then(|status| StatusCode::from_u16(status).ok())
+                        .unwrap_or(StatusCode::OK);
+                    Err(refused(status, &problem))
+                }
+                _ => Err(Refused::Unavailable(
+                    "the gateway's answer is not a streamed lock".into(),
+                )),
+            };
         }
     }
 
@@ -147,6 +165,11 @@ impl GatewayClient {
 async fn refusal(response: reqwest::Response) -> Refused {
     let status = response.status();
     let problem: Value = response.json().await.unwrap_or(Value::Null);
+    refused(status, &problem)
+}
+
+/// The refusal a problem document says.
+fn refused(status: StatusCode, problem: &Value) -> Refused {
     let slug = problem["type"]
         .as_str()
         .unwrap_or("")

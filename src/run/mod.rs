@@ -48,7 +48,8 @@ SIGINT, SIGTERM and SIGHUP are passed on to the command's process group.
 
 Exit status: the command's own (128 + the signal number when a signal ended
 it); the --conflict-exit-code (1) when the lock was not acquired; 75 when the
-lock was lost while the command ran (its whole process group got SIGTERM,
+lock was lost while the command ran (its lease ran out, or an operator
+revoked it: its whole process group got SIGTERM,
 and SIGKILL --kill-after seconds later if anything was left); 69 when the
 gateway could not be reached or refused for another reason than a held
 lock (the command is not started); 126 or 127 when the command could not be
@@ -106,6 +107,11 @@ pub struct RunArgs {
     /// once. Every holder of KEY must name the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limit: Option<u64>,
+
+    /// The holder's public value, which everyone who reads or watches the
+    /// lock sees (this host's name or address, say); never a secret.
+    #[arg(long, value_name = "TEXT")]
+    pub value: Option<String>,
 
     /// Grace between SIGTERM and SIGKILL when the lock is lost.
     #[arg(long, value_name = "SECONDS", default_value = "5")]
@@ -283,6 +289,11 @@ async fn acquire(
 ) -> Result<(Grant, LockStream), NotGranted> {
     let deadline = args.wait.map(|wait| Instant::now() + wait.0);
     let mut longest = DEFAULT_MAX_WAIT;
+    let kind = Holding {
+        shared: args.shared,
+        limit: args.limit,
+        value: args.value.clone(),
+    };
     loop {
         let wait = match (args.nonblock, deadline) {
             (true, _) => Duration::ZERO,
@@ -290,11 +301,7 @@ async fn acquire(
             (false, None) => longest,
         }
         .min(longest);
-        let kind = Holding {
-            shared: args.shared,
-            limit: args.limit,
-        };
-        match gateway.acquire(&args.key, kind, args.ttl.0, wait).await {
+        match gateway.acquire(&args.key, &kind, args.ttl.0, wait).await {
             Ok(granted) => return Ok(granted),
             Err(Refused::Held)
                 if !args.nonblock && deadline.is_none_or(|at| Instant::now() < at) => {}

@@ -1,9 +1,9 @@
-//! Typed flash-sale inputs (`Sku`, `UserId`, `Quantity`, `IdempotencyKey`, `SaleTerms`) that can only be made by parsing.
+//! Typed flash-sale inputs (`Sku`, `UserId`, `Quantity`, `SaleTerms`, pages of orders) that can only be made by parsing.
 
 use std::fmt;
 
 use super::Order;
-use crate::locks::LockKey;
+use crate::locks::{IdempotencyKey, LockKey};
 use crate::redis::seckill::RecordedOrder;
 
 /// The longest sku or user id.
@@ -12,8 +12,6 @@ pub const MAX_NAME_LEN: usize = 64;
 pub const MAX_QUANTITY: u64 = 1_000;
 /// The largest stock a sale may have.
 pub const MAX_STOCK: u64 = 1_000_000_000;
-/// The longest Idempotency-Key.
-pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
 /// What a sku or user id may hold besides ASCII letters and digits.
 const NAME_PUNCTUATION: &str = "._-";
 /// The most orders one page lists.
@@ -58,11 +56,6 @@ fn name(field: &'static str, text: &str) -> Result<String, InvalidInput> {
 /// The rule a sku or user id follows, as a regular expression.
 pub fn name_pattern() -> String {
     format!(r"^(?!\.+$)[A-Za-z0-9{NAME_PUNCTUATION}]{{1,{MAX_NAME_LEN}}}$")
-}
-
-/// The rule an Idempotency-Key follows (visible ASCII), as a regular expression.
-pub fn idempotency_key_pattern() -> String {
-    format!("^[!-~]{{1,{MAX_IDEMPOTENCY_KEY_LEN}}}$")
 }
 
 /// A sale's product code.
@@ -128,30 +121,6 @@ impl Quantity {
 
     pub fn get(self) -> u64 {
         self.0
-    }
-}
-
-/// A client's name for one purchase attempt, so a retry buys nothing twice:
-/// 1 to 128 visible ASCII characters (a UUID is typical).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey(String);
-
-impl IdempotencyKey {
-    pub fn parse(text: &str) -> Result<Self, InvalidInput> {
-        if text.is_empty()
-            || text.len() > MAX_IDEMPOTENCY_KEY_LEN
-            || !text.bytes().all(|b| b.is_ascii_graphic())
-        {
-            return Err(InvalidInput::new(
-                "Idempotency-Key",
-                format!("must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"),
-            ));
-        }
-        Ok(Self(text.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 }
 
@@ -367,19 +336,5 @@ mod tests {
         assert!(PageLimit::new(1_001).is_err());
         assert_eq!(PageLimit::new(1_000).unwrap().get(), 1_000);
         assert_eq!(PageLimit::default().get(), DEFAULT_PAGE);
-    }
-
-    #[test]
-    fn idempotency_keys_are_visible_ascii() {
-        assert!(IdempotencyKey::parse("0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b").is_ok());
-        for bad in [
-            "",
-            "has space",
-            "tab\t",
-            "ü",
-            &"k".repeat(MAX_IDEMPOTENCY_KEY_LEN + 1),
-        ] {
-            assert!(IdempotencyKey::parse(bad).is_err(), "{bad:?}");
-        }
     }
 }

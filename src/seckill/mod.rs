@@ -29,9 +29,8 @@ use std::time::Duration;
 use futures_util::future::{Either, select};
 
 pub use inputs::{
-    Cursor, DEFAULT_PAGE, IdempotencyKey, InvalidInput, MAX_IDEMPOTENCY_KEY_LEN, MAX_NAME_LEN,
-    MAX_PAGE, MAX_QUANTITY, MAX_STOCK, OrderRequest, OrdersQuery, PageLimit, Quantity, SaleTerms,
-    Sku, UserId, idempotency_key_pattern, name_pattern,
+    Cursor, DEFAULT_PAGE, InvalidInput, MAX_NAME_LEN, MAX_PAGE, MAX_QUANTITY, MAX_STOCK,
+    OrderRequest, OrdersQuery, PageLimit, Quantity, SaleTerms, Sku, UserId, name_pattern,
 };
 pub use orders::OrderPage;
 use purchase::outcome;
@@ -40,7 +39,9 @@ use rate::RateLimits;
 pub use rate::{RateDecision, RatePolicy};
 use sold_out::SoldOutFlags;
 
-use crate::locks::{AcquireRequest, Lease, LockError, LockKey, LockKind, Locks, Ttl, WaitTime};
+use crate::locks::{
+    AcquireRequest, IdempotencyKey, Lease, LockError, LockKey, LockKind, Locks, Ttl, WaitTime,
+};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::seckill::{self as scripts, PurchaseMode, PurchaseReply, SaleKeys};
@@ -391,14 +392,9 @@ impl Sales {
 
 /// The request for one of the sale's own short locks.
 fn sale_lock_request(key: LockKey, wait: WaitTime) -> AcquireRequest {
-    AcquireRequest {
-        key,
-        kind: LockKind::Exclusive,
-        ttl: Ttl::fixed(SALE_LOCK_TTL),
-        wait,
-        token: None,
-        // The purchase such a lock guards is confirmed itself.
-        confirmed: false,
-        streamed: false,
-    }
+    let mut request =
+        AcquireRequest::new(key, LockKind::Exclusive, Ttl::fixed(SALE_LOCK_TTL), wait);
+    // The purchase such a lock guards is confirmed itself.
+    request.confirmed = false;
+    request
 }

@@ -306,6 +306,8 @@ mod tests {
         let text = metrics.render(Gauges {
             waiters: 0,
             streamed_locks: 0,
+            watchers: 0,
+            queued: 0,
         });
         let wanted = format!("status=\"{status}\"");
         text.lines().any(|line| {

@@ -312,7 +312,7 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "wrong method on /locks",
-            Method::GET,
+            Method::PATCH,
             "/locks",
             405,
             "method-not-allowed",
@@ -323,6 +323,149 @@ fn cases() -> Vec<Case> {
             "/locks/a",
             405,
             "method-not-allowed",
+        ),
+        // Values, idempotency keys, listings, watches and revocations.
+        acquire(
+            "a value over 1024 bytes",
+            json!({"key": "a", "value": "v".repeat(1025)}),
+            422,
+            "invalid-field",
+        )
+        .field("value"),
+        acquire(
+            "a value that is a number",
+            json!({"key": "a", "value": 7}),
+            400,
+            "malformed-body",
+        ),
+        acquire(
+            "an empty Idempotency-Key",
+            json!({"key": "a"}),
+            422,
+            "invalid-field",
+        )
+        .header("idempotency-key", "")
+        .field("Idempotency-Key"),
+        acquire(
+            "an Idempotency-Key with a space",
+            json!({"key": "a"}),
+            422,
+            "invalid-field",
+        )
+        .header("idempotency-key", "a b")
+        .field("Idempotency-Key"),
+        acquire(
+            "an Idempotency-Key on a re-entry",
+            json!({"key": "a", "token": TOKEN}),
+            422,
+            "invalid-field",
+        )
+        .header("idempotency-key", "k-1")
+        .field("Idempotency-Key"),
+        case(
+            "a value without a token",
+            Method::PUT,
+            "/locks/a/value",
+            400,
+            "missing-token",
+        )
+        .json(json!({"value": "x"}).to_string()),
+        case(
+            "a value too long",
+            Method::PUT,
+            "/locks/a/value",
+            422,
+            "invalid-field",
+        )
+        .json(json!({"token": TOKEN, "value": "v".repeat(1025)}).to_string())
+        .field("value"),
+        case(
+            "a listing of 0",
+            Method::GET,
+            "/locks?limit=0",
+            422,
+            "invalid-field",
+        )
+        .field("limit"),
+        case(
+            "a listing of 1001",
+            Method::GET,
+            "/locks?limit=1001",
+            422,
+            "invalid-field",
+        )
+        .field("limit"),
+        case(
+            "a made-up cursor",
+            Method::GET,
+            "/locks?cursor=zz",
+            422,
+            "invalid-field",
+        )
+        .field("cursor"),
+        case(
+            "a prefix with a space",
+            Method::GET,
+            "/locks?prefix=a%20b",
+            422,
+            "invalid-field",
+        )
+        .field("prefix"),
+        case(
+            "a prefix too long",
+            Method::GET,
+            &format!("/locks?prefix={long_key}"),
+            422,
+            "invalid-field",
+        )
+        .field("prefix"),
+        case(
+            "a repeated limit",
+            Method::GET,
+            "/locks?limit=1&limit=2",
+            422,
+            "invalid-field",
+        )
+        .field("query"),
+        case(
+            "watching a bad key",
+            Method::GET,
+            "/locks/a%20b/events",
+            422,
+            "invalid-key",
+        ),
+        case(
+            "a made-up Last-Event-ID",
+            Method::GET,
+            "/locks/a/events",
+            422,
+            "invalid-field",
+        )
+        .header("last-event-id", "yesterday")
+        .field("Last-Event-ID"),
+        case(
+            "a signed Last-Event-ID",
+            Method::GET,
+            "/locks/a/events",
+            422,
+            "invalid-field",
+        )
+        .header("last-event-id", "+1-0")
+        .field("Last-Event-ID"),
+        case(
+            "force=maybe",
+            Method::DELETE,
+            "/locks/a?force=maybe",
+            422,
+            "invalid-field",
+        )
+        .field("force"),
+        case(
+            "a revocation where no admin token is set",
+            Method::DELETE,
+            "/locks/a?force=true",
+            403,
+            "administration-disabled",
         ),
         case(
             "unknown problem page",

@@ -203,8 +203,11 @@ async fn a_waiting_writer_whose_gateway_died_holds_readers_back_for_a_second_at_
     assert_eq!(another.status(), StatusCode::CREATED);
 }
 
+/// Writers and readers wait in one queue and are served in arrival order:
+/// a reader that came before a writer is not overtaken by it, and a writer
+/// that came before readers holds them back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_woken_ahead_of_a_waiting_writer_passes_the_wake_up_on() {
+async fn writers_and_readers_are_served_in_arrival_order() {
     let redis = RedisServer::start().await;
     let app = Arc::new(TestApp::spawn(&redis).await);
     let pause = || tokio::time::sleep(Duration::from_millis(200));
@@ -224,22 +227,28 @@ async fn a_reader_woken_ahead_of_a_waiting_writer_passes_the_wake_up_on() {
     assert_eq!(response.status(), StatusCode::CREATED);
     let first = Grant::from(response.json::<Value>().await.unwrap());
 
-    // Its release wakes the oldest waiter, the reader, which the second
-    // writer still holds back: the reader must wake that writer, or it sleeps
-    // until its wait ends.
+    // Its release goes to the reader that came before the second writer.
     let released = Instant::now();
     app.release("page", &first.token).await;
-    let (granted_at, response) = second_writer.await.unwrap();
+    let (granted_at, response) = held_back.await.unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
     assert!(
-        granted_at.duration_since(released) < Duration::from_secs(2),
-        "the second writer waited {:?} for a free lock",
+        granted_at.duration_since(released) < Duration::from_secs(1),
+        "the reader waited {:?} for a free lock",
         granted_at.duration_since(released)
     );
-    let second = Grant::from(response.json::<Value>().await.unwrap());
-    app.release("page", &second.token).await;
-    let (_, response) = held_back.await.unwrap();
+    let shared = Grant::from(response.json::<Value>().await.unwrap());
+    assert!(
+        !second_writer.is_finished(),
+        "the second writer overtook the reader"
+    );
+
+    app.release("page", &shared.token).await;
+    let (_, response) = second_writer.await.unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
+    let second = Grant::from(response.json::<Value>().await.unwrap());
+    assert!(first.fencing_token < shared.fencing_token);
+    assert!(shared.fencing_token < second.fencing_token);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

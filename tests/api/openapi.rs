@@ -43,7 +43,7 @@ fn the_documents_patterns_and_bounds_are_the_parsers() {
         ),
         (
             &schemas["IdempotencyKeyText"],
-            seckill::idempotency_key_pattern(),
+            locks::idempotency_key_pattern(),
         ),
     ];
     for (schema, pattern) in patterns {

@@ -345,6 +345,61 @@ async fn a_lost_lock_stops_the_whole_process_group_and_exits_75() {
     assert!(gone, "the grandchild survived the lost lock");
 }
 
+/// An operator revokes the lock while the command runs: `lockgate run`
+/// hears it at once (not at its next renewal), stops the command, exits 75.
+#[tokio::test]
+async fn a_revoked_lock_stops_the_command_and_exits_75() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    let dir = TempDir::new().unwrap();
+    let started = dir.path().join("started");
+    let script = format!("echo $$ > {}; sleep 100", started.display());
+    let run = lockgate_run(
+        &app,
+        &[
+            "--ttl",
+            "30",
+            "--value",
+            "builder-7",
+            "deploy",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    wait_for_file(&started).await;
+    let shown: Value = app.get("/locks/deploy").await.json().await.unwrap();
+    assert_eq!(shown["leases"][0]["value"], "builder-7");
+
+    let revoked = app
+        .http
+        .delete(app.url("/locks/deploy?force=true"))
+        .bearer_auth(crate::helpers::ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    let revoked_at = Instant::now();
+    let output = tokio::time::timeout(Duration::from_secs(10), run.wait_with_output())
+        .await
+        .expect("lockgate run went on with a revoked lock")
+        .unwrap();
+
+    assert_eq!(output.status.code(), Some(75));
+    // The 30 s lease is renewed every 10 s: only the revocation's message
+    // can have stopped it this soon.
+    assert!(
+        revoked_at.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        revoked_at.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("revoked"), "{stderr}");
+}
+
 #[tokio::test]
 async fn what_ignores_sigterm_gets_sigkill_after_the_grace() {
     let redis = RedisServer::start().await;

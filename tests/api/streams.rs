@@ -232,11 +232,12 @@ async fn a_release_that_races_a_renewal_still_ends_the_stream_with_released() {
                 let (holding, releasing) = (holding.clone(), releasing.clone());
                 tokio::spawn(async move {
                     let key = format!("race:{batch}:{n}");
-                    // A 30 ms lease is renewed every 10 ms: a release lands
-                    // next to a renewal often.
-                    let (mut stream, grant) = streamed(&holding, &key, 30).await;
+                    // A 60 ms lease is renewed every 20 ms: a release lands
+                    // next to a renewal often (and a loaded machine still
+                    // renews it in time).
+                    let (mut stream, grant) = streamed(&holding, &key, 60).await;
                     let token = grant["token"].as_str().unwrap().to_owned();
-                    tokio::time::sleep(Duration::from_micros(fastrand_like(&key) % 40_000)).await;
+                    tokio::time::sleep(Duration::from_micros(fastrand_like(&key) % 80_000)).await;
                     let released = releasing.release(&key, &token).await.status();
                     let mut last = None;
                     while let Some(event) = stream.next(Duration::from_secs(5)).await {
@@ -378,8 +379,28 @@ async fn refusals_are_the_ordinary_answers() {
     let app = TestApp::spawn(&redis).await;
     let holder = app.take("taken", 30_000).await;
 
-    let held = app.stream(json!({"key": "taken", "wait_ms": 100})).await;
+    let held = app.stream(json!({"key": "taken"})).await;
     assert_problem(held, 409, "lock-held").await;
+    // A wait that ran out after the stream began (with its place in the
+    // queue) ends it with the refusal.
+    let mut waited = EventStream::of(app.stream(json!({"key": "taken", "wait_ms": 300})).await);
+    let queued = waited.next(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(
+        (queued.name.as_str(), &queued.data),
+        ("queued", &json!({"position": 1}))
+    );
+    let refused = waited.next(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(refused.name, "refused");
+    assert_eq!(
+        refused.data["type"], "/problems/lock-held",
+        "{:?}",
+        refused.data
+    );
+    assert_eq!(refused.data["status"], 409);
+    assert!(
+        waited.next(Duration::from_secs(2)).await.is_none(),
+        "the stream went on"
+    );
     let reentry = app
         .stream(json!({"key": "taken", "token": holder.token}))
         .await;

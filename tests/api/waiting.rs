@@ -7,25 +7,22 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{RedisServer, TestApp, assert_problem, command_calls, eventually};
+use crate::helpers::{RedisServer, TestApp, assert_problem, eventually, lock_keys, lock_script};
 
 /// Generous for a loaded CI box, yet far below any lease or poll interval a
 /// sleep-and-retry client would use.
 const WAKE_BOUND: Duration = Duration::from_millis(100);
 
-fn channel(key: &str) -> String {
-    format!("lockgate:released:{{{key}}}")
-}
-
-/// How many connections are subscribed to the release channel of `key`.
+/// How many instances are subscribed to their grant channel of `key`
+/// (each has one while it has waiters on the lock).
 async fn subscribers(redis: &RedisServer, key: &str) -> u64 {
-    let (_, count): (String, u64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel(key))
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("lockgate:granted:{{{key}}}:*"))
         .query_async(&mut redis.connection().await)
         .await
         .unwrap();
-    count
+    channels.len() as u64
 }
 
 async fn wait_for_subscribers(redis: &RedisServer, key: &str, count: u64) {
@@ -36,13 +33,13 @@ async fn wait_for_subscribers(redis: &RedisServer, key: &str, count: u64) {
     assert!(subscribed, "{count} instance(s) never subscribed to {key}");
 }
 
-/// Calls of every script so far (`EVALSHA` and `EVAL`) by Redis's own count.
-async fn script_calls(redis: &RedisServer) -> u64 {
-    let calls = command_calls(redis).await;
-    ["evalsha", "eval"]
-        .iter()
-        .filter_map(|name| calls.get(*name))
-        .sum()
+/// Runs of the acquire script so far, by the gateway's own count.
+async fn acquire_scripts(app: &TestApp) -> u64 {
+    let series = "lockgate_redis_command_duration_seconds_count{operation=\"acquire.lua\"} ";
+    let text = app.get("/metrics").await.text().await.unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series))
+        .map_or(0, |count| count.parse().unwrap())
 }
 
 fn spawn_waiter(
@@ -116,7 +113,7 @@ async fn a_waiter_does_not_poll_and_gives_up_with_lock_held() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn(&redis).await;
     app.take("orders:3", 30_000).await;
-    let calls_before = script_calls(&redis).await;
+    let calls_before = acquire_scripts(&app).await;
 
     let started = Instant::now();
     let response = app
@@ -124,7 +121,7 @@ async fn a_waiter_does_not_poll_and_gives_up_with_lock_held() {
         .await;
     let waited = started.elapsed();
 
-    let calls = script_calls(&redis).await - calls_before;
+    let calls = acquire_scripts(&app).await - calls_before;
     assert!(
         calls <= 4,
         "a 2 s wait ran the acquire script {calls} times"
@@ -367,30 +364,29 @@ async fn killing_the_subscription_loses_no_wake_up() {
     // release message goes out while the gateway is surely not subscribed:
     // it is lost, and only the resubscribe's retry can save the waiters.
     let started = Instant::now();
-    let (killed, (_, subscribed_then), released): (u64, (String, u64), Vec<String>) = redis::pipe()
+    let (killed, subscribed_then, released): (u64, Vec<String>, Vec<String>) = redis::pipe()
         .atomic()
         .cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
         .arg("pubsub")
         .cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel("ledger"))
+        .arg("CHANNELS")
+        .arg("lockgate:granted:{ledger}:*")
         .cmd("EVAL")
-        .arg(concat!(
-            include_str!("../../lua/lib/holders.lua"),
-            include_str!("../../lua/release.lua")
-        ))
-        .arg(2)
-        .arg("lockgate:lock:{ledger}")
-        .arg("lockgate:holders:{ledger}")
-        .arg(&holder.token)
-        .arg(channel("ledger"))
+        .arg(lock_script("release.lua"))
+        .arg(8)
+        .arg(lock_keys("lockgate:", "ledger"))
         .arg("PUBLISH")
+        .arg("lockgate:")
+        .arg("ledger")
+        .arg(&holder.token)
+        .arg("one")
+        .arg(60_000)
         .query_async(&mut redis.connection().await)
         .await
         .unwrap();
-    assert_eq!((killed, subscribed_then), (1, 0));
+    assert_eq!((killed, subscribed_then.len()), (1, 0));
     assert_eq!(
         released,
         ["released"],

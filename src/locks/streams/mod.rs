@@ -55,6 +55,8 @@ pub enum LostReason {
     BackendUnavailable,
     /// The instance is shutting down; it released the lock first.
     ShuttingDown,
+    /// An operator revoked the lock (`DELETE ?force=true`).
+    Revoked,
 }
 
 impl LostReason {
@@ -65,6 +67,7 @@ impl LostReason {
             Self::HeldByAnother => "held-by-another",
             Self::BackendUnavailable => "backend-unavailable",
             Self::ShuttingDown => "shutting-down",
+            Self::Revoked => "revoked",
         }
     }
 }

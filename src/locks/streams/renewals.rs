@@ -15,7 +15,8 @@ use super::{LostReason, StreamEnd};
 use crate::locks::{Locks, Ttl};
 use crate::metrics::{Metrics, RenewalOutcome};
 use crate::redis::BackendError;
-use crate::redis::locks::{self as scripts, ExtendReply, LockKeys};
+use crate::redis::locks::LockKeys;
+use crate::redis::locks::grant::{self as scripts, ExtendReply, NoPlace};
 use crate::redis::pubsub::{Listener, Subscriber};
 use crate::sync::lock;
 
@@ -100,14 +101,14 @@ impl Renewals {
         self.renew_at(holder, Instant::now() + holder.period());
         let mut by_channel = lock(&self.by_channel);
         by_channel
-            .entry(holder.keys.channel.clone())
+            .entry(holder.keys.released.clone())
             .or_default()
             .push(Arc::downgrade(holder));
-        self.subscriber.subscribe(&holder.keys.channel)
+        self.subscriber.subscribe(&holder.keys.released)
     }
 
     pub(super) fn forget(&self, holder: &Arc<Holder>) {
-        let channel = &holder.keys.channel;
+        let channel = &holder.keys.released;
         let mut by_channel = lock(&self.by_channel);
         self.subscriber.unsubscribe(channel);
         if let Some(holders) = by_channel.get_mut(channel) {
@@ -250,11 +251,14 @@ impl Renewals {
                 }
                 // Released with its token (a DELETE, heard here before
                 // its message): a release, not a loss.
-                Ok(ExtendReply::Released) => {
+                Ok(ExtendReply::Lost(NoPlace::Released)) => {
                     holder.end(StreamEnd::Released);
                 }
-                Ok(ExtendReply::NotFound) => self.lose(holder, LostReason::Gone),
-                Ok(ExtendReply::NotOwner) => self.lose(holder, LostReason::HeldByAnother),
+                Ok(ExtendReply::Lost(NoPlace::Revoked)) => self.lose(holder, LostReason::Revoked),
+                Ok(ExtendReply::Lost(NoPlace::NotFound)) => self.lose(holder, LostReason::Gone),
+                Ok(ExtendReply::Lost(NoPlace::NotOwner)) => {
+                    self.lose(holder, LostReason::HeldByAnother)
+                }
                 Err(()) => {
                     self.metrics.renewal(RenewalOutcome::Failed);
                     let retry = (Instant::now() + RETRY_AFTER).min(holder.lease_end());
@@ -291,7 +295,7 @@ impl Renewals {
             .iter()
             .map(|(keys, token, ttl)| (keys, token.as_str(), ttl.as_millis()))
             .collect();
-        scripts::extend_many(&mut conn, &items).await
+        scripts::extend_many(&mut conn, &items, self.locks.publish()).await
     }
 }
 
@@ -326,18 +330,27 @@ impl Listener for Renewals {
         if self.closing.is_cancelled() {
             return;
         }
-        // The payload is the released holder's fencing token.
-        let Some(fence) = std::str::from_utf8(payload)
-            .ok()
-            .and_then(|text| text.parse::<u64>().ok())
-        else {
+        // The payload is the fencing token of the holder whose place ended:
+        // released, or (`revoked <fence>`) revoked.
+        let text = String::from_utf8_lossy(payload);
+        let (revoked, fence) = match text.strip_prefix("revoked ") {
+            Some(fence) => (true, fence),
+            None => (false, &*text),
+        };
+        let Ok(fence) = fence.parse::<u64>() else {
             return;
         };
         let by_channel = lock(&self.by_channel);
         for holder in by_channel.get(channel).into_iter().flatten() {
-            if let Some(holder) = holder.upgrade()
-                && holder.fencing_token == fence
-            {
+            let Some(holder) = holder.upgrade() else {
+                continue;
+            };
+            if holder.fencing_token != fence {
+                continue;
+            }
+            if revoked {
+                self.lose(&holder, LostReason::Revoked);
+            } else {
                 holder.end(StreamEnd::Released);
             }
         }

@@ -18,6 +18,8 @@ pub struct EventStream {
 pub struct Event {
     pub name: String,
     pub data: Value,
+    /// Its `id`, if it has one.
+    pub id: Option<String>,
 }
 
 impl EventStream {
@@ -48,7 +50,7 @@ impl EventStream {
         loop {
             while let Some(end) = self.buffer.find("\n\n") {
                 let block: String = self.buffer.drain(..end + 2).collect();
-                let (mut name, mut data) = (None, String::new());
+                let (mut name, mut data, mut id) = (None, String::new(), None);
                 for line in block.lines() {
                     if line.starts_with(':') {
                         self.comments += 1;
@@ -56,11 +58,13 @@ impl EventStream {
                         name = Some(value.to_owned());
                     } else if let Some(value) = line.strip_prefix("data: ") {
                         data.push_str(value);
+                    } else if let Some(value) = line.strip_prefix("id: ") {
+                        id = Some(value.to_owned());
                     }
                 }
                 if let Some(name) = name {
                     let data = serde_json::from_str(&data).expect("event data is JSON");
-                    return Some(Event { name, data });
+                    return Some(Event { name, data, id });
                 }
             }
             let chunk = self.response.chunk().await.ok()??;

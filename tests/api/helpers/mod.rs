@@ -20,7 +20,7 @@ pub use cases::{Case, case};
 pub use events::{Event, EventStream};
 pub use nginx::{Nginx, NginxSettings};
 pub use process::GatewayProcess;
-pub use redis_server::{RedisServer, command_calls};
+pub use redis_server::{RedisServer, command_calls, lock_keys, lock_script};
 pub use sale::ADMIN;
 
 /// Sends `signal` (such as `-TERM`) to a process.

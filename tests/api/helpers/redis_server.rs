@@ -10,6 +10,33 @@ use tempfile::TempDir;
 
 use super::{eventually, free_port, send_signal};
 
+/// A lock script as the gateway loads it: the lock libraries, then the
+/// script's own file (`acquire.lua`).
+pub fn lock_script(file: &str) -> String {
+    let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+    [
+        "lib/base.lua",
+        "lib/events.lua",
+        "lib/holders.lua",
+        "lib/queue.lua",
+        file,
+    ]
+    .iter()
+    .map(|part| std::fs::read_to_string(format!("{lua}/{part}")).unwrap())
+    .collect()
+}
+
+/// The Redis keys of lock `key` under the key prefix `namespace`, in the
+/// order every lock script takes them.
+pub fn lock_keys(namespace: &str, key: &str) -> Vec<String> {
+    [
+        "lock", "fence", "holders", "queue", "waiters", "watch", "events", "gone",
+    ]
+    .iter()
+    .map(|name| format!("{namespace}{name}:{{{key}}}"))
+    .collect()
+}
+
 /// The test's own Redis: one `redis-server`, or a three-master Redis Cluster
 /// (`RedisServer::cluster`, or every `start()` when `LOCKGATE_TEST_REDIS` is
 /// `cluster`). Killed when dropped.
@@ -377,29 +404,43 @@ impl RedisServer {
         }
     }
 
+    /// Names lock `key`'s Redis keys under `namespace`, and the arguments
+    /// every lock script takes first, as the gateway does.
+    fn bind_lock(&self, invocation: &mut redis::ScriptInvocation<'_>, namespace: &str, key: &str) {
+        for name in lock_keys(namespace, key) {
+            invocation.key(name);
+        }
+        let publish = if self.cluster { "SPUBLISH" } else { "PUBLISH" };
+        invocation.arg(publish).arg(namespace).arg(key);
+    }
+
     /// Takes a lock straight in Redis with the gateway's own `acquire.lua`,
     /// under the Redis key prefix `namespace` (`lockgate:` for the locks of
     /// `/locks`): for locks no client can take over HTTP. Returns the token.
     pub async fn take_lock(&self, namespace: &str, key: &str, ttl_ms: u64) -> String {
         let token = uuid::Uuid::new_v4().to_string();
-        let reply: Vec<String> = redis::Script::new(concat!(
-            include_str!("../../../lua/lib/holders.lua"),
-            include_str!("../../../lua/acquire.lua")
-        ))
-        .key(format!("{namespace}lock:{{{key}}}"))
-        .key(format!("{namespace}fence:{{{key}}}"))
-        .key(format!("{namespace}holders:{{{key}}}"))
-        .key(format!("{namespace}writers:{{{key}}}"))
-        .arg(&token)
-        .arg(ttl_ms)
-        .arg("0")
-        .arg(60_000)
-        .arg(0)
-        .arg("0")
-        .arg("0")
-        .invoke_async(&mut self.connection().await)
-        .await
-        .unwrap();
+        let script = redis::Script::new(&lock_script("acquire.lua"));
+        let mut invocation = script.prepare_invoke();
+        self.bind_lock(&mut invocation, namespace, key);
+        invocation
+            .arg(&token)
+            .arg("exclusive")
+            .arg(1)
+            .arg(ttl_ms)
+            .arg("0")
+            .arg(60_000)
+            .arg(0)
+            .arg("")
+            .arg("test")
+            .arg("0")
+            .arg("0")
+            .arg("")
+            .arg("")
+            .arg("");
+        let reply: Vec<String> = invocation
+            .invoke_async(&mut self.connection().await)
+            .await
+            .unwrap();
         assert_eq!(reply[0], "granted", "{key} was not granted: {reply:?}");
         token
     }
@@ -407,21 +448,14 @@ impl RedisServer {
     /// Releases a lock taken with [`RedisServer::take_lock`], with the
     /// gateway's own `release.lua` (which tells the waiters).
     pub async fn release_lock(&self, namespace: &str, key: &str, token: &str) {
-        let publish = if self.cluster { "SPUBLISH" } else { "PUBLISH" };
-        let reply: Vec<String> = redis::Script::new(concat!(
-            include_str!("../../../lua/lib/holders.lua"),
-            include_str!("../../../lua/release.lua")
-        ))
-        .key(format!("{namespace}lock:{{{key}}}"))
-        .key(format!("{namespace}holders:{{{key}}}"))
-        .key(format!("{namespace}gone:{{{key}}}"))
-        .arg(token)
-        .arg(format!("{namespace}released:{{{key}}}"))
-        .arg(publish)
-        .arg("one")
-        .invoke_async(&mut self.connection().await)
-        .await
-        .unwrap();
+        let script = redis::Script::new(&lock_script("release.lua"));
+        let mut invocation = script.prepare_invoke();
+        self.bind_lock(&mut invocation, namespace, key);
+        invocation.arg(token).arg("one").arg(60_000);
+        let reply: Vec<String> = invocation
+            .invoke_async(&mut self.connection().await)
+            .await
+            .unwrap();
         assert_eq!(reply[0], "released", "{key} was not released: {reply:?}");
     }
 

@@ -1,0 +1,32 @@
+-- leave.lua: a waiter leaves the queue (its client went away, or its wait
+-- is over). If its place was granted meanwhile, it learns that instead.
+-- (After the lock libraries: KEYS and ARGV[1..3] as lib/base.lua says.)
+--
+-- ARGV[4]  the waiter's id
+-- ARGV[5]  its token
+-- ARGV[6]  how long a fence counter outlives a lease, in milliseconds
+--
+-- Returns {code, field, value, ...}, by code:
+--   left     it was in the queue and is no longer; the waiters behind it
+--            were served if they can be now
+--   granted  it was granted a place before it left: fence, expires_at_ms
+--            (its instance keeps it, or gives it back)
+--   gone     neither: it was passed over (its instance's presence or its
+--            wait had lapsed), or it was granted and has let go
+
+local ctx = context()
+local id, token, keep = ARGV[4], ARGV[5], tonumber(ARGV[6])
+local now = now_ms()
+
+if redis.call('ZSCORE', ctx.queue, id) then
+  dequeue(ctx, id)
+  if queued(ctx) then
+    serve(ctx, now, keep)
+  end
+  return {'left'}
+end
+local place = holder(ctx, token, now)
+if place then
+  return {'granted', 'fence', place.fence, 'expires_at_ms', place.ends}
+end
+return {'gone'}

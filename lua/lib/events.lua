@@ -1,0 +1,65 @@
+-- lib/events.lua: a lock's events, written by the script that makes the
+-- change (so their order is the changes' order), and only while someone
+-- watches the lock: a lock nobody watches writes nothing.
+--
+-- watch    hash: its expiry is the watch (the watching instances renew
+--          it); field f:<fence> -> token for each holder granted while
+--          watched, whose end (released, revoked, or expired) is owed an
+--          event
+-- events   stream: entries {type, data}; a `start` entry marks where the
+--          history begins again after nobody watched (a reader from before
+--          it has a gap); capped, and kept a while after its last entry
+--
+-- Each event is also published on the lock's events channel as
+-- `<id> <type> <data>`, for the watchers the instances hold open.
+
+-- How many events the history keeps (about: XADD MAXLEN ~).
+local EVENTS_KEPT = 1000
+-- How long the history outlives its last event.
+local HISTORY_KEPT_MS = 600000
+
+-- The watch's field of the holder with fencing token `fence` (a number or
+-- its text): %d, since `..` would write a number as 1.79e+15.
+local function fence_field(fence)
+  return 'f:' .. string.format('%d', fence)
+end
+
+local function watched(ctx)
+  return redis.call('EXISTS', ctx.watch) == 1
+end
+
+-- Appends an event and tells the watchers; returns its id.
+local function record(ctx, kind, data)
+  local id = redis.call('XADD', ctx.events, 'MAXLEN', '~', EVENTS_KEPT, '*',
+    'type', kind, 'data', data)
+  redis.call('PEXPIRE', ctx.events, HISTORY_KEPT_MS)
+  redis.call(ctx.publish, ctx.events_channel, id .. ' ' .. kind .. ' ' .. data)
+  return id
+end
+
+-- A holder was granted the lock.
+local function on_acquired(ctx, token, fence, value, mode, expires_at)
+  if not watched(ctx) then
+    return
+  end
+  redis.call('HSET', ctx.watch, fence_field(fence), token)
+  record(ctx, 'acquired', json({{'key', ctx.key}, {'fencing_token', fence},
+    {'value', value or false}, {'mode', mode}, {'expires_at_ms', expires_at}}))
+end
+
+-- A holder's place ended: `released`, `revoked` or `expired`.
+local function on_ended(ctx, kind, fence)
+  if not watched(ctx) then
+    return
+  end
+  redis.call('HDEL', ctx.watch, fence_field(fence))
+  record(ctx, kind, json({{'key', ctx.key}, {'fencing_token', fence}}))
+end
+
+-- A holder replaced its value.
+local function on_value(ctx, fence, value)
+  if watched(ctx) then
+    record(ctx, 'value', json({{'key', ctx.key}, {'fencing_token', fence},
+      {'value', value or false}}))
+  end
+end

@@ -1,0 +1,387 @@
+//! The scripts that change who holds a lock: acquire (or queue), release, extend (or claim a place from the queue), leave the queue, set a value, revoke.
+
+use redis::ScriptInvocation;
+
+use super::{FENCE_RETENTION_MS, LockKeys, LockKind, LockState};
+use crate::redis::scripts::{ACQUIRE, EXTEND, LEAVE, RELEASE, REVOKE, Reply, SET_VALUE};
+use crate::redis::{BackendError, Connection};
+
+/// One attempt at a lock: who, how, for how long, and what to do without a
+/// place.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    pub token: &'a str,
+    pub kind: LockKind,
+    pub ttl_ms: u64,
+    /// Re-enter the place `token` holds.
+    pub reenter: bool,
+    /// How long the request may still wait, in milliseconds.
+    pub wait_left_ms: u64,
+    /// Join the queue as this waiter (of this instance) if there is no
+    /// place now; `None`: try once.
+    pub waiter: Option<Waiter<'a>>,
+    /// A streamed lock's grant (its release is noted for its renewals).
+    pub streamed: bool,
+    /// The holder's public value.
+    pub value: Option<&'a str>,
+    /// The request's Idempotency-Key and the hash of the request.
+    pub idempotency: Option<(&'a str, &'a str)>,
+}
+
+/// A request that may join a lock's queue.
+#[derive(Debug, Clone, Copy)]
+pub struct Waiter<'a> {
+    pub id: &'a str,
+    pub instance: &'a str,
+}
+
+/// What `acquire.lua` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// A new holder's grant.
+    Granted(LockState),
+    /// The holder's token re-entered its place.
+    Reentered(LockState),
+    /// The Idempotency-Key's grant, still held: its token and state.
+    Replayed {
+        token: String,
+        state: LockState,
+    },
+    /// The Idempotency-Key's grant lives, made for another request.
+    KeyReused,
+    /// In the queue at `position` (1 is next); a place may free in
+    /// `free_in_ms`.
+    Queued {
+        position: u64,
+        free_in_ms: u64,
+    },
+    /// No place now, and no wait: a place may free in `free_in_ms`.
+    Held {
+        free_in_ms: u64,
+    },
+    NotOwner,
+    /// Held with another limit.
+    LimitMismatch {
+        limit: u64,
+    },
+    /// The token holds the lock in the other mode (shared or exclusive).
+    ModeConflict,
+}
+
+/// Runs `acquire.lua`.
+pub async fn acquire(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    attempt: Attempt<'_>,
+) -> Result<AcquireReply, BackendError> {
+    let mut invocation = ACQUIRE.prepare();
+    let flag = |on: bool| if on { "1" } else { "0" };
+    let (waiter_id, instance) = attempt.waiter.map_or(("", ""), |w| (w.id, w.instance));
+    let (idempotency_key, request_hash) = attempt.idempotency.unwrap_or(("", ""));
+    keys.bind(&mut invocation, publish)
+        .arg(attempt.token)
+        .arg(attempt.kind.mode())
+        .arg(attempt.kind.limit().unwrap_or(1))
+        .arg(attempt.ttl_ms)
+        .arg(flag(attempt.reenter))
+        .arg(FENCE_RETENTION_MS)
+        .arg(attempt.wait_left_ms)
+        .arg(waiter_id)
+        .arg(instance)
+        .arg(flag(attempt.streamed))
+        .arg(flag(attempt.value.is_some()))
+        .arg(attempt.value.unwrap_or(""))
+        .arg(idempotency_key)
+        .arg(request_hash);
+    let reply = ACQUIRE.run(&invocation, conn).await?;
+    let ttl_ms = attempt.ttl_ms;
+    ACQUIRE.read(&reply, |reply| match reply.code() {
+        "granted" => lock_state(reply, ttl_ms).map(AcquireReply::Granted),
+        "reentered" => lock_state(reply, ttl_ms).map(AcquireReply::Reentered),
+        "replayed" => Some(AcquireReply::Replayed {
+            token: reply.text("token")?.to_owned(),
+            state: lock_state(reply, ttl_ms)?,
+        }),
+        "key-reused" => Some(AcquireReply::KeyReused),
+        "queued" => Some(AcquireReply::Queued {
+            position: reply.number("position")?,
+            free_in_ms: reply.number("free_in_ms")?,
+        }),
+        "held" => Some(AcquireReply::Held {
+            free_in_ms: reply.number("free_in_ms")?,
+        }),
+        "not-owner" => Some(AcquireReply::NotOwner),
+        "limit-mismatch" => Some(AcquireReply::LimitMismatch {
+            limit: reply.number("limit")?,
+        }),
+        "mode-conflict" => Some(AcquireReply::ModeConflict),
+        _ => None,
+    })
+}
+
+/// Reads a [`LockState`] from a reply with `fence`, `holds` and
+/// `expires_at_ms`, for a lease of `ttl_ms`.
+fn lock_state(reply: &Reply, ttl_ms: u64) -> Option<LockState> {
+    Some(LockState {
+        fencing_token: reply.number("fence")?,
+        holds: reply.number("holds")?,
+        ttl_ms,
+        expires_at_ms: reply.number("expires_at_ms")?,
+    })
+}
+
+/// How much of a holder's claim a release gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holds {
+    /// One re-entrant hold (a `DELETE`).
+    One,
+    /// Every hold of the token (a streamed lock whose client left).
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseReply {
+    Released,
+    HoldsLeft(u64),
+    NotFound,
+    NotOwner,
+}
+
+/// Runs `release.lua`: one hold less (or all of them); a freed place goes
+/// to the head of the queue.
+pub async fn release(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    token: &str,
+    holds: Holds,
+) -> Result<ReleaseReply, BackendError> {
+    let reply = RELEASE
+        .run(&release_of(keys, publish, token, holds), conn)
+        .await?;
+    RELEASE.read(&reply, |reply| match reply.code() {
+        "released" => Some(ReleaseReply::Released),
+        "holds-left" => reply.number("holds").map(ReleaseReply::HoldsLeft),
+        "not-found" => Some(ReleaseReply::NotFound),
+        "not-owner" => Some(ReleaseReply::NotOwner),
+        _ => None,
+    })
+}
+
+/// Runs `release.lua` for every hold of many locks at once (one pipeline
+/// on one Redis). An error is the first of those that failed.
+pub async fn release_many(
+    conn: &mut Connection,
+    releases: &[(&LockKeys, &str)],
+    publish: &str,
+) -> Result<(), BackendError> {
+    let invocations: Vec<_> = releases
+        .iter()
+        .map(|(keys, token)| release_of(keys, publish, token, Holds::All))
+        .collect();
+    RELEASE
+        .run_all(&invocations, conn)
+        .await?
+        .into_iter()
+        .try_for_each(|reply| reply.map(drop))
+}
+
+fn release_of<'a>(
+    keys: &LockKeys,
+    publish: &str,
+    token: &str,
+    holds: Holds,
+) -> ScriptInvocation<'a> {
+    let mut invocation = RELEASE.prepare();
+    keys.bind(&mut invocation, publish)
+        .arg(token)
+        .arg(match holds {
+            Holds::One => "one",
+            Holds::All => "all",
+        })
+        .arg(FENCE_RETENTION_MS);
+    invocation
+}
+
+/// Why a holder's token holds its place no more, as `extend.lua` and
+/// `set_value.lua` tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPlace {
+    /// No such lock: the lease ran out, or it was deleted.
+    NotFound,
+    /// Held under other tokens.
+    NotOwner,
+    /// A streamed holder's token released it itself.
+    Released,
+    /// An operator revoked it.
+    Revoked,
+}
+
+impl NoPlace {
+    fn of(code: &str) -> Option<Self> {
+        match code {
+            "not-found" => Some(Self::NotFound),
+            "not-owner" => Some(Self::NotOwner),
+            "released" => Some(Self::Released),
+            "revoked" => Some(Self::Revoked),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtendReply {
+    Extended(LockState),
+    Lost(NoPlace),
+}
+
+/// Runs `extend.lua`: the lease becomes `ttl_ms` from now (also how a
+/// waiter granted a place from the queue claims it for its whole lease).
+pub async fn extend(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    token: &str,
+    ttl_ms: u64,
+) -> Result<ExtendReply, BackendError> {
+    let reply = EXTEND
+        .run(&extension(keys, publish, token, ttl_ms), conn)
+        .await?;
+    extend_reply(&reply, ttl_ms)
+}
+
+/// One lease to renew: the lock, its holder's token, the new lease in ms.
+pub type Renewal<'a> = (&'a LockKeys, &'a str, u64);
+
+/// Runs `extend.lua` for many leases at once (one pipeline on one Redis).
+/// The outer error fails them all; an inner one fails only its own (a
+/// cluster node that is down fails the locks it holds, not the others').
+pub async fn extend_many(
+    conn: &mut Connection,
+    renewals: &[Renewal<'_>],
+    publish: &str,
+) -> Result<Vec<Result<ExtendReply, BackendError>>, BackendError> {
+    let invocations: Vec<_> = renewals
+        .iter()
+        .map(|(keys, token, ttl_ms)| extension(keys, publish, token, *ttl_ms))
+        .collect();
+    let replies = EXTEND.run_all(&invocations, conn).await?;
+    Ok(replies
+        .into_iter()
+        .zip(renewals)
+        .map(|(reply, (_, _, ttl_ms))| extend_reply(&reply?, *ttl_ms))
+        .collect())
+}
+
+fn extension<'a>(keys: &LockKeys, publish: &str, token: &str, ttl_ms: u64) -> ScriptInvocation<'a> {
+    let mut invocation = EXTEND.prepare();
+    keys.bind(&mut invocation, publish)
+        .arg(token)
+        .arg(ttl_ms)
+        .arg(FENCE_RETENTION_MS);
+    invocation
+}
+
+fn extend_reply(reply: &Reply, ttl_ms: u64) -> Result<ExtendReply, BackendError> {
+    EXTEND.read(reply, |reply| match reply.code() {
+        "extended" => lock_state(reply, ttl_ms).map(ExtendReply::Extended),
+        code => NoPlace::of(code).map(ExtendReply::Lost),
+    })
+}
+
+/// What `leave.lua` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveReply {
+    /// Out of the queue.
+    Left,
+    /// Granted a place before it left: its fencing token and lease end.
+    Granted {
+        fencing_token: u64,
+        expires_at_ms: u64,
+    },
+    /// Neither in the queue nor holding (passed over).
+    Gone,
+}
+
+/// Runs `leave.lua`: waiter `id` (with `token`) leaves the queue.
+pub async fn leave(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    id: &str,
+    token: &str,
+) -> Result<LeaveReply, BackendError> {
+    let mut invocation = LEAVE.prepare();
+    keys.bind(&mut invocation, publish)
+        .arg(id)
+        .arg(token)
+        .arg(FENCE_RETENTION_MS);
+    let reply = LEAVE.run(&invocation, conn).await?;
+    LEAVE.read(&reply, |reply| match reply.code() {
+        "left" => Some(LeaveReply::Left),
+        "granted" => Some(LeaveReply::Granted {
+            fencing_token: reply.number("fence")?,
+            expires_at_ms: reply.number("expires_at_ms")?,
+        }),
+        "gone" => Some(LeaveReply::Gone),
+        _ => None,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetValueReply {
+    /// Set: the holder's fencing token, holds and lease end.
+    Set {
+        fencing_token: u64,
+        holds: u64,
+        expires_at_ms: u64,
+    },
+    Lost(NoPlace),
+}
+
+/// Runs `set_value.lua`: the holder's public value becomes `value` (none
+/// removes it).
+pub async fn set_value(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    token: &str,
+    value: Option<&str>,
+) -> Result<SetValueReply, BackendError> {
+    let mut invocation = SET_VALUE.prepare();
+    keys.bind(&mut invocation, publish)
+        .arg(token)
+        .arg(if value.is_some() { "1" } else { "0" })
+        .arg(value.unwrap_or(""));
+    let reply = SET_VALUE.run(&invocation, conn).await?;
+    SET_VALUE.read(&reply, |reply| match reply.code() {
+        "set" => Some(SetValueReply::Set {
+            fencing_token: reply.number("fence")?,
+            holds: reply.number("holds")?,
+            expires_at_ms: reply.number("expires_at_ms")?,
+        }),
+        code => NoPlace::of(code).map(SetValueReply::Lost),
+    })
+}
+
+/// Runs `revoke.lua`: every hold ends; `longest_lease_ms` bounds the old
+/// holders' leases, which the fence counter outlives. Returns how many
+/// places were taken back; `None` when nobody held the lock.
+pub async fn revoke(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    longest_lease_ms: u64,
+) -> Result<Option<u64>, BackendError> {
+    let mut invocation = REVOKE.prepare();
+    keys.bind(&mut invocation, publish)
+        .arg(FENCE_RETENTION_MS)
+        .arg(longest_lease_ms);
+    let reply = REVOKE.run(&invocation, conn).await?;
+    REVOKE.read(&reply, |reply| match reply.code() {
+        "revoked" => reply.number("holders").map(Some),
+        "not-found" => Some(None),
+        _ => None,
+    })
+}

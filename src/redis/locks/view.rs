@@ -1,0 +1,210 @@
+//! The scripts that read a lock as anyone may see it (inspect, watch, its history), and the one each instance runs for the locks it has waiters or watchers on (tend).
+
+use redis::ScriptInvocation;
+use serde::de::DeserializeOwned;
+
+use super::{FENCE_RETENTION_MS, LeaseView, LockKeys, LockKind, WaiterView};
+use crate::redis::scripts::{HISTORY, INSPECT, LuaScript, Reply, TEND, WATCH};
+use crate::redis::{BackendError, Connection};
+
+/// A held lock as anyone may see it: never a token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockView {
+    pub kind: LockKind,
+    /// How many hold it.
+    pub holders: u64,
+    /// Re-entrant holds of every holder together.
+    pub holds: u64,
+    /// The newest grant's fencing token.
+    pub fencing_token: u64,
+    /// Until the latest lease ends.
+    pub ttl_ms: u64,
+    pub expires_at_ms: u64,
+    /// Each holder's lease, oldest grant first.
+    pub leases: Vec<LeaseView>,
+    /// The waiters, in the order they will be served.
+    pub waiters: Vec<WaiterView>,
+}
+
+/// A lock's state: held, or free (perhaps with waiters about to be served).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockSight {
+    Held(LockView),
+    Free { waiters: Vec<WaiterView> },
+}
+
+/// Runs `inspect.lua`.
+pub async fn inspect(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+) -> Result<LockSight, BackendError> {
+    let mut invocation = INSPECT.prepare();
+    keys.bind(&mut invocation, publish);
+    let reply = INSPECT.run(&invocation, conn).await?;
+    INSPECT.read(&reply, sight)
+}
+
+/// Reads a `held` or `not-found` reply of `inspect.lua` or `watch.lua`.
+fn sight(reply: &Reply) -> Option<LockSight> {
+    let waiters = json_field(reply, "waiters")?;
+    match reply.code() {
+        "held" => Some(LockSight::Held(LockView {
+            kind: LockKind::of(reply.text("mode")?, reply.number("limit")?)?,
+            holders: reply.number("holders")?,
+            holds: reply.number("holds")?,
+            fencing_token: reply.number("fence")?,
+            ttl_ms: reply.number("ttl_ms")?,
+            expires_at_ms: reply.number("expires_at_ms")?,
+            leases: json_field(reply, "leases")?,
+            waiters,
+        })),
+        "not-found" => Some(LockSight::Free { waiters }),
+        _ => None,
+    }
+}
+
+fn json_field<T: DeserializeOwned>(reply: &Reply, name: &str) -> Option<T> {
+    serde_json::from_str(reply.text(name)?).ok()
+}
+
+/// Runs `watch.lua`: starts (or keeps) the lock's watch; the lock now, and
+/// the id of the last event before now.
+pub async fn watch(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+) -> Result<(LockSight, String), BackendError> {
+    let mut invocation = WATCH.prepare();
+    keys.bind(&mut invocation, publish);
+    let reply = WATCH.run(&invocation, conn).await?;
+    WATCH.read(&reply, |reply| {
+        Some((sight(reply)?, reply.text("last_id")?.to_owned()))
+    })
+}
+
+/// One event of a lock's history: its id, type and data (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct HistoryEntry {
+    pub id: String,
+    pub kind: String,
+    pub data: serde_json::Value,
+}
+
+/// What `history.lua` found after an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum History {
+    /// The events after it, oldest first; `more` when more follow.
+    Events {
+        entries: Vec<HistoryEntry>,
+        more: bool,
+    },
+    /// Some events after it are gone.
+    Gap,
+}
+
+/// Runs `history.lua`: at most `count` events after `after`.
+pub async fn history(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    after: &str,
+    count: usize,
+) -> Result<History, BackendError> {
+    let mut invocation = HISTORY.prepare();
+    keys.bind(&mut invocation, publish).arg(after).arg(count);
+    let reply = HISTORY.run(&invocation, conn).await?;
+    HISTORY.read(&reply, |reply| match reply.code() {
+        "gap" => Some(History::Gap),
+        "events" => {
+            let rows: Vec<(String, String, serde_json::Value)> = json_field(reply, "entries")?;
+            let entries = rows
+                .into_iter()
+                .map(|(id, kind, data)| HistoryEntry { id, kind, data })
+                .collect();
+            Some(History::Events {
+                entries,
+                more: reply.flag("more")?,
+            })
+        }
+        _ => None,
+    })
+}
+
+/// What an instance asks when it tends a lock.
+#[derive(Debug, Clone)]
+pub struct Tending<'a> {
+    pub keys: &'a LockKeys,
+    /// It has waiters on the lock (their places are kept).
+    pub waiting: bool,
+    /// It has watchers on the lock (the watch is kept).
+    pub watching: bool,
+    /// The waiters whose positions it reports.
+    pub positions_of: Vec<&'a str>,
+}
+
+/// What tending a lock found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tended {
+    /// Until the earliest lease ends (0: free).
+    pub free_in_ms: u64,
+    /// The positions asked for, in order; 0 for one not in the queue.
+    pub positions: Vec<u64>,
+    /// How many wait in the lock's queue, on every instance.
+    pub queued: u64,
+    /// The watch had lapsed and began again: the history has a gap.
+    pub restarted: bool,
+}
+
+/// Runs `tend.lua` for many locks at once (one pipeline on one Redis; each
+/// by itself in a cluster). The outer error fails them all.
+pub async fn tend_many(
+    conn: &mut Connection,
+    locks: &[Tending<'_>],
+    instance: &str,
+    publish: &str,
+) -> Result<Vec<Result<Tended, BackendError>>, BackendError> {
+    let invocations: Vec<ScriptInvocation<'_>> = locks
+        .iter()
+        .map(|tending| {
+            let mut invocation = TEND.prepare();
+            let flag = |on: bool| if on { "1" } else { "0" };
+            tending
+                .keys
+                .bind(&mut invocation, publish)
+                .arg(instance)
+                .arg(flag(tending.waiting))
+                .arg(flag(tending.watching))
+                .arg(FENCE_RETENTION_MS);
+            for id in &tending.positions_of {
+                invocation.arg(*id);
+            }
+            invocation
+        })
+        .collect();
+    let replies = TEND.run_all(&invocations, conn).await?;
+    Ok(replies
+        .into_iter()
+        .map(|reply| read_tended(&TEND, &reply?))
+        .collect())
+}
+
+fn read_tended(script: &LuaScript, reply: &Reply) -> Result<Tended, BackendError> {
+    script.read(reply, |reply| {
+        if reply.code() != "tended" {
+            return None;
+        }
+        let positions = reply.text("positions")?;
+        let positions = positions
+            .split(',')
+            .filter(|part| !part.is_empty())
+            .map(|part| part.parse().ok())
+            .collect::<Option<Vec<u64>>>()?;
+        Some(Tended {
+            free_in_ms: reply.number("free_in_ms")?,
+            positions,
+            queued: reply.number("queued")?,
+            restarted: reply.flag("restarted")?,
+        })
+    })
+}

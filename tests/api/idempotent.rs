@@ -1,0 +1,144 @@
+//! Idempotent acquire: a retry with the same `Idempotency-Key` and body gets the grant it made, on any instance; another body is refused; a grant whose answer was lost is never orphaned.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{RedisServer, TestApp, assert_problem, eventually};
+
+async fn acquire_with_key(app: &TestApp, key: &str, body: &Value) -> reqwest::Response {
+    app.http
+        .post(app.url("/locks"))
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_gets_the_same_grant_on_any_instance() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    for (lock, body) in [
+        ("plain", json!({"key": "plain", "ttl_ms": 30_000})),
+        ("pool", json!({"key": "pool", "limit": 3, "value": "w1"})),
+        ("book", json!({"key": "book", "mode": "shared"})),
+    ] {
+        let first = acquire_with_key(&one, &format!("try-{lock}"), &body).await;
+        assert_eq!(first.status(), StatusCode::CREATED);
+        assert!(first.headers().get("idempotent-replayed").is_none());
+        let first: Value = first.json().await.unwrap();
+
+        let again = acquire_with_key(&two, &format!("try-{lock}"), &body).await;
+        assert_eq!(again.status(), StatusCode::CREATED, "{lock}");
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        let again: Value = again.json().await.unwrap();
+        assert_eq!(again["token"], first["token"], "{lock}");
+        assert_eq!(again["fencing_token"], first["fencing_token"], "{lock}");
+        assert_eq!(again["holds"], 1, "{lock}: a replay is no re-entry");
+
+        let status: Value = one
+            .get(&format!("/locks/{lock}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            status["holders"], 1,
+            "{lock}: the retry made a second holder"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_body_is_refused_and_a_released_grant_is_forgotten() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let body = json!({"key": "job", "ttl_ms": 30_000});
+    let grant: Value = acquire_with_key(&app, "k-1", &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+
+    let other = acquire_with_key(&app, "k-1", &json!({"key": "job", "ttl_ms": 20_000})).await;
+    let problem = assert_problem(other, 422, "idempotency-key-reused").await;
+    assert_eq!(problem["key"], "job");
+
+    app.release("job", grant["token"].as_str().unwrap()).await;
+    let fresh = acquire_with_key(&app, "k-1", &body).await;
+    assert_eq!(fresh.status(), StatusCode::CREATED);
+    assert!(fresh.headers().get("idempotent-replayed").is_none());
+    let fresh: Value = fresh.json().await.unwrap();
+    assert_ne!(fresh["token"], grant["token"]);
+    assert!(fresh["fencing_token"].as_u64() > grant["fencing_token"].as_u64());
+}
+
+/// Sends a waiting `POST /locks` with an Idempotency-Key over a raw
+/// connection and closes it after `give_up`; returns what the server wrote.
+async fn abandoned(app: &TestApp, key: &str, body: &Value, give_up: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let request = format!(
+        "POST /locks HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Idempotency-Key: {key}\r\nContent-Length: {}\r\n\r\n{body}",
+        app.addr,
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(give_up).await;
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The client gives up around the moment its wait is granted, so its
+/// answer may be lost; its retry gets that grant (or a new one if none was
+/// made), and nothing is left held once the retry's grant is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_answer_was_lost_is_the_retrys_and_never_an_orphan() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let mut replayed = 0;
+    for trial in 0..20u64 {
+        let lock = format!("lost:{trial}");
+        one.take(&lock, 120).await;
+        let key = format!("attempt-{trial}");
+        let body = json!({"key": lock, "ttl_ms": 30_000, "wait_ms": 5_000});
+        let answer = abandoned(&one, &key, &body, Duration::from_millis(100 + trial * 2)).await;
+        let first_token = answer.starts_with("HTTP/1.1 201").then(|| {
+            let body: Value =
+                serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+            body["token"].as_str().unwrap().to_owned()
+        });
+
+        let retry = acquire_with_key(&two, &key, &body).await;
+        assert_eq!(retry.status(), StatusCode::CREATED, "trial {trial}");
+        let was_replayed = retry.headers().get("idempotent-replayed").is_some();
+        let retry: Value = retry.json().await.unwrap();
+        if let Some(token) = first_token {
+            assert_eq!(
+                retry["token"],
+                token.as_str(),
+                "trial {trial}: a second grant"
+            );
+        }
+        if was_replayed {
+            replayed += 1;
+        }
+        two.release(&lock, retry["token"].as_str().unwrap()).await;
+        let free = eventually(Duration::from_millis(500), || async {
+            one.get(&format!("/locks/{lock}")).await.status() == StatusCode::NOT_FOUND
+        })
+        .await;
+        assert!(free, "trial {trial}: an orphaned grant holds {lock}");
+    }
+    assert!(
+        replayed > 0,
+        "no retry was a replay: the test proves nothing"
+    );
+}

@@ -1,0 +1,310 @@
+//! Watching a lock: a snapshot, then every change in order with an id, resumed through another instance with nothing missed or repeated, `expired` on time, `gap` when the history is gone, and nothing written for a lock nobody watches.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{ADMIN, Event, EventStream, RedisServer, TestApp, assert_problem, eventually};
+
+/// Opens `GET /locks/{key}/events` on `app`, resuming after `last_seen`.
+async fn watch(app: &TestApp, key: &str, last_seen: Option<&str>) -> EventStream {
+    let mut request = app.http.get(app.url(&format!("/locks/{key}/events")));
+    if let Some(id) = last_seen {
+        request = request.header("Last-Event-ID", id);
+    }
+    EventStream::of(request.send().await.unwrap())
+}
+
+async fn next(events: &mut EventStream) -> Event {
+    events
+        .next(Duration::from_secs(3))
+        .await
+        .expect("the watch ended")
+}
+
+/// The `(name, data)` of the next `count` events, checking that each has
+/// an id that comes after the one before.
+async fn take(events: &mut EventStream, count: usize, after: &mut String) -> Vec<(String, Value)> {
+    let mut taken = Vec::new();
+    for _ in 0..count {
+        let event = next(events).await;
+        let id = event.id.clone().expect("an event without an id");
+        assert!(later(&id, after), "{id} does not come after {after}");
+        *after = id;
+        taken.push((event.name, event.data));
+    }
+    taken
+}
+
+/// Whether stream id `a` comes after `b` (`<ms>-<seq>`).
+fn later(a: &str, b: &str) -> bool {
+    let parse = |id: &str| {
+        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+        (
+            ms.parse::<u64>().unwrap_or(0),
+            seq.parse::<u64>().unwrap_or(0),
+        )
+    };
+    parse(a) > parse(b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_sees_every_change_in_order_and_resumes_through_another_instance() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let mut watcher = watch(&two, "leader", None).await;
+    let snapshot = next(&mut watcher).await;
+    assert_eq!(snapshot.name, "snapshot");
+    assert_eq!(
+        snapshot.data,
+        json!({"key": "leader", "held": false, "waiters": []})
+    );
+    let mut last = snapshot.id.clone().unwrap();
+
+    let grant: Value = one
+        .acquire(json!({"key": "leader", "value": "10.0.0.7:9000", "ttl_ms": 30_000}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let fence = grant["fencing_token"].clone();
+    let acquired = take(&mut watcher, 1, &mut last).await;
+    assert_eq!(
+        acquired,
+        [(
+            "acquired".to_owned(),
+            json!({"key": "leader", "fencing_token": fence, "value": "10.0.0.7:9000",
+                "mode": "exclusive", "expires_at_ms": grant["expires_at_ms"]})
+        )]
+    );
+    // The client goes away here; the lock changes while it is gone.
+    drop(watcher);
+    let token = grant["token"].as_str().unwrap();
+    let proclaimed = one
+        .http
+        .put(one.url("/locks/leader/value"))
+        .json(&json!({"token": token, "value": "10.0.0.8:9000"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proclaimed.status(), StatusCode::OK);
+    one.release("leader", token).await;
+    let second = one.take("leader", 300).await;
+    let taken_at = Instant::now();
+
+    // Back through the other instance, after the last event it saw.
+    let mut watcher = watch(&one, "leader", Some(&last)).await;
+    let missed = take(&mut watcher, 3, &mut last).await;
+    let names: Vec<&str> = missed.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["value", "released", "acquired"], "{missed:?}");
+    assert_eq!(
+        missed[0].1,
+        json!({"key": "leader", "fencing_token": fence, "value": "10.0.0.8:9000"})
+    );
+    assert_eq!(
+        missed[1].1,
+        json!({"key": "leader", "fencing_token": fence})
+    );
+    assert_eq!(missed[2].1["fencing_token"], second.fencing_token);
+    assert_eq!(missed[2].1["value"], Value::Null);
+
+    // Then live: the 300 ms lease runs out with nobody touching the key.
+    let expired = take(&mut watcher, 1, &mut last).await;
+    let after = taken_at.elapsed();
+    assert_eq!(
+        expired,
+        [(
+            "expired".to_owned(),
+            json!({"key": "leader", "fencing_token": second.fencing_token})
+        )]
+    );
+    assert!(
+        after < Duration::from_millis(300 + 1_000),
+        "expired {after:?} after a 300 ms lease was granted"
+    );
+    assert!(
+        after >= Duration::from_millis(250),
+        "expired after {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_lock_reports_its_holders_comings_and_goings() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let mut watcher = watch(&app, "pool", None).await;
+    let mut last = next(&mut watcher).await.id.unwrap();
+    let counted = json!({"key": "pool", "limit": 3, "value": "worker-1"});
+    let first: Value = app.acquire(counted.clone()).await.json().await.unwrap();
+    let second: Value = app
+        .acquire(json!({"key": "pool", "limit": 3, "ttl_ms": 200}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    app.release("pool", first["token"].as_str().unwrap()).await;
+
+    let events = take(&mut watcher, 4, &mut last).await;
+    let seen: Vec<(&str, &Value)> = events
+        .iter()
+        .map(|(name, data)| (name.as_str(), &data["fencing_token"]))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("acquired", &first["fencing_token"]),
+            ("acquired", &second["fencing_token"]),
+            ("released", &first["fencing_token"]),
+            ("expired", &second["fencing_token"]),
+        ]
+    );
+    assert_eq!(events[0].1["mode"], "counted");
+    assert_eq!(events[0].1["value"], "worker-1");
+}
+
+#[tokio::test]
+async fn a_watcher_told_of_a_gap_gets_a_fresh_snapshot() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let holder = app.take("old", 30_000).await;
+
+    // An id from before the lock's history began.
+    let mut watcher = watch(&app, "old", Some("1-0")).await;
+    let gap = next(&mut watcher).await;
+    assert_eq!((gap.name.as_str(), &gap.data), ("gap", &json!({})));
+    let snapshot = next(&mut watcher).await;
+    assert_eq!(snapshot.name, "snapshot");
+    assert_eq!(snapshot.data["held"], true);
+    assert_eq!(snapshot.data["fencing_token"], holder.fencing_token);
+    let mut last = snapshot.id.unwrap();
+
+    app.release("old", &holder.token).await;
+    let released = take(&mut watcher, 1, &mut last).await;
+    assert_eq!(released[0].0, "released");
+}
+
+#[tokio::test]
+async fn a_lock_nobody_watches_writes_no_event() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let holder = app.take("quiet", 30_000).await;
+    app.release("quiet", &holder.token).await;
+    app.take("quiet", 10).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    for name in ["events", "watch"] {
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(format!("lockgate:{name}:{{quiet}}"))
+            .query_async(&mut redis.connection().await)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0, "{name} written for a lock nobody watches");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_lock_ends_its_holders_stream_tells_its_watchers_and_fences_the_old_holder() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (
+        TestApp::spawn_sale(&redis, &[]).await,
+        TestApp::spawn_sale(&redis, &[]).await,
+    );
+    let mut holder = EventStream::of(one.stream(json!({"key": "stuck", "ttl_ms": 30_000})).await);
+    let acquired = next(&mut holder).await;
+    assert_eq!(acquired.name, "acquired");
+    let old_fence = acquired.data["fencing_token"].as_u64().unwrap();
+    let old_token = acquired.data["token"].as_str().unwrap().to_owned();
+    let mut watcher = watch(&two, "stuck", None).await;
+    let mut last = next(&mut watcher).await.id.unwrap();
+    let revoke = |bearer: Option<&str>| {
+        let request = two.http.delete(two.url("/locks/stuck?force=true"));
+        match bearer {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+        .send()
+    };
+
+    assert_problem(revoke(None).await.unwrap(), 401, "unauthorized").await;
+    assert_problem(
+        revoke(Some("not-the-admin")).await.unwrap(),
+        403,
+        "forbidden",
+    )
+    .await;
+    let revoked_at = Instant::now();
+    assert_eq!(
+        revoke(Some(ADMIN)).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+
+    // Renewals may come at any time (a cluster's subscription confirmation
+    // asks for one); the end comes at once.
+    let mut lost = next(&mut holder).await;
+    while lost.name == "renewed" {
+        lost = next(&mut holder).await;
+    }
+    assert_eq!(
+        (lost.name.as_str(), &lost.data),
+        ("lost", &json!({"reason": "revoked"}))
+    );
+    assert!(revoked_at.elapsed() < Duration::from_millis(500));
+    let told = take(&mut watcher, 1, &mut last).await;
+    assert_eq!(
+        told,
+        [(
+            "revoked".to_owned(),
+            json!({"key": "stuck", "fencing_token": old_fence})
+        )]
+    );
+    assert_problem(revoke(Some(ADMIN)).await.unwrap(), 404, "lock-not-found").await;
+    assert_problem(
+        one.release("stuck", &old_token).await,
+        404,
+        "lock-not-found",
+    )
+    .await;
+    let next_holder = two.take("stuck", 30_000).await;
+    assert!(next_holder.fencing_token > old_fence);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_counting_lock_ends_every_holder_and_serves_the_queue() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    let counted = json!({"key": "slots", "limit": 2, "ttl_ms": 30_000});
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let grant: Value = app.acquire(counted.clone()).await.json().await.unwrap();
+        holders.push(grant["token"].as_str().unwrap().to_owned());
+    }
+    let mut waiting = counted.clone();
+    waiting["wait_ms"] = json!(10_000);
+    let request = app.http.post(app.url("/locks")).json(&waiting);
+    let waiter = tokio::spawn(async move { request.send().await.unwrap().status() });
+    let queued = eventually(Duration::from_secs(5), || async {
+        let status: Value = app.get("/locks/slots").await.json().await.unwrap();
+        status["waiters"].as_array().is_some_and(|w| w.len() == 1)
+    })
+    .await;
+    assert!(queued);
+
+    let revoked = app
+        .http
+        .delete(app.url("/locks/slots?force=true"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    assert_eq!(waiter.await.unwrap(), StatusCode::CREATED);
+    for token in holders {
+        let extended = app.extend("slots", &token, 30_000).await;
+        assert!(
+            matches!(extended.status().as_u16(), 404 | 409),
+            "a revoked holder renewed its lease: {}",
+            extended.status()
+        );
+    }
+}
