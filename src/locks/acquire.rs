@@ -32,6 +32,8 @@ pub(super) struct AcquireTerms<'a> {
 /// A grant, however it came.
 pub(super) struct Granted {
     pub(super) state: LockState,
+    /// When the script that set the lease's end was sent.
+    pub(super) sent: Instant,
     pub(super) waited: Duration,
     /// The token of the grant an Idempotency-Key made earlier, when this
     /// is that grant answered again.
@@ -231,12 +233,13 @@ impl<'a> Acquisition<'a> {
         let request = self.terms.request;
         let keys = self.terms.keys;
         let (publish, ttl_ms) = (self.locks.publish(), request.ttl.as_millis());
+        let sent = Instant::now();
         let (reply, confirmed) = self
             .locks
             .0
             .redis
             .write(
-                &keys.lock,
+                &keys.lock(),
                 request.confirmed,
                 async |conn| scripts::extend(conn, keys, publish, &self.token, ttl_ms).await,
                 |reply| matches!(reply, ExtendReply::Extended(_)),
@@ -244,14 +247,15 @@ impl<'a> Acquisition<'a> {
             .await?;
         match reply {
             ExtendReply::Extended(_) if !confirmed => Err(NoGrant::NotReplicated),
-            ExtendReply::Extended(state) => Ok(Some(self.granted(state, None))),
+            ExtendReply::Extended(state) => Ok(Some(self.granted(state, sent, None))),
             ExtendReply::Lost(_) => Ok(None),
         }
     }
 
-    fn granted(&self, state: LockState, replayed_token: Option<Token>) -> Granted {
+    fn granted(&self, state: LockState, sent: Instant, replayed_token: Option<Token>) -> Granted {
         Granted {
             state,
+            sent,
             waited: self.refused_at.map_or(Duration::ZERO, |at| at.elapsed()),
             replayed_token,
         }
@@ -263,7 +267,7 @@ impl<'a> Acquisition<'a> {
     async fn attempt(&self, waiter_id: Option<&str>) -> Result<Outcome, NoGrant> {
         let terms = self.terms;
         let request = terms.request;
-        let instance = self.locks.0.waiting.instance().to_owned();
+        let instance = self.locks.0.waiting.instance();
         let idempotency = request.idempotency_key.as_ref();
         let attempt = Attempt {
             token: &self.token,
@@ -271,21 +275,19 @@ impl<'a> Acquisition<'a> {
             ttl_ms: request.ttl.as_millis(),
             reenter: false,
             wait_left_ms: millis(terms.deadline.saturating_duration_since(Instant::now())),
-            waiter: waiter_id.map(|id| scripts::Waiter {
-                id,
-                instance: &instance,
-            }),
+            waiter: waiter_id.map(|id| scripts::Waiter { id, instance }),
             streamed: request.streamed,
             value: request.value.as_ref().map(super::LockValue::as_str),
             idempotency: idempotency.map(|key| (key.as_str(), terms.request_hash)),
         };
         let publish = self.locks.publish();
+        let sent = Instant::now();
         let (reply, confirmed) = self
             .locks
             .0
             .redis
             .write(
-                &terms.keys.lock,
+                &terms.keys.lock(),
                 request.confirmed,
                 async |conn| scripts::acquire(conn, terms.keys, publish, attempt).await,
                 |reply| matches!(reply, AcquireReply::Granted(_)),
@@ -293,9 +295,9 @@ impl<'a> Acquisition<'a> {
             .await?;
         Ok(match reply {
             AcquireReply::Granted(_) if !confirmed => Outcome::Refused(NoGrant::NotReplicated),
-            AcquireReply::Granted(state) => Outcome::Granted(self.granted(state, None)),
+            AcquireReply::Granted(state) => Outcome::Granted(self.granted(state, sent, None)),
             AcquireReply::Replayed { token, state } => match super::Token::parse(&token) {
-                Ok(token) => Outcome::Granted(self.granted(state, Some(token))),
+                Ok(token) => Outcome::Granted(self.granted(state, sent, Some(token))),
                 Err(_) => Outcome::Refused(NoGrant::KeyReused),
             },
             AcquireReply::KeyReused => Outcome::Refused(NoGrant::KeyReused),

@@ -114,6 +114,9 @@ pub struct Lease {
     pub key: LockKey,
     pub token: Token,
     pub state: LockState,
+    /// When the script that set the lease's end was sent: the lease lasts
+    /// at least its length from then, by this instance's clock.
+    pub lease_from: Instant,
     /// How long the request waited for the lock.
     pub waited: Duration,
     /// Present for a new grant (absent for re-entry): complete it once the
@@ -162,7 +165,7 @@ pub struct Locks(Arc<LocksState>);
 
 struct LocksState {
     redis: Redis,
-    prefix: Box<str>,
+    prefix: Arc<str>,
     waiting: Waiting,
     metrics: Arc<Metrics>,
     /// The longest lease a client may ask for: how long a revoked lock's
@@ -224,13 +227,19 @@ impl Locks {
         let token = Token::generate();
         let keep_if_left = request.idempotency_key.is_some();
         let mut handover = Handover::new(self.clone(), request.key.clone(), token, keep_if_left);
-        let request_hash = request.request_hash();
+        let request_hash = match request.idempotency_key {
+            Some(_) => request.request_hash(),
+            None => String::new(),
+        };
         // Named up front, so that a request dropped while it waits (its
         // client left) leaves the queue by it.
-        let waiter_id = uuid::Uuid::new_v4().to_string();
-        if !request.wait.is_zero() {
-            handover.queued_as(Some(&waiter_id));
-        }
+        let waiter_id = if request.wait.is_zero() {
+            String::new()
+        } else {
+            let id = uuid::Uuid::new_v4().to_string();
+            handover.queued_as(Some(&id));
+            id
+        };
         let terms = AcquireTerms {
             keys: &keys,
             request: &request,
@@ -261,6 +270,7 @@ impl Locks {
                     key: request.key,
                     token: granted.replayed_token.unwrap_or(token),
                     state: granted.state,
+                    lease_from: granted.sent,
                     waited,
                     handover,
                     replayed,
@@ -336,11 +346,12 @@ impl Locks {
             idempotency: None,
         };
         let publish = self.publish();
+        let sent = Instant::now();
         let (reply, confirmed) = self
             .0
             .redis
             .write(
-                &keys.lock,
+                &keys.lock(),
                 request.confirmed,
                 async |conn| scripts::acquire(conn, &keys, publish, attempt).await,
                 |reply| matches!(reply, scripts::AcquireReply::Reentered(_)),
@@ -359,6 +370,7 @@ impl Locks {
                     key,
                     token,
                     state,
+                    lease_from: sent,
                     waited: Duration::ZERO,
                     handover: None,
                     replayed: false,
@@ -429,7 +441,7 @@ impl Locks {
             .0
             .redis
             .write(
-                &keys.lock,
+                &keys.lock(),
                 true,
                 async |conn| scripts::extend(conn, &keys, publish, &text, ttl.as_millis()).await,
                 |reply| matches!(reply, ExtendReply::Extended(_)),

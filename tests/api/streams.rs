@@ -350,17 +350,35 @@ async fn a_lock_deleted_in_redis_is_lost_at_the_next_renewal() {
 async fn a_lease_that_runs_out_while_redis_is_frozen_is_lost_then() {
     let redis = RedisServer::start_single().await;
     let app = TestApp::spawn_with(&redis, &["--redis-timeout-ms", "300"]).await;
-    let (mut stream, _) = streamed(&app, "frozen", 900).await;
-    stream.until("renewed", Duration::from_secs(2)).await;
+    let (mut stream, grant) = streamed(&app, "frozen", 900).await;
+    let mut lease_end = grant["expires_at_ms"].as_u64().unwrap();
+    let renewed = stream.until("renewed", Duration::from_secs(2)).await;
+    lease_end = lease_end.max(renewed.data["expires_at_ms"].as_u64().unwrap());
 
     redis.pause();
     let frozen = Instant::now();
-    let lost = stream.until("lost", Duration::from_secs(5)).await;
+    let lost = loop {
+        let event = stream.next(Duration::from_secs(5)).await.expect("an end");
+        match event.name.as_str() {
+            "renewed" => lease_end = lease_end.max(event.data["expires_at_ms"].as_u64().unwrap()),
+            _ => break event,
+        }
+    };
+    let heard_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     let after = frozen.elapsed();
     redis.resume();
 
     assert_eq!(lost.data, json!({"reason": "backend-unavailable"}));
-    // At the lease's end (at most 900 ms after the last renewal), not a
+    // Before the lease's end by the Redis clock (the same machine's): the
+    // client hears it while no one else can have been granted the lock.
+    assert!(
+        heard_at_ms < lease_end,
+        "lost heard at {heard_at_ms}, after the lease's end at {lease_end}"
+    );
+    // Near the lease's end (at most 900 ms after the last renewal), not a
     // Redis timeout or more later.
     assert!(
         after < Duration::from_millis(900) + PROMPTLY * 2,

@@ -66,6 +66,16 @@ impl Holder {
         *lock(&self.lease_end)
     }
 
+    /// When the stream says `lost` unless a renewal was confirmed first: a
+    /// tenth of the lease (2 ms to 1 s) before [`Holder::lease_end`], so
+    /// that the client hears it while the lease still holds, not after
+    /// another may have been granted the lock.
+    pub(super) fn lost_at(&self) -> Instant {
+        let margin =
+            (self.ttl.as_duration() / 10).clamp(Duration::from_millis(2), Duration::from_secs(1));
+        self.lease_end() - margin
+    }
+
     /// A third of the lease, the time between renewals.
     pub(super) fn period(&self) -> Duration {
         self.ttl.as_duration() / 3

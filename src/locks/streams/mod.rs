@@ -122,7 +122,7 @@ impl Streams {
             token: lease.token,
             fencing_token: lease.state.fencing_token,
             ttl,
-            lease_end: Mutex::new(Instant::now() + ttl.as_duration()),
+            lease_end: Mutex::new(Instant::from_std(lease.lease_from) + ttl.as_duration()),
             progress,
         });
         let subscribed = self.0.register(&holder);

@@ -99,22 +99,23 @@ impl Renewals {
     pub(super) fn register(&self, holder: &Arc<Holder>) -> tokio::sync::oneshot::Receiver<()> {
         self.held.fetch_add(1, Ordering::AcqRel);
         self.renew_at(holder, Instant::now() + holder.period());
+        let channel = holder.keys.released();
         let mut by_channel = lock(&self.by_channel);
         by_channel
-            .entry(holder.keys.released.clone())
+            .entry(channel.clone())
             .or_default()
             .push(Arc::downgrade(holder));
-        self.subscriber.subscribe(&holder.keys.released)
+        self.subscriber.subscribe(&channel)
     }
 
     pub(super) fn forget(&self, holder: &Arc<Holder>) {
-        let channel = &holder.keys.released;
+        let channel = holder.keys.released();
         let mut by_channel = lock(&self.by_channel);
-        self.subscriber.unsubscribe(channel);
-        if let Some(holders) = by_channel.get_mut(channel) {
+        self.subscriber.unsubscribe(&channel);
+        if let Some(holders) = by_channel.get_mut(&channel) {
             holders.retain(|other| !std::ptr::eq(other.as_ptr(), Arc::as_ptr(holder)));
             if holders.is_empty() {
-                by_channel.remove(channel);
+                by_channel.remove(&channel);
             }
         }
         self.held.fetch_sub(1, Ordering::AcqRel);
@@ -189,7 +190,7 @@ impl Renewals {
                 // Replaced by a later renewal entry.
                 Task::Renew(_) => {}
                 // A renewal since moved the lease's end: not due after all.
-                Task::Deadline if holder.lease_end() > due.at => {}
+                Task::Deadline if holder.lost_at() > due.at => {}
                 Task::Deadline => self.lose(&holder, LostReason::BackendUnavailable),
             }
         }
@@ -221,8 +222,8 @@ impl Renewals {
     async fn renew(self: Arc<Self>, batch: Vec<Arc<Holder>>) {
         let sent = Instant::now();
         for holder in &batch {
-            // Should this renewal hang past the lease, the stream ends then.
-            self.enqueue(holder, Task::Deadline, holder.lease_end());
+            // Should this renewal hang past the lease, the stream ends first.
+            self.enqueue(holder, Task::Deadline, holder.lost_at());
         }
         let renewals: Vec<_> = batch
             .iter()
@@ -261,7 +262,7 @@ impl Renewals {
                 }
                 Err(()) => {
                     self.metrics.renewal(RenewalOutcome::Failed);
-                    let retry = (Instant::now() + RETRY_AFTER).min(holder.lease_end());
+                    let retry = (Instant::now() + RETRY_AFTER).min(holder.lost_at());
                     self.renew_at(holder, retry);
                 }
             }
