@@ -128,10 +128,12 @@ pool_deadpool="$(measure_cycles floor_server --pool deadpool-redis)"
 floor_ratio="$(python3 -c "print(f'{$(field "$cycles" per_second) / $(field "$floor_run" per_second):.0%}')")"
 
 echo "the same scripts by redis-benchmark..." >&2
-# As the gateway loads them: the lock scripts' shared functions first.
-libs=("$root/lua/lib/base.lua" "$root/lua/lib/events.lua" "$root/lua/lib/holders.lua" "$root/lua/lib/queue.lua")
-acquire_sha="$(redis-cli -p "$redis_port" script load "$(cat "${libs[@]}" "$root/lua/acquire.lua")")"
-release_sha="$(redis-cli -p "$redis_port" script load "$(cat "${libs[@]}" "$root/lua/release.lua")")"
+# The functions of the lock library the gateway loaded into this Redis.
+function_named() {
+  redis-cli -p "$redis_port" --raw FUNCTION LIST LIBRARYNAME lockgate_ | grep -m1 "^lockgate_.*_$1\$"
+}
+acquire_function="$(function_named acquire)"
+release_function="$(function_named release)"
 # The eight keys of lock bench:<n> (lua/lib/base.lua), and the three
 # arguments every lock script takes first.
 lock_args=()
@@ -143,11 +145,11 @@ lock_args+=(PUBLISH bench: __rand_int__)
 # call does real work: grant or find the lock held, free it or find it free.
 n=$(( seconds * 50000 ))
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
-  EVALSHA "$acquire_sha" 8 "${lock_args[@]}" \
-  token exclusive 1 30000 0 86400000 0 '' bench 0 0 '' '' '' >"$work/acquire.csv" &
+  FCALL "$acquire_function" 8 "${lock_args[@]}" \
+  token exclusive 1 30000 0 86400000 0 >"$work/acquire.csv" &
 bench_acquire=$!
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
-  EVALSHA "$release_sha" 8 "${lock_args[@]}" \
+  FCALL "$release_function" 8 "${lock_args[@]}" \
   token one 86400000 >"$work/release.csv"
 wait "$bench_acquire"
 rps() { tail -n 1 "$1" | cut -d, -f2 | tr -d '"'; }
@@ -249,7 +251,7 @@ lockgate lock benchmark: $(nproc) cores, $(date -u +%Y-%m-%d), ${seconds}s per r
 
 | measurement | lockgate | comparison |
 |---|---|---|
-| uncontended lock cycles/s (acquire + release, 50 clients, distinct keys) | $(field "$cycles" per_second) | redis-benchmark, same scripts by EVALSHA: $raw_cycles |
+| uncontended lock cycles/s (acquire + release, 50 clients, distinct keys) | $(field "$cycles" per_second) | redis-benchmark, the same functions by FCALL: $raw_cycles |
 | the same against the floor (loadtest/floor.rs: axum, hyper, tokio, redis-rs, the same scripts and connections, nothing else) | $floor_ratio of the floor | floor: $(field "$floor_run" per_second) cycles/s |
 | CPU per uncontended request (µs), gateway / floor | $gateway_us / $(field "$floor_run" cpu_us) | |
 | uncontended cycles/s by way to Redis (server CPU per request, µs) | gateway, shared connections (the default): $(field "$pool_shared" per_second) ($(field "$pool_shared" cpu_us)); gateway, checkout pool: $(field "$pool_checkout" per_second) ($(field "$pool_checkout" cpu_us)) | floor, shared connection: $(field "$floor_run" per_second) ($(field "$floor_run" cpu_us)); floor, deadpool-redis as it ships: $(field "$pool_deadpool" per_second) ($(field "$pool_deadpool" cpu_us)) |

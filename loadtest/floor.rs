@@ -3,7 +3,8 @@
 //! axum on hyper, tokio, redis-rs with the gateway's connection strategy (a
 //! few multiplexed connections shared by every request, taken in turn), and
 //! jemalloc; `POST /locks` and `DELETE /locks/{key}` run the gateway's own
-//! acquire and release scripts, and that is all: no validation, metrics,
+//! acquire and release scripts (as functions of a library, loaded once, as
+//! the gateway runs them), and that is all: no validation, metrics,
 //! logs, problem documents or request ids. `make bench` drives it with the
 //! same load as the gateway and reports the gateway's cycles as a share of
 //! the floor's.
@@ -40,10 +41,19 @@ const PRELUDE: &str = concat!(
 const ACQUIRE: &str = include_str!("../lua/acquire.lua");
 const RELEASE: &str = include_str!("../lua/release.lua");
 
+/// The floor's function library: the lock libraries and the two scripts.
+fn library() -> String {
+    let mut source = format!("#!lua name=floor\n{PRELUDE}");
+    for (name, body) in [("acquire", ACQUIRE), ("release", RELEASE)] {
+        source.push_str(&format!(
+            "\nredis.register_function('floor_{name}', function(KEYS, ARGV)\n{body}\nend)\n"
+        ));
+    }
+    source
+}
+
 struct Floor {
     pool: Pool,
-    acquire: redis::Script,
-    release: redis::Script,
 }
 
 /// How a request gets its connection.
@@ -58,23 +68,18 @@ enum Pool {
 }
 
 impl Floor {
-    /// Runs `invocation` on a connection of the pool.
-    async fn run(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> redis::RedisResult<redis::Value> {
+    /// Runs `call` on a connection of the pool.
+    async fn run(&self, call: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         match &self.pool {
             Pool::Shared { connections, next } => {
                 let turn = next.fetch_add(1, Ordering::Relaxed) % connections.len();
-                invocation
-                    .invoke_async(&mut connections[turn].clone())
-                    .await
+                call.query_async(&mut connections[turn].clone()).await
             }
             Pool::Deadpool(pool) => {
                 let mut conn = pool.get().await.map_err(|err| {
                     redis::RedisError::from((redis::ErrorKind::Io, "pool", err.to_string()))
                 })?;
-                invocation.invoke_async(&mut conn).await
+                call.query_async(&mut conn).await
             }
         }
     }
@@ -109,8 +114,7 @@ struct Acquire {
 async fn acquire(State(floor): State<Arc<Floor>>, body: axum::Json<Acquire>) -> Response {
     let token = uuid::Uuid::new_v4().simple().to_string();
     let key = &body.key;
-    let mut invocation = floor.acquire.prepare_invoke();
-    bind_lock(&mut invocation, key);
+    let mut invocation = lock_call("floor_acquire", key);
     invocation
         .arg(&token)
         .arg("exclusive")
@@ -118,14 +122,7 @@ async fn acquire(State(floor): State<Arc<Floor>>, body: axum::Json<Acquire>) -> 
         .arg(body.ttl_ms)
         .arg("0")
         .arg(86_400_000)
-        .arg(0)
-        .arg("")
-        .arg("floor")
-        .arg("0")
-        .arg("0")
-        .arg("")
-        .arg("")
-        .arg("");
+        .arg(0);
     let reply = floor.run(&invocation).await;
     match reply.as_ref().map(code_and_fence) {
         Ok(Some((code, Some(fence)))) if code == "granted" => (
@@ -147,8 +144,7 @@ async fn release(
     let Some(token) = headers.get("lock-token").and_then(|t| t.to_str().ok()) else {
         return StatusCode::BAD_REQUEST;
     };
-    let mut invocation = floor.release.prepare_invoke();
-    bind_lock(&mut invocation, &key);
+    let mut invocation = lock_call("floor_release", &key);
     invocation.arg(token).arg("one").arg(86_400_000);
     let reply = floor.run(&invocation).await;
     match reply.as_ref().map(code_and_fence) {
@@ -158,15 +154,18 @@ async fn release(
     }
 }
 
-/// The lock's keys and the arguments every lock script takes first
-/// (`lua/lib/base.lua`).
-fn bind_lock(invocation: &mut redis::ScriptInvocation<'_>, key: &str) {
+/// An `FCALL` of `function` with lock `key`'s keys and the arguments every
+/// lock script takes first (`lua/lib/base.lua`).
+fn lock_call(function: &str, key: &str) -> redis::Cmd {
+    let mut call = redis::cmd("FCALL");
+    call.arg(function).arg(8);
     for name in [
         "lock", "fence", "holders", "queue", "waiters", "watch", "events", "gone",
     ] {
-        invocation.key(format!("lockgate:{name}:{{{key}}}"));
+        call.arg(format!("lockgate:{name}:{{{key}}}"));
     }
-    invocation.arg("PUBLISH").arg("lockgate:").arg(key);
+    call.arg("PUBLISH").arg("lockgate:").arg(key);
+    call
 }
 
 fn flag(args: &[String], name: &str, default: &str) -> String {
@@ -215,11 +214,13 @@ async fn main() -> redis::RedisResult<()> {
             next: AtomicUsize::new(0),
         }
     };
-    let floor = Arc::new(Floor {
-        pool,
-        acquire: redis::Script::new(&format!("{PRELUDE}{ACQUIRE}")),
-        release: redis::Script::new(&format!("{PRELUDE}{RELEASE}")),
-    });
+    let () = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library())
+        .query_async(&mut client.get_multiplexed_async_connection().await?)
+        .await?;
+    let floor = Arc::new(Floor { pool });
     let app = Router::new()
         .route("/locks", post(acquire))
         .route("/locks/{key}", delete(release))

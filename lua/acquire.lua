@@ -13,6 +13,8 @@
 -- ARGV[11]  the waiter's id when the request should join the queue if it
 --           gets no place now (its instance is subscribed to its grant
 --           channel), else ''
+--           (ARGV[11..17] may be left out together when none applies: a
+--           plain try pays for no argument it does not use)
 -- ARGV[12]  the instance the request waits on
 -- ARGV[13]  "1" for a streamed lock's grant, else "0"
 -- ARGV[14]  "1" when the request gives a value, else "0"
@@ -37,50 +39,31 @@
 --   limit-mismatch  held with another limit: limit (1 for a plain lock)
 --   mode-conflict   re-entry asked in the other mode than the token holds it
 
-local ctx = context()
-local request = {
-  token = ARGV[4], mode = ARGV[5], limit = tonumber(ARGV[6]), ttl = tonumber(ARGV[7]),
-  streamed = ARGV[13] == '1', value = ARGV[14] == '1' and ARGV[15],
-  idem = ARGV[16] ~= '' and ARGV[16], body = ARGV[17],
-}
+local ctx = context(KEYS, ARGV)
+local request = grant_request(ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]))
+request.streamed = ARGV[13] == '1'
+request.value = ARGV[14] == '1' and ARGV[15]
+request.idem = (ARGV[16] or '') ~= '' and ARGV[16]
+request.body = ARGV[17]
 local reenter, keep = ARGV[8] == '1', tonumber(ARGV[9])
-local wait_ms, waiter_id, instance = tonumber(ARGV[10]), ARGV[11], ARGV[12]
-local now = now_ms()
-
--- The grant an Idempotency-Key made, while it lives: its token and the
--- hash of the request that made it.
-local function made_under_key(idem)
-  local plain = redis.call('HMGET', ctx.lock, 'owner', 'idem', 'body')
-  if plain[1] then
-    if plain[2] == idem then
-      return plain[1], plain[3]
-    end
-    return nil
-  end
-  local token = redis.call('HGET', ctx.lock, 'k:' .. idem)
-  if not token then
-    return nil
-  end
-  local record = redis.call('HGET', ctx.lock, 'i:' .. token) or ''
-  return token, string.match(record, ' ([^ ]*)$')
-end
+local wait_ms, waiter_id, instance = tonumber(ARGV[10]), ARGV[11] or '', ARGV[12]
 
 if request.idem and not reenter then
-  local token, body = made_under_key(request.idem)
-  local place = token and holder(ctx, token, now)
+  local token, body = made_under_key(ctx, request.idem)
+  local place = token and holder(ctx, token)
   if place then
     if body ~= request.body then
       return {'key-reused'}
     end
     return {'replayed', 'token', token, 'fence', place.fence, 'holds', place.holds,
-      'expires_at_ms', place.ends}
+      'expires_at_ms', lease_end(ctx, place)}
   end
 end
 
-local state = held(ctx, now)
+local state = held(ctx)
 
 if reenter then
-  local place = holder(ctx, request.token, now)
+  local place = holder(ctx, request.token)
   if not place then
     return {'not-owner'}
   end
@@ -100,11 +83,11 @@ if reenter then
   else
     holds = redis.call('HINCRBY', ctx.lock, 'h:' .. request.token, 1)
     redis.call('HINCRBY', ctx.lock, 'holds', 1)
-    redis.call('ZADD', ctx.holders, now + request.ttl, request.token)
+    redis.call('ZADD', ctx.holders, now_ms(ctx) + request.ttl, request.token)
     expire_with_latest(ctx)
   end
   return {'reentered', 'fence', place.fence, 'holds', holds, 'ttl_ms', request.ttl,
-    'expires_at_ms', now + request.ttl}
+    'expires_at_ms', now_ms(ctx) + request.ttl}
 end
 
 -- Two clients that disagree on a limit are told, never given another one.
@@ -115,13 +98,14 @@ if state.kind == 'counted' and request.mode ~= 'shared' and state.limit ~= reque
   return {'limit-mismatch', 'limit', state.limit}
 end
 
--- Those who wait go first: a place that frees is theirs, in order.
-if queued(ctx) then
-  serve(ctx, now, keep)
-  state = held(ctx, now)
+-- Those who wait go first: a place that frees is theirs, in order. (A
+-- plain lock that is held has no place for anyone: no need to ask.)
+if state.kind ~= 'exclusive' and queued(ctx) then
+  serve(ctx, keep)
+  state = held(ctx)
 end
-if not queued(ctx) and admits(state, request.mode, request.limit) then
-  local fence, ends = grant_place(ctx, request, request.ttl, now, keep)
+if admits(state, request.mode, request.limit) and not queued(ctx) then
+  local fence, ends = grant_place(ctx, request, request.ttl, keep)
   return {'granted', 'fence', fence, 'holds', 1, 'ttl_ms', request.ttl, 'expires_at_ms', ends}
 end
 
@@ -133,9 +117,10 @@ local position = redis.call('ZRANK', ctx.queue, waiter_id)
 if position then
   position = position + 1
 else
+  local now = now_ms(ctx)
   position = enqueue(ctx, {id = waiter_id, inst = instance, token = request.token,
     mode = request.mode, limit = request.limit, ttl = request.ttl, since = now,
     deadline = now + wait_ms, streamed = request.streamed and 1 or 0,
-    value = request.value or false, idem = request.idem or false, body = request.body}, now)
+    value = request.value or false, idem = request.idem or false, body = request.body})
 end
 return {'queued', 'position', position, 'free_in_ms', free_in}

@@ -15,32 +15,29 @@
 --              streamed holder, noted in the gone hash)
 --   revoked    the same, because the lock was revoked
 
-local ctx = context()
+local ctx = context(KEYS, ARGV)
 local token, ttl, keep = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local now = now_ms()
+local now = now_ms(ctx)
 
-local place = holder(ctx, token, now)
+local place, why = holder(ctx, token)
 if not place then
-  local why = redis.call('HGET', ctx.gone, token)
-  if why then
-    return {why}
-  end
-  if held(ctx, now).kind == 'free' then
-    return {'not-found'}
-  end
-  return {'not-owner'}
+  return {redis.call('HGET', ctx.gone, token) or no_place(ctx, why)}
 end
 local ends = now + ttl
-if redis.call('HEXISTS', ctx.lock, 'owner') == 1 then
-  redis.call('PEXPIRE', ctx.lock, ttl)
-  ends = redis.call('PEXPIRETIME', ctx.lock)
+local mode = 'exclusive'
+if place.plain then
+  redis.call('PEXPIREAT', ctx.lock, ends)
+  -- Keep the fence counter alive at least as long as the lock it fences.
+  redis.call('PEXPIRE', ctx.fence, ttl + keep)
 else
+  mode = redis.call('HGET', ctx.lock, 'mode')
   redis.call('ZADD', ctx.holders, ends, token)
   expire_with_latest(ctx)
+  -- Other holders' leases may be longer: only ever lengthen its life.
+  if redis.call('PTTL', ctx.fence) < ttl + keep then
+    redis.call('PEXPIRE', ctx.fence, ttl + keep)
+  end
 end
--- Keep the fence counter alive at least as long as the lock it fences
--- (other holders' leases may be longer: only ever lengthen it).
-if redis.call('PTTL', ctx.fence) < ttl + keep then
-  redis.call('PEXPIRE', ctx.fence, ttl + keep)
-end
+-- A place offered from the queue is announced now, claimed for its lease.
+on_claimed(ctx, token, place.fence, place.value, mode, ends)
 return {'extended', 'fence', place.fence, 'holds', place.holds, 'expires_at_ms', ends}

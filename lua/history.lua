@@ -11,7 +11,7 @@
 --   gap     some events after that id are gone: trimmed, expired, or
 --           never written (nobody watched for a while)
 
-local ctx = context()
+local ctx = context(KEYS, ARGV)
 local after, count = ARGV[4], tonumber(ARGV[5])
 
 -- A stream id as two numbers.

@@ -13,9 +13,9 @@
 --              waiting_since_ms, in the order they will be served)
 --   not-found  no such lock: waiters (as above)
 
-local ctx = context()
-local now = now_ms()
-local state, leases, waiters = lock_view(ctx, now)
+local ctx = context(KEYS, ARGV)
+local now = now_ms(ctx)
+local state, leases, waiters = lock_view(ctx)
 if state.kind == 'free' then
   return {'not-found', 'waiters', waiters}
 end

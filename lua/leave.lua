@@ -14,19 +14,19 @@
 --   gone     neither: it was passed over (its instance's presence or its
 --            wait had lapsed), or it was granted and has let go
 
-local ctx = context()
+local ctx = context(KEYS, ARGV)
 local id, token, keep = ARGV[4], ARGV[5], tonumber(ARGV[6])
-local now = now_ms()
+local now = now_ms(ctx)
 
 if redis.call('ZSCORE', ctx.queue, id) then
   dequeue(ctx, id)
   if queued(ctx) then
-    serve(ctx, now, keep)
+    serve(ctx, keep)
   end
   return {'left'}
 end
-local place = holder(ctx, token, now)
+local place = holder(ctx, token)
 if place then
-  return {'granted', 'fence', place.fence, 'expires_at_ms', place.ends}
+  return {'granted', 'fence', place.fence, 'expires_at_ms', lease_end(ctx, place)}
 end
 return {'gone'}

@@ -15,26 +15,22 @@
 --   not-found   no such lock (never taken, released, or expired)
 --   not-owner   held under other tokens
 
-local ctx = context()
+local ctx = context(KEYS, ARGV)
 local token, all, keep = ARGV[4], ARGV[5] == 'all', tonumber(ARGV[6])
-local now = now_ms()
 
-local place = holder(ctx, token, now)
+local place, why = holder(ctx, token)
 if not place then
-  if held(ctx, now).kind == 'free' then
-    return {'not-found'}
-  end
-  return {'not-owner'}
+  return {no_place(ctx, why)}
 end
 if not all and place.holds > 1 then
-  if redis.call('HEXISTS', ctx.lock, 'owner') == 1 then
+  if place.plain then
     return {'holds-left', 'holds', redis.call('HINCRBY', ctx.lock, 'holds', -1)}
   end
   redis.call('HINCRBY', ctx.lock, 'holds', -1)
   return {'holds-left', 'holds', redis.call('HINCRBY', ctx.lock, 'h:' .. token, -1)}
 end
-take_place(ctx, token, place, 'released', now)
+take_place(ctx, token, place, 'released')
 if queued(ctx) then
-  serve(ctx, now, keep)
+  serve(ctx, keep)
 end
 return {'released'}

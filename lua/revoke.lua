@@ -13,11 +13,11 @@
 --   revoked    holders (how many places were taken back)
 --   not-found  nobody holds the lock
 
-local ctx = context()
+local ctx = context(KEYS, ARGV)
 local keep, longest = tonumber(ARGV[4]), tonumber(ARGV[5])
-local now = now_ms()
+local now = now_ms(ctx)
 
-local state = held(ctx, now)
+local state = held(ctx)
 if state.kind == 'free' then
   return {'not-found'}
 end
@@ -28,9 +28,9 @@ else
   tokens = redis.call('ZRANGE', ctx.holders, 0, -1)
 end
 for _, token in ipairs(tokens) do
-  local place = holder(ctx, token, now)
+  local place = holder(ctx, token)
   if place then
-    take_place(ctx, token, place, 'revoked', now)
+    take_place(ctx, token, place, 'revoked')
   end
 end
 -- Whatever the old holders' leases were, the counter outlives them.
@@ -38,6 +38,6 @@ if redis.call('PTTL', ctx.fence) < longest + keep then
   redis.call('PEXPIRE', ctx.fence, longest + keep)
 end
 if queued(ctx) then
-  serve(ctx, now, keep)
+  serve(ctx, keep)
 end
 return {'revoked', 'holders', #tokens}

@@ -14,23 +14,16 @@
 --   released   the token released the lock (a streamed holder); revoked:
 --   revoked    as extend.lua says
 
-local ctx = context()
+local ctx = context(KEYS, ARGV)
 local token, value = ARGV[4], ARGV[5] == '1' and ARGV[6]
-local now = now_ms()
+local now = now_ms(ctx)
 
-local place = holder(ctx, token, now)
+local place, why = holder(ctx, token)
 if not place then
-  local why = redis.call('HGET', ctx.gone, token)
-  if why then
-    return {why}
-  end
-  if held(ctx, now).kind == 'free' then
-    return {'not-found'}
-  end
-  return {'not-owner'}
+  return {redis.call('HGET', ctx.gone, token) or no_place(ctx, why)}
 end
 local field = 'v:' .. token
-if redis.call('HEXISTS', ctx.lock, 'owner') == 1 then
+if place.plain then
   field = 'value'
 end
 if value then
@@ -39,4 +32,4 @@ else
   redis.call('HDEL', ctx.lock, field)
 end
 on_value(ctx, place.fence, value)
-return {'set', 'fence', place.fence, 'holds', place.holds, 'expires_at_ms', place.ends}
+return {'set', 'fence', place.fence, 'holds', place.holds, 'expires_at_ms', lease_end(ctx, place)}

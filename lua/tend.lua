@@ -19,30 +19,30 @@
 --           wait, on every instance), restarted (1 when the watch had
 --           lapsed and was started again: the history has a gap)
 
-local ctx = context()
+local ctx = context(KEYS, ARGV)
 local instance, waiting, watching = ARGV[4], ARGV[5] == '1', ARGV[6] == '1'
 local keep = tonumber(ARGV[7])
-local now = now_ms()
+local now = now_ms(ctx)
 
 if waiting and queued(ctx) then
-  renew_presence(ctx, instance, now)
+  renew_presence(ctx, instance)
 end
 local restarted = 0
 if watching then
   if not watched(ctx) then
     restarted = 1
   end
-  keep_watching(ctx, now)
+  keep_watching(ctx)
 end
-record_expired(ctx, now)
+record_expired(ctx)
 if queued(ctx) then
-  serve(ctx, now, keep)
+  serve(ctx, keep)
 end
 local positions = {}
 for i = 8, #ARGV do
   local rank = redis.call('ZRANK', ctx.queue, ARGV[i])
   positions[#positions + 1] = rank and rank + 1 or 0
 end
-return {'tended', 'free_in_ms', held(ctx, now).free_in,
+return {'tended', 'free_in_ms', held(ctx).free_in,
   'positions', table.concat(positions, ','), 'queued', redis.call('ZCARD', ctx.queue),
   'restarted', restarted}

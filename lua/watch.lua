@@ -7,13 +7,13 @@
 --   held       the fields inspect.lua's `held` has, and last_id
 --   not-found  nobody holds the lock: waiters (a JSON list), and last_id
 
-local ctx = context()
-local now = now_ms()
+local ctx = context(KEYS, ARGV)
+local now = now_ms(ctx)
 
-keep_watching(ctx, now)
+keep_watching(ctx)
 local newest = redis.call('XREVRANGE', ctx.events, '+', '-', 'COUNT', 1)[1]
 local last = newest and newest[1] or record(ctx, 'start', '{}')
-local state, leases, waiters = lock_view(ctx, now)
+local state, leases, waiters = lock_view(ctx)
 if state.kind == 'free' then
   return {'not-found', 'waiters', waiters, 'last_id', last}
 end

@@ -23,23 +23,55 @@
 -- <prefix>granted:{<key>}:<instance> (a waiter of that instance granted)
 -- and <prefix>events:{<key>} (each event, for the watchers).
 
--- The Redis clock, in Unix milliseconds.
-local function now_ms()
-  local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- The Redis clock, read once per script run (a second TIME would cost a
+-- call and say nothing new): its seconds and microseconds.
+local function clock(ctx)
+  if not ctx.seconds then
+    local time = redis.call('TIME')
+    ctx.seconds, ctx.micros = tonumber(time[1]), tonumber(time[2])
+  end
+  return ctx.seconds, ctx.micros
 end
 
--- The lock's keys and channels, from the arguments every lock script takes.
-local function context()
-  local prefix, key = ARGV[2], ARGV[3]
-  return {
-    lock = KEYS[1], fence = KEYS[2], holders = KEYS[3], queue = KEYS[4],
-    waiters = KEYS[5], watch = KEYS[6], events = KEYS[7], gone = KEYS[8],
-    publish = ARGV[1], key = key,
-    released = prefix .. 'released:{' .. key .. '}',
-    granted = prefix .. 'granted:{' .. key .. '}:',
-    events_channel = prefix .. 'events:{' .. key .. '}',
-  }
+-- The Redis clock, in Unix milliseconds.
+local function now_ms(ctx)
+  local seconds, micros = clock(ctx)
+  return seconds * 1000 + math.floor(micros / 1000)
+end
+
+-- Whether anybody waits for or watches the lock: one call, answered for the
+-- whole run, that spares a lock nobody waits for or watches two (see
+-- `queued` and `watched`, which ask about each only when this says yes).
+-- A script that starts a queue or a watch says so (`ctx.busy = true`).
+local function busy(ctx)
+  if ctx.busy == nil then
+    ctx.busy = redis.call('EXISTS', ctx.queue, ctx.watch) > 0
+  end
+  return ctx.busy
+end
+
+-- The context of the run: one table, made once with the library and
+-- filled anew by each run, so that a run leaves no garbage for it (Redis's
+-- Lua collects garbage as scripts run: less made, less time spent).
+local run_context = {}
+
+-- The lock's keys, from the keys and arguments every lock script takes
+-- (its KEYS and ARGV); what an earlier run noted (the clock, `busy`) is
+-- forgotten.
+local function context(keys, args)
+  local ctx = run_context
+  ctx.lock, ctx.fence, ctx.holders, ctx.queue = keys[1], keys[2], keys[3], keys[4]
+  ctx.waiters, ctx.watch, ctx.events, ctx.gone = keys[5], keys[6], keys[7], keys[8]
+  ctx.publish, ctx.prefix, ctx.key = args[1], args[2], args[3]
+  ctx.seconds, ctx.micros, ctx.busy = nil, nil, nil
+  return ctx
+end
+
+-- The lock's channel `name` (`released`, `events`, or `granted`, which
+-- takes the instance's id after it): made when a message is sent, not for
+-- every run.
+local function channel(ctx, name)
+  return ctx.prefix .. name .. ':{' .. ctx.key .. '}'
 end
 
 -- A JSON object from a list of {name, value} pairs, in that order. A

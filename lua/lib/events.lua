@@ -5,7 +5,9 @@
 -- watch    hash: its expiry is the watch (the watching instances renew
 --          it); field f:<fence> -> token for each holder granted while
 --          watched, whose end (released, revoked, or expired) is owed an
---          event
+--          event; o:<fence> -> token for a place offered to a waiter and
+--          not yet claimed (its `acquired` comes with the claim, and an
+--          offer that lapses or is given back was never news)
 -- events   stream: entries {type, data}; a `start` entry marks where the
 --          history begins again after nobody watched (a reader from before
 --          it has a gap); capped, and kept a while after its last entry
@@ -19,13 +21,14 @@ local EVENTS_KEPT = 1000
 local HISTORY_KEPT_MS = 600000
 
 -- The watch's field of the holder with fencing token `fence` (a number or
--- its text): %d, since `..` would write a number as 1.79e+15.
-local function fence_field(fence)
-  return 'f:' .. string.format('%d', fence)
+-- its text), `f:` or (an offer) `o:`: %d, since `..` would write a number
+-- as 1.79e+15.
+local function fence_field(fence, kind)
+  return (kind or 'f:') .. string.format('%d', fence)
 end
 
 local function watched(ctx)
-  return redis.call('EXISTS', ctx.watch) == 1
+  return busy(ctx) and redis.call('EXISTS', ctx.watch) == 1
 end
 
 -- Appends an event and tells the watchers; returns its id.
@@ -33,7 +36,7 @@ local function record(ctx, kind, data)
   local id = redis.call('XADD', ctx.events, 'MAXLEN', '~', EVENTS_KEPT, '*',
     'type', kind, 'data', data)
   redis.call('PEXPIRE', ctx.events, HISTORY_KEPT_MS)
-  redis.call(ctx.publish, ctx.events_channel, id .. ' ' .. kind .. ' ' .. data)
+  redis.call(ctx.publish, channel(ctx, 'events'), id .. ' ' .. kind .. ' ' .. data)
   return id
 end
 
@@ -47,9 +50,27 @@ local function on_acquired(ctx, token, fence, value, mode, expires_at)
     {'value', value or false}, {'mode', mode}, {'expires_at_ms', expires_at}}))
 end
 
--- A holder's place ended: `released`, `revoked` or `expired`.
+-- A place was offered to a waiter, until it claims it.
+local function on_offered(ctx, token, fence)
+  if watched(ctx) then
+    redis.call('HSET', ctx.watch, fence_field(fence, 'o:'), token)
+  end
+end
+
+-- A waiter claimed the place it was offered, for its whole lease.
+local function on_claimed(ctx, token, fence, value, mode, expires_at)
+  if watched(ctx) and redis.call('HDEL', ctx.watch, fence_field(fence, 'o:')) == 1 then
+    on_acquired(ctx, token, fence, value, mode, expires_at)
+  end
+end
+
+-- A holder's place ended: `released`, `revoked` or `expired`. An offer
+-- that ends unclaimed was never announced, and ends silently.
 local function on_ended(ctx, kind, fence)
   if not watched(ctx) then
+    return
+  end
+  if redis.call('HDEL', ctx.watch, fence_field(fence, 'o:')) == 1 then
     return
   end
   redis.call('HDEL', ctx.watch, fence_field(fence))

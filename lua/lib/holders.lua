@@ -42,9 +42,10 @@ local function forget_holder(ctx, token)
   redis.call('HDEL', ctx.lock, unpack(fields))
 end
 
--- Drops the holders of a lock with many holders whose lease has ended (at
--- `now`); returns how many are left. The lock is deleted when none is.
-local function drop_ended(ctx, now)
+-- Drops the holders of a lock with many holders whose lease has ended;
+-- returns how many are left. The lock is deleted when none is.
+local function drop_ended(ctx)
+  local now = now_ms(ctx)
   local ended = redis.call('ZRANGEBYSCORE', ctx.holders, '-inf', now)
   for _, token in ipairs(ended) do
     local holds = tonumber(redis.call('HGET', ctx.lock, 'h:' .. token) or '0')
@@ -77,7 +78,7 @@ end
 -- 'free', 'exclusive' (a plain lock), 'shared' or 'counted'; `limit` its
 -- places (counted), `count` its holders, `free_in` the milliseconds until
 -- a place may free (the earliest lease end), `owner` a plain lock's token.
-local function held(ctx, now)
+local function held(ctx)
   local state = redis.call('HMGET', ctx.lock, 'owner', 'mode', 'limit')
   if state[1] then
     return {kind = 'exclusive', limit = 1, count = 1, owner = state[1],
@@ -86,12 +87,12 @@ local function held(ctx, now)
   if not state[2] then
     return {kind = 'free', count = 0, free_in = 0}
   end
-  local count = drop_ended(ctx, now)
+  local count = drop_ended(ctx)
   if count == 0 then
     return {kind = 'free', count = 0, free_in = 0}
   end
   return {kind = state[2], limit = tonumber(state[3]), count = count,
-    free_in = earliest_end(ctx) - now}
+    free_in = earliest_end(ctx) - now_ms(ctx)}
 end
 
 -- Whether a request of `mode` ('exclusive', 'shared' or 'counted', with
@@ -113,8 +114,8 @@ end
 -- keeps them increasing if the clock steps back while it lives. Returns the
 -- token as a number and as text (%d: tostring would print 1.7e+15).
 local function next_fence(ctx, keep_ms)
-  local time = redis.call('TIME')
-  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local seconds, micros = clock(ctx)
+  local now_us = seconds * 1000000 + micros
   local last = tonumber(redis.call('GET', ctx.fence) or '0')
   local fence = math.max(last + 1, now_us)
   local text = string.format('%d', fence)
@@ -122,15 +123,52 @@ local function next_fence(ctx, keep_ms)
   return fence, text
 end
 
+-- The request a grant is made for, in the one table the library keeps
+-- for it (so that a run leaves no garbage for it; see `context`): `token`,
+-- `mode`, `limit`, `ttl`, and nothing else until the caller sets it
+-- (`streamed`, `value`, `idem`, `body`, `offer`).
+local run_request = {}
+local function grant_request(token, mode, limit, ttl)
+  local request = run_request
+  request.token, request.mode, request.limit, request.ttl = token, mode, limit, ttl
+  request.streamed, request.value, request.idem, request.body = false, false, false, nil
+  request.offer = nil
+  return request
+end
+
+-- The grant an Idempotency-Key `idem` made, while it lives: its token and
+-- the hash of the request that made it.
+local function made_under_key(ctx, idem)
+  local plain = redis.call('HMGET', ctx.lock, 'owner', 'idem', 'body')
+  if plain[1] then
+    if plain[2] == idem then
+      return plain[1], plain[3]
+    end
+    return nil
+  end
+  local token = redis.call('HGET', ctx.lock, 'k:' .. idem)
+  if not token then
+    return nil
+  end
+  local record = redis.call('HGET', ctx.lock, 'i:' .. token) or ''
+  return token, string.match(record, ' ([^ ]*)$')
+end
+
 -- Grants a place to `grant` (token, mode, limit, ttl, streamed, value, idem,
--- body) for `lease_ms`, at `now`; `keep_ms` is how long the fence counter
--- outlives the lease. Records the `acquired` event. Returns the fencing
--- token and the lease's end.
-local function grant_place(ctx, grant, lease_ms, now, keep_ms)
+-- body, offer) for `lease_ms`, at `now`; `keep_ms` is how long the fence
+-- counter outlives the lease. Records the `acquired` event (for an offer to
+-- a waiter, when it claims the place). Returns the fencing token and the
+-- lease's end.
+local function grant_place(ctx, grant, lease_ms, keep_ms)
+  local now = now_ms(ctx)
   local fence, fence_text = next_fence(ctx, lease_ms + keep_ms)
   local ends = now + lease_ms
   local token = grant.token
-  if grant.mode == 'exclusive' then
+  if grant.mode == 'exclusive' and not (grant.streamed or grant.value or grant.idem) then
+    -- The common grant, without a table to build.
+    redis.call('HSET', ctx.lock, 'owner', token, 'holds', 1, 'fence', fence_text, 'at', now)
+    redis.call('PEXPIREAT', ctx.lock, ends)
+  elseif grant.mode == 'exclusive' then
     local fields = {'owner', token, 'holds', 1, 'fence', fence_text, 'at', now}
     if grant.streamed then
       fields[#fields + 1], fields[#fields + 2] = 'streamed', 1
@@ -143,8 +181,7 @@ local function grant_place(ctx, grant, lease_ms, now, keep_ms)
       fields[#fields + 1], fields[#fields + 2] = 'body', grant.body
     end
     redis.call('HSET', ctx.lock, unpack(fields))
-    redis.call('PEXPIRE', ctx.lock, lease_ms)
-    ends = redis.call('PEXPIRETIME', ctx.lock)
+    redis.call('PEXPIREAT', ctx.lock, ends)
   else
     if redis.call('ZCARD', ctx.holders) == 0 then
       redis.call('HSET', ctx.lock, 'mode', grant.mode)
@@ -169,20 +206,31 @@ local function grant_place(ctx, grant, lease_ms, now, keep_ms)
     redis.call('ZADD', ctx.holders, ends, token)
     expire_with_latest(ctx)
   end
-  on_acquired(ctx, token, fence, grant.value, grant.mode, ends)
+  if grant.offer then
+    on_offered(ctx, token, fence)
+  else
+    on_acquired(ctx, token, fence, grant.value, grant.mode, ends)
+  end
   return fence, ends
 end
 
 -- A holder as the lock records it: its fencing token (number), holds,
--- lease end, streamed flag, value; nil when `token` holds no place.
-local function holder(ctx, token, now)
-  local plain = redis.call('HMGET', ctx.lock, 'owner', 'fence', 'holds', 'streamed', 'value')
+-- streamed flag, value, whether it is a plain lock's, and (for a lock with
+-- many holders) its lease's end, which `lease_end` reads for a plain one.
+-- When `token` holds no place: nil, and `not-owner` or `not-found` when
+-- that is known already (see `no_place`).
+local function holder(ctx, token)
+  local plain = redis.call('HMGET', ctx.lock, 'owner', 'fence', 'holds', 'streamed', 'value',
+    'mode')
   if plain[1] then
     if plain[1] ~= token then
-      return nil
+      return nil, 'not-owner'
     end
-    return {fence = tonumber(plain[2]), holds = tonumber(plain[3]),
-      ends = redis.call('PEXPIRETIME', ctx.lock), streamed = plain[4], value = plain[5]}
+    return {fence = tonumber(plain[2]), holds = tonumber(plain[3]), plain = true,
+      streamed = plain[4], value = plain[5]}
+  end
+  if not plain[6] then
+    return nil, 'not-found'
   end
   local many = redis.call('HMGET', ctx.lock, 'h:' .. token, 'f:' .. token, 's:' .. token,
     'v:' .. token)
@@ -190,26 +238,46 @@ local function holder(ctx, token, now)
     return nil
   end
   local ends = tonumber(redis.call('ZSCORE', ctx.holders, token))
-  if not ends or ends <= now then
+  if not ends or ends <= now_ms(ctx) then
     return nil
   end
   return {fence = tonumber(many[2]), holds = tonumber(many[1]), ends = ends,
     streamed = many[3], value = many[4]}
 end
 
+-- Why a token holds no place: `why` as `holder` said it, or else whether
+-- the lock is held by others (`not-owner`) or not at all (`not-found`).
+local function no_place(ctx, why)
+  if why then
+    return why
+  end
+  if held(ctx).kind == 'free' then
+    return 'not-found'
+  end
+  return 'not-owner'
+end
+
+-- When `place` (from holder) ends, Unix ms.
+local function lease_end(ctx, place)
+  if not place.ends then
+    place.ends = redis.call('PEXPIRETIME', ctx.lock)
+  end
+  return place.ends
+end
+
 -- Takes `token`'s place away, every hold of it: `why` is `released` or
 -- `revoked`. A streamed holder's end is noted in `gone` (until its lease
 -- would have ended), the watchers get the event, and the release channel
 -- the holder's fencing token (or `revoked`).
-local function take_place(ctx, token, place, why, now)
+local function take_place(ctx, token, place, why)
   if place.streamed then
-    local keep = math.max(place.ends - now, 0) + 1000
+    local keep = math.max(lease_end(ctx, place) - now_ms(ctx), 0) + 1000
     redis.call('HSET', ctx.gone, token, why)
     if redis.call('PTTL', ctx.gone) < keep then
       redis.call('PEXPIRE', ctx.gone, keep)
     end
   end
-  if redis.call('HEXISTS', ctx.lock, 'owner') == 1 then
+  if place.plain then
     redis.call('DEL', ctx.lock)
   else
     redis.call('HINCRBY', ctx.lock, 'holds', -place.holds)
@@ -226,20 +294,21 @@ local function take_place(ctx, token, place, why, now)
   if why == 'revoked' then
     message = 'revoked ' .. message
   end
-  redis.call(ctx.publish, ctx.released, message)
+  redis.call(ctx.publish, channel(ctx, 'released'), message)
 end
 
 -- Records `expired` for each holder granted while the lock was watched
 -- that holds it no more (its lease ran out; releases and revocations say
 -- so themselves). Returns how many.
-local function record_expired(ctx, now)
+local function record_expired(ctx)
   if not watched(ctx) then
     return 0
   end
   local live = redis.call('HGETALL', ctx.watch)
   local count = 0
   for i = 1, #live, 2 do
-    if string.sub(live[i], 1, 2) == 'f:' and not holder(ctx, live[i + 1], now) then
+    local kind = string.sub(live[i], 1, 2)
+    if (kind == 'f:' or kind == 'o:') and not holder(ctx, live[i + 1]) then
       on_ended(ctx, 'expired', tonumber(string.sub(live[i], 3)))
       count = count + 1
     end
@@ -254,8 +323,10 @@ local WATCH_KEPT_MS = 10000
 -- notes the present holders (their end is owed an event too) and begins
 -- the history with a `start` entry: a reader who saw events before it has
 -- a gap.
-local function keep_watching(ctx, now)
+local function keep_watching(ctx)
+  local now = now_ms(ctx)
   if not watched(ctx) then
+    ctx.busy = true
     redis.call('HSET', ctx.watch, 'since', now)
     local owner = redis.call('HMGET', ctx.lock, 'owner', 'fence')
     if owner[1] then

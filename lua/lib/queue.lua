@@ -24,17 +24,19 @@ local OFFER_MS = 1000
 
 -- Whether anybody waits.
 local function queued(ctx)
-  return redis.call('EXISTS', ctx.queue) == 1
+  return busy(ctx) and redis.call('EXISTS', ctx.queue) == 1
 end
 
 -- Whether `instance` renewed its presence in time.
-local function present(ctx, instance, now)
+local function present(ctx, instance)
+  local now = now_ms(ctx)
   return tonumber(redis.call('HGET', ctx.waiters, '@' .. instance) or '0') >= now
 end
 
 -- Renews `instance`'s presence: its waiters stay in the queue another
 -- PRESENCE_MS.
-local function renew_presence(ctx, instance, now)
+local function renew_presence(ctx, instance)
+  local now = now_ms(ctx)
   redis.call('HSET', ctx.waiters, '@' .. instance, now + PRESENCE_MS)
 end
 
@@ -49,11 +51,13 @@ end
 
 -- Puts `waiter` (a table as the waiters hash keeps it, with its id) at the
 -- end of the queue; returns its position (1 is next).
-local function enqueue(ctx, waiter, now)
+local function enqueue(ctx, waiter)
+  local now = now_ms(ctx)
+  ctx.busy = true
   local ticket = redis.call('HINCRBY', ctx.waiters, '#seq', 1)
   redis.call('ZADD', ctx.queue, ticket, waiter.id)
   redis.call('HSET', ctx.waiters, waiter.id, cjson.encode(waiter))
-  renew_presence(ctx, waiter.inst, now)
+  renew_presence(ctx, waiter.inst)
   -- Kept until the last wait could end, and a presence beyond.
   local keep = waiter.deadline - now + PRESENCE_MS
   for _, key in ipairs({ctx.queue, ctx.waiters}) do
@@ -66,12 +70,13 @@ end
 
 -- The waiters in arrival order, with the ones whose instance is gone or
 -- whose wait is over dropped; each a decoded entry with its id.
-local function live_waiters(ctx, now)
+local function live_waiters(ctx)
+  local now = now_ms(ctx)
   local live = {}
   for _, id in ipairs(redis.call('ZRANGE', ctx.queue, 0, -1)) do
     local entry = redis.call('HGET', ctx.waiters, id)
     local waiter = entry and cjson.decode(entry)
-    if waiter and waiter.deadline >= now and present(ctx, waiter.inst, now) then
+    if waiter and waiter.deadline >= now and present(ctx, waiter.inst) then
       waiter.id = id
       live[#live + 1] = waiter
     else
@@ -85,7 +90,8 @@ end
 -- queue, in order, as long as each can be admitted; tells each one's
 -- instance. `keep_ms`: how long a fence counter outlives a lease. Returns
 -- how many were granted.
-local function serve(ctx, now, keep_ms)
+local function serve(ctx, keep_ms)
+  local now = now_ms(ctx)
   local granted = 0
   while true do
     local head = redis.call('ZRANGE', ctx.queue, 0, 0)[1]
@@ -94,20 +100,20 @@ local function serve(ctx, now, keep_ms)
     end
     local entry = redis.call('HGET', ctx.waiters, head)
     local waiter = entry and cjson.decode(entry)
-    if not waiter or waiter.deadline < now or not present(ctx, waiter.inst, now) then
+    if not waiter or waiter.deadline < now or not present(ctx, waiter.inst) then
       dequeue(ctx, head)
     else
-      local state = held(ctx, now)
+      local state = held(ctx)
       if not admits(state, waiter.mode, waiter.limit) then
         return granted
       end
       local lease = math.min(waiter.ttl, OFFER_MS)
       local place = {token = waiter.token, mode = waiter.mode, limit = waiter.limit,
         streamed = waiter.streamed == 1, value = waiter.value or false,
-        idem = waiter.idem or false, body = waiter.body}
-      local fence, ends = grant_place(ctx, place, lease, now, keep_ms)
+        idem = waiter.idem or false, body = waiter.body, offer = true}
+      local fence, ends = grant_place(ctx, place, lease, keep_ms)
       dequeue(ctx, head)
-      redis.call(ctx.publish, ctx.granted .. waiter.inst,
+      redis.call(ctx.publish, channel(ctx, 'granted') .. ':' .. waiter.inst,
         head .. ' ' .. string.format('%d', fence) .. ' ' .. string.format('%d', ends))
       granted = granted + 1
     end
@@ -117,8 +123,9 @@ end
 -- The lock as anyone may see it, never a token: its state (as held says,
 -- with holds, the newest fence and the latest lease's end) and two JSON
 -- lists: the leases (oldest grant first) and the live waiters (in order).
-local function lock_view(ctx, now)
-  local state = held(ctx, now)
+local function lock_view(ctx)
+  local now = now_ms(ctx)
+  local state = held(ctx)
   local leases = {}
   if state.kind == 'exclusive' then
     local lock = redis.call('HMGET', ctx.lock, 'fence', 'holds', 'value', 'at')
@@ -148,7 +155,7 @@ local function lock_view(ctx, now)
     lease_list[i] = lease[2]
   end
   local waiter_list = {}
-  for position, waiter in ipairs(live_waiters(ctx, now)) do
+  for position, waiter in ipairs(live_waiters(ctx)) do
     waiter_list[position] = json({{'position', position}, {'mode', waiter.mode},
       {'waiting_since_ms', waiter.since}})
   end

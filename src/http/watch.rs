@@ -162,9 +162,7 @@ fn sse_event(key: &LockKey, event: WatchEvent) -> Event {
                 .event("snapshot")
                 .data(data.unwrap_or_default())
         }
-        WatchEvent::Event { id, kind, data } => {
-            Event::default().id(id).event(kind).data(data.to_string())
-        }
+        WatchEvent::Event { id, kind, data } => Event::default().id(id).event(kind).data(data),
         WatchEvent::Gap => Event::default().event("gap").data("{}"),
     }
 }

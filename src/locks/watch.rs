@@ -35,7 +35,8 @@ pub enum WatchEvent {
     Event {
         id: String,
         kind: String,
-        data: serde_json::Value,
+        /// Its data: JSON text, as the script wrote it.
+        data: String,
     },
     /// The events after the last one seen are no longer kept; a snapshot
     /// follows.
@@ -58,7 +59,7 @@ pub struct Watches(Arc<WatchesState>);
 
 struct WatchesState {
     redis: Redis,
-    prefix: Box<str>,
+    prefix: Arc<str>,
     waiting: Waiting,
     subscriber: Subscriber,
     metrics: Arc<Metrics>,
@@ -72,6 +73,8 @@ struct WatchesState {
 /// One lock's watchers on this instance.
 struct Hub {
     keys: LockKeys,
+    /// The lock's events channel, which the hub subscribes.
+    channel: String,
     heard: broadcast::Sender<Heard>,
     watches: Weak<WatchesState>,
 }
@@ -82,7 +85,7 @@ enum Heard {
     Event {
         id: String,
         kind: String,
-        data: serde_json::Value,
+        data: String,
     },
     /// Events may have been missed (the subscription dropped): read the
     /// history.
@@ -152,21 +155,20 @@ impl Watches {
     /// The hub of `key`, made (and its channel subscribed) if none lives.
     async fn hub(&self, key: &LockKey) -> Arc<Hub> {
         let keys = LockKeys::new(&self.0.prefix, key.as_str());
+        let channel = keys.events_channel();
         let subscribed = {
             let mut hubs = lock(&self.0.hubs);
-            if let Some(hub) = hubs.get(&keys.events_channel).and_then(Weak::upgrade) {
+            if let Some(hub) = hubs.get(&channel).and_then(Weak::upgrade) {
                 return hub;
             }
             let hub = Arc::new(Hub {
                 heard: broadcast::channel(HUB_BUFFER).0,
                 watches: Arc::downgrade(&self.0),
                 keys,
+                channel,
             });
-            hubs.insert(hub.keys.events_channel.clone(), Arc::downgrade(&hub));
-            (
-                hub.clone(),
-                self.0.subscriber.subscribe(&hub.keys.events_channel),
-            )
+            hubs.insert(hub.channel.clone(), Arc::downgrade(&hub));
+            (hub.clone(), self.0.subscriber.subscribe(&hub.channel))
         };
         let (hub, confirmation) = subscribed;
         // Events written before the subscription stands are read from the
@@ -183,12 +185,12 @@ impl Drop for Hub {
         };
         let mut hubs = lock(&watches.hubs);
         if hubs
-            .get(&self.keys.events_channel)
+            .get(&self.channel)
             .is_some_and(|hub| hub.strong_count() == 0)
         {
-            hubs.remove(&self.keys.events_channel);
+            hubs.remove(&self.channel);
         }
-        watches.subscriber.unsubscribe(&self.keys.events_channel);
+        watches.subscriber.unsubscribe(&self.channel);
     }
 }
 
@@ -203,16 +205,16 @@ impl Listener for WatchesState {
         let (Some(id), Some(kind), Some(data)) = (parts.next(), parts.next(), parts.next()) else {
             return;
         };
-        let Ok(data) = serde_json::from_str(data) else {
+        if serde_json::from_str::<&serde_json::value::RawValue>(data).is_err() {
             return;
-        };
+        }
         if kind != START {
             self.metrics.lock_event(kind);
         }
         let _ = hub.heard.send(Heard::Event {
             id: id.to_owned(),
             kind: kind.to_owned(),
-            data,
+            data: data.to_owned(),
         });
     }
 

@@ -184,15 +184,15 @@ impl Connection {
     }
 }
 
-/// A command's name for metrics: a script's file name for `EVALSHA`, else
-/// the command in lower case.
+/// A command's name for metrics: a script's file name for `EVALSHA` and
+/// `FCALL`, else the command in lower case.
 fn operation(cmd: &Cmd) -> Cow<'static, str> {
     let mut args = cmd.args_iter().filter_map(|arg| match arg {
         redis::Arg::Simple(bytes) => Some(bytes),
         _ => None,
     });
     let command = args.next().unwrap_or_default();
-    if command.eq_ignore_ascii_case(b"evalsha")
+    if (command.eq_ignore_ascii_case(b"evalsha") || command.eq_ignore_ascii_case(b"fcall"))
         && let Some(name) = args.next().and_then(scripts::name_of)
     {
         return Cow::Borrowed(name);

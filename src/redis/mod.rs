@@ -347,14 +347,14 @@ impl Redis {
         Ok(())
     }
 
-    /// Loads every script (in a cluster, on every node), so one that does not
-    /// compile stops the start-up.
+    /// Loads every script and the lock library (in a cluster, on every
+    /// primary), so one that does not compile stops the start-up.
     pub async fn load_scripts(&self) -> Result<(), BackendError> {
         let mut conn = self.connection().await?;
-        for script in scripts::ALL {
+        for script in scripts::SCRIPTS {
             script.load(&mut conn).await?;
         }
-        Ok(())
+        scripts::load_lock_library(&mut conn).await
     }
 
     /// Closes the pools (idle connections are dropped, new requests fail)

@@ -86,3 +86,32 @@ async fn a_script_redis_will_not_compile_counts_as_rejected_so_the_start_up_stop
 
     assert!(lockgate::redis::BackendError::Command(refused).is_script_rejection());
 }
+
+/// The lock scripts live in Redis as one function library; a Redis that
+/// lost it (restarted without persistence, `FUNCTION FLUSH`) gets it again
+/// from the next request, which is answered as if nothing happened.
+#[tokio::test]
+async fn a_redis_that_lost_the_lock_library_gets_it_again() {
+    let redis = RedisServer::start_single().await;
+    let app = TestApp::spawn(&redis).await;
+    let held = app.take("kept", 30_000).await;
+
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+
+    let again = app.acquire(json!({"key": "kept"})).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        app.release("kept", &held.token).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    assert_eq!(libraries.len(), 1, "the library was not loaded again");
+}

@@ -163,6 +163,46 @@ async fn every_kind_of_lock_reports_its_holders_comings_and_goings() {
     assert_eq!(events[0].1["value"], "worker-1");
 }
 
+/// A waiter granted from the queue is announced once it has claimed its
+/// place: with the lease it asked for, not the second it was offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_granted_from_the_queue_is_announced_with_its_whole_lease() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let holder = one.take("desk", 30_000).await;
+    let mut watcher = watch(&one, "desk", None).await;
+    let mut last = next(&mut watcher).await.id.unwrap();
+    let request = two
+        .http
+        .post(two.url("/locks"))
+        .json(&json!({"key": "desk", "ttl_ms": 30_000, "wait_ms": 10_000, "value": "next"}));
+    let waiter = tokio::spawn(async move { request.send().await.unwrap() });
+    let queued = eventually(Duration::from_secs(5), || async {
+        let status: Value = one.get("/locks/desk").await.json().await.unwrap();
+        status["waiters"].as_array().is_some_and(|w| w.len() == 1)
+    })
+    .await;
+    assert!(queued);
+
+    one.release("desk", &holder.token).await;
+    let grant: Value = waiter.await.unwrap().json().await.unwrap();
+    let events = take(&mut watcher, 2, &mut last).await;
+    assert_eq!(
+        events,
+        [
+            (
+                "released".to_owned(),
+                json!({"key": "desk", "fencing_token": holder.fencing_token})
+            ),
+            (
+                "acquired".to_owned(),
+                json!({"key": "desk", "fencing_token": grant["fencing_token"], "value": "next",
+                    "mode": "exclusive", "expires_at_ms": grant["expires_at_ms"]})
+            ),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_watcher_told_of_a_gap_gets_a_fresh_snapshot() {
     let redis = RedisServer::start().await;

@@ -1,9 +1,9 @@
 //! The scripts that change who holds a lock: acquire (or queue), release, extend (or claim a place from the queue), leave the queue, set a value, revoke.
 
-use redis::ScriptInvocation;
-
 use super::{FENCE_RETENTION_MS, LockKeys, LockKind, LockState};
-use crate::redis::scripts::{ACQUIRE, EXTEND, LEAVE, RELEASE, REVOKE, Reply, SET_VALUE};
+use crate::redis::scripts::{
+    ACQUIRE, EXTEND, FunctionCall, LEAVE, RELEASE, REVOKE, Reply, SET_VALUE,
+};
 use crate::redis::{BackendError, Connection};
 
 /// One attempt at a lock: who, how, for how long, and what to do without a
@@ -75,25 +75,34 @@ pub async fn acquire(
     publish: &str,
     attempt: Attempt<'_>,
 ) -> Result<AcquireReply, BackendError> {
-    let mut invocation = ACQUIRE.prepare();
+    let mut invocation = ACQUIRE.call(keys, publish);
     let flag = |on: bool| if on { "1" } else { "0" };
     let (waiter_id, instance) = attempt.waiter.map_or(("", ""), |w| (w.id, w.instance));
     let (idempotency_key, request_hash) = attempt.idempotency.unwrap_or(("", ""));
-    keys.bind(&mut invocation, publish)
+    invocation
         .arg(attempt.token)
         .arg(attempt.kind.mode())
         .arg(attempt.kind.limit().unwrap_or(1))
         .arg(attempt.ttl_ms)
         .arg(flag(attempt.reenter))
         .arg(FENCE_RETENTION_MS)
-        .arg(attempt.wait_left_ms)
-        .arg(waiter_id)
-        .arg(instance)
-        .arg(flag(attempt.streamed))
-        .arg(flag(attempt.value.is_some()))
-        .arg(attempt.value.unwrap_or(""))
-        .arg(idempotency_key)
-        .arg(request_hash);
+        .arg(attempt.wait_left_ms);
+    // The rest only when one of them applies: a plain try (the common
+    // case) sends seven arguments fewer.
+    let plain = attempt.waiter.is_none()
+        && !attempt.streamed
+        && attempt.value.is_none()
+        && attempt.idempotency.is_none();
+    if !plain {
+        invocation
+            .arg(waiter_id)
+            .arg(instance)
+            .arg(flag(attempt.streamed))
+            .arg(flag(attempt.value.is_some()))
+            .arg(attempt.value.unwrap_or(""))
+            .arg(idempotency_key)
+            .arg(request_hash);
+    }
     let reply = ACQUIRE.run(&invocation, conn).await?;
     let ttl_ms = attempt.ttl_ms;
     ACQUIRE.read(&reply, |reply| match reply.code() {
@@ -187,14 +196,9 @@ pub async fn release_many(
         .try_for_each(|reply| reply.map(drop))
 }
 
-fn release_of<'a>(
-    keys: &LockKeys,
-    publish: &str,
-    token: &str,
-    holds: Holds,
-) -> ScriptInvocation<'a> {
-    let mut invocation = RELEASE.prepare();
-    keys.bind(&mut invocation, publish)
+fn release_of(keys: &LockKeys, publish: &str, token: &str, holds: Holds) -> FunctionCall {
+    let mut invocation = RELEASE.call(keys, publish);
+    invocation
         .arg(token)
         .arg(match holds {
             Holds::One => "one",
@@ -274,12 +278,9 @@ pub async fn extend_many(
         .collect())
 }
 
-fn extension<'a>(keys: &LockKeys, publish: &str, token: &str, ttl_ms: u64) -> ScriptInvocation<'a> {
-    let mut invocation = EXTEND.prepare();
-    keys.bind(&mut invocation, publish)
-        .arg(token)
-        .arg(ttl_ms)
-        .arg(FENCE_RETENTION_MS);
+fn extension(keys: &LockKeys, publish: &str, token: &str, ttl_ms: u64) -> FunctionCall {
+    let mut invocation = EXTEND.call(keys, publish);
+    invocation.arg(token).arg(ttl_ms).arg(FENCE_RETENTION_MS);
     invocation
 }
 
@@ -312,11 +313,8 @@ pub async fn leave(
     id: &str,
     token: &str,
 ) -> Result<LeaveReply, BackendError> {
-    let mut invocation = LEAVE.prepare();
-    keys.bind(&mut invocation, publish)
-        .arg(id)
-        .arg(token)
-        .arg(FENCE_RETENTION_MS);
+    let mut invocation = LEAVE.call(keys, publish);
+    invocation.arg(id).arg(token).arg(FENCE_RETENTION_MS);
     let reply = LEAVE.run(&invocation, conn).await?;
     LEAVE.read(&reply, |reply| match reply.code() {
         "left" => Some(LeaveReply::Left),
@@ -349,8 +347,8 @@ pub async fn set_value(
     token: &str,
     value: Option<&str>,
 ) -> Result<SetValueReply, BackendError> {
-    let mut invocation = SET_VALUE.prepare();
-    keys.bind(&mut invocation, publish)
+    let mut invocation = SET_VALUE.call(keys, publish);
+    invocation
         .arg(token)
         .arg(if value.is_some() { "1" } else { "0" })
         .arg(value.unwrap_or(""));
@@ -374,10 +372,8 @@ pub async fn revoke(
     publish: &str,
     longest_lease_ms: u64,
 ) -> Result<Option<u64>, BackendError> {
-    let mut invocation = REVOKE.prepare();
-    keys.bind(&mut invocation, publish)
-        .arg(FENCE_RETENTION_MS)
-        .arg(longest_lease_ms);
+    let mut invocation = REVOKE.call(keys, publish);
+    invocation.arg(FENCE_RETENTION_MS).arg(longest_lease_ms);
     let reply = REVOKE.run(&invocation, conn).await?;
     REVOKE.read(&reply, |reply| match reply.code() {
         "revoked" => reply.number("holders").map(Some),

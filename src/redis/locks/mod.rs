@@ -9,7 +9,9 @@
 pub mod grant;
 pub mod view;
 
-use redis::ScriptInvocation;
+use std::fmt::Write;
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 /// How long a lock's fence counter outlives its lease. Fencing tokens stay
@@ -20,55 +22,36 @@ pub(super) const FENCE_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// The Redis names of one lock's state (laid out in `lua/lib/`), and its
 /// channels. All share the hash tag `{<key>}`, so in Redis Cluster one lock
-/// lives in one slot and its scripts run there.
+/// lives in one slot and its scripts run there. Only the prefix and the key
+/// are kept: each name is written when it is used (a request's script call
+/// writes all eight straight into its command).
 #[derive(Debug, Clone)]
 pub struct LockKeys {
-    /// Hash: the lock and its holders (`lua/lib/holders.lua`); its TTL is
-    /// the (latest) lease.
-    pub lock: String,
-    /// String: the last fencing token issued for the key.
-    pub fence: String,
-    /// Sorted set: a lock with many holders' tokens, by lease end.
-    pub holders: String,
-    /// Sorted set: the waiters, in arrival order (`lua/lib/queue.lua`).
-    pub queue: String,
-    /// Hash: what each waiter asked for, and the instances' presence.
-    pub waiters: String,
-    /// Hash: stands while someone watches the lock (`lua/lib/events.lua`).
-    pub watch: String,
-    /// Stream: the lock's events.
-    pub events: String,
-    /// Hash: streamed holders whose place ended by a release or revocation.
-    pub gone: String,
-    /// Channel: a holder's place freed (its fencing token, or `revoked`).
-    pub released: String,
-    /// Channel: the lock's events, for the instances' watchers.
-    pub events_channel: String,
-    /// The prefix of the channels that tell an instance its waiter was granted.
-    granted_stem: String,
-    prefix: String,
+    prefix: Arc<str>,
     key: String,
 }
 
+/// The lock's Redis keys, in the order every lock script takes them
+/// (`lua/lib/base.lua`): `lock` (a hash, the lock and its holders; its TTL
+/// the latest lease), `fence` (the last fencing token issued), `holders`
+/// (a lock with many holders' tokens by lease end), `queue` and `waiters`
+/// (the fair queue), `watch` and `events` (while someone watches) and
+/// `gone` (streamed holders whose place ended by a release or revocation).
+const KEY_NAMES: [&str; 8] = [
+    "lock", "fence", "holders", "queue", "waiters", "watch", "events", "gone",
+];
+
 impl LockKeys {
     /// The names of lock `key` (already checked by the domain: no braces).
-    pub fn new(prefix: &str, key: &str) -> Self {
-        let name = |what: &str| format!("{prefix}{what}:{{{key}}}");
+    pub fn new(prefix: &Arc<str>, key: &str) -> Self {
         Self {
-            lock: name("lock"),
-            fence: name("fence"),
-            holders: name("holders"),
-            queue: name("queue"),
-            waiters: name("waiters"),
-            watch: name("watch"),
-            events: name("events"),
-            gone: name("gone"),
-            released: name("released"),
-            events_channel: name("events"),
-            granted_stem: format!("{}:", name("granted")),
-            prefix: prefix.to_owned(),
+            prefix: prefix.clone(),
             key: key.to_owned(),
         }
+    }
+
+    fn name(&self, what: &str) -> String {
+        format!("{}{what}:{{{}}}", self.prefix, self.key)
     }
 
     /// The lock's key, as the client named it.
@@ -76,32 +59,40 @@ impl LockKeys {
         &self.key
     }
 
+    /// The lock's hash (the key a write is confirmed at).
+    pub fn lock(&self) -> String {
+        self.name("lock")
+    }
+
+    /// The channel on which a holder's place freed is told (its fencing
+    /// token, or `revoked <fencing token>`).
+    pub fn released(&self) -> String {
+        self.name("released")
+    }
+
+    /// The channel of the lock's events, for the instances' watchers.
+    pub fn events_channel(&self) -> String {
+        self.name("events")
+    }
+
     /// The channel on which `instance` hears that one of its waiters for
     /// this lock was granted (`<waiter id> <fencing token> <lease end>`).
     pub fn granted(&self, instance: &str) -> String {
-        format!("{}{instance}", self.granted_stem)
+        format!("{}:{instance}", self.name("granted"))
     }
 
-    /// Adds the keys and first arguments every lock script takes
-    /// (`lua/lib/base.lua`); `publish` is `PUBLISH`, or `SPUBLISH` in a
-    /// Redis Cluster.
-    pub fn bind<'a, 'i>(
-        &self,
-        invocation: &'a mut ScriptInvocation<'i>,
-        publish: &str,
-    ) -> &'a mut ScriptInvocation<'i> {
-        invocation
-            .key(&self.lock)
-            .key(&self.fence)
-            .key(&self.holders)
-            .key(&self.queue)
-            .key(&self.waiters)
-            .key(&self.watch)
-            .key(&self.events)
-            .key(&self.gone)
-            .arg(publish)
-            .arg(&self.prefix)
-            .arg(&self.key)
+    /// Writes the keys and first arguments every lock script takes
+    /// (`lua/lib/base.lua`) into `call`; `publish` is `PUBLISH`, or
+    /// `SPUBLISH` in a Redis Cluster.
+    pub fn bind(&self, call: &mut redis::Cmd, publish: &str) {
+        let mut name = String::with_capacity(self.prefix.len() + self.key.len() + 12);
+        call.arg(KEY_NAMES.len());
+        for what in KEY_NAMES {
+            name.clear();
+            let _ = write!(name, "{}{what}:{{{}}}", self.prefix, self.key);
+            call.arg(name.as_str());
+        }
+        call.arg(publish).arg(&*self.prefix).arg(&self.key);
     }
 }
 

@@ -1,10 +1,10 @@
 //! The scripts that read a lock as anyone may see it (inspect, watch, its history), and the one each instance runs for the locks it has waiters or watchers on (tend).
 
-use redis::ScriptInvocation;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 
 use super::{FENCE_RETENTION_MS, LeaseView, LockKeys, LockKind, WaiterView};
-use crate::redis::scripts::{HISTORY, INSPECT, LuaScript, Reply, TEND, WATCH};
+use crate::redis::scripts::{FunctionCall, HISTORY, INSPECT, LockFunction, Reply, TEND, WATCH};
 use crate::redis::{BackendError, Connection};
 
 /// A held lock as anyone may see it: never a token.
@@ -39,8 +39,7 @@ pub async fn inspect(
     keys: &LockKeys,
     publish: &str,
 ) -> Result<LockSight, BackendError> {
-    let mut invocation = INSPECT.prepare();
-    keys.bind(&mut invocation, publish);
+    let invocation = INSPECT.call(keys, publish);
     let reply = INSPECT.run(&invocation, conn).await?;
     INSPECT.read(&reply, sight)
 }
@@ -75,20 +74,20 @@ pub async fn watch(
     keys: &LockKeys,
     publish: &str,
 ) -> Result<(LockSight, String), BackendError> {
-    let mut invocation = WATCH.prepare();
-    keys.bind(&mut invocation, publish);
+    let invocation = WATCH.call(keys, publish);
     let reply = WATCH.run(&invocation, conn).await?;
     WATCH.read(&reply, |reply| {
         Some((sight(reply)?, reply.text("last_id")?.to_owned()))
     })
 }
 
-/// One event of a lock's history: its id, type and data (JSON).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+/// One event of a lock's history: its id, type and data (JSON text, as
+/// the script wrote it, its members in their order).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {
     pub id: String,
     pub kind: String,
-    pub data: serde_json::Value,
+    pub data: String,
 }
 
 /// What `history.lua` found after an id.
@@ -111,16 +110,21 @@ pub async fn history(
     after: &str,
     count: usize,
 ) -> Result<History, BackendError> {
-    let mut invocation = HISTORY.prepare();
-    keys.bind(&mut invocation, publish).arg(after).arg(count);
+    let mut invocation = HISTORY.call(keys, publish);
+    invocation.arg(after).arg(count);
     let reply = HISTORY.run(&invocation, conn).await?;
     HISTORY.read(&reply, |reply| match reply.code() {
         "gap" => Some(History::Gap),
         "events" => {
-            let rows: Vec<(String, String, serde_json::Value)> = json_field(reply, "entries")?;
+            let rows: Vec<(String, String, &RawValue)> =
+                serde_json::from_str(reply.text("entries")?).ok()?;
             let entries = rows
                 .into_iter()
-                .map(|(id, kind, data)| HistoryEntry { id, kind, data })
+                .map(|(id, kind, data)| HistoryEntry {
+                    id,
+                    kind,
+                    data: data.get().to_owned(),
+                })
                 .collect();
             Some(History::Events {
                 entries,
@@ -164,14 +168,12 @@ pub async fn tend_many(
     instance: &str,
     publish: &str,
 ) -> Result<Vec<Result<Tended, BackendError>>, BackendError> {
-    let invocations: Vec<ScriptInvocation<'_>> = locks
+    let invocations: Vec<FunctionCall> = locks
         .iter()
         .map(|tending| {
-            let mut invocation = TEND.prepare();
+            let mut invocation = TEND.call(tending.keys, publish);
             let flag = |on: bool| if on { "1" } else { "0" };
-            tending
-                .keys
-                .bind(&mut invocation, publish)
+            invocation
                 .arg(instance)
                 .arg(flag(tending.waiting))
                 .arg(flag(tending.watching))
@@ -189,7 +191,7 @@ pub async fn tend_many(
         .collect())
 }
 
-fn read_tended(script: &LuaScript, reply: &Reply) -> Result<Tended, BackendError> {
+fn read_tended(script: &LockFunction, reply: &Reply) -> Result<Tended, BackendError> {
     script.read(reply, |reply| {
         if reply.code() != "tended" {
             return None;
