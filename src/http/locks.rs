@@ -16,7 +16,7 @@ use super::extract::{
 };
 use super::grant::{LockGrant, granted};
 use super::responses::problem_responses;
-use super::schema::{IdempotencyKeyText, LockKeyText, LockModeText, TokenText};
+use super::schema::{IdempotencyKeyText, LockKeyText, LockModeText, LockStreamEvent, TokenText};
 use super::stream::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
     AcquireRequest, EXAMPLE_TOKEN, IdempotencyKey, InvalidKind, LockKey, LockKind, LockLimits,
@@ -191,7 +191,7 @@ problem_responses!(
             `Accept: text/event-stream`, the event stream of a streamed lock",
             content(
                 (LockGrant = "application/json"),
-                (String = "text/event-stream", example = json!(
+                (LockStreamEvent = "text/event-stream", example = json!(
                     "event: queued\ndata: {\"position\":1}\n\n\
                     event: acquired\ndata: {\"key\":\"orders:42\",\"token\":\"5c0f4e1e-3c4e-4d8b-9a51-0e6c1f2d7a90\",\
                     \"fencing_token\":1795331974189167,\"ttl_ms\":3000,\"expires_at_ms\":1795331977189,\"holds\":1,\

@@ -48,6 +48,55 @@ pub enum LockModeText {
     Shared,
 }
 
+/// One Server-Sent Event of a streamed lock (`POST /locks` with `Accept:
+/// text/event-stream`), as a client's event parser sees it: the event's
+/// name and its `data`, a JSON document (see each event's shape in the
+/// operation's description).
+#[derive(ToSchema)]
+pub struct LockStreamEvent {
+    event: LockStreamEventName,
+    /// The event's JSON document, as text.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
+/// The events of a streamed lock.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum LockStreamEventName {
+    Queued,
+    Refused,
+    Acquired,
+    Renewed,
+    Released,
+    Lost,
+}
+
+/// One Server-Sent Event of `GET /locks/{key}/events`: its id (the one to
+/// send back as `Last-Event-ID`; `gap` has none), its name and its `data`, a
+/// JSON document.
+#[derive(ToSchema)]
+pub struct LockWatchEvent {
+    id: Option<String>,
+    event: LockWatchEventName,
+    /// The event's JSON document, as text.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
+/// The events of a watched lock.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum LockWatchEventName {
+    Snapshot,
+    Acquired,
+    Value,
+    Released,
+    Expired,
+    Revoked,
+    Gap,
+}
+
 /// Sets every pattern and numeric bound of the document from the parsers'
 /// constants (the lease and wait maximums are the defaults a deployment
 /// may change).

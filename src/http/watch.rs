@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::extract::KeyPath;
 use super::lock_status::{LockStatus, WaiterEntry};
 use super::responses::problem_responses;
-use super::schema::LockKeyText;
+use super::schema::{LockKeyText, LockWatchEvent};
 use super::stream::StreamKeepAlive;
 use crate::locks::{LockKey, LockSight, WatchEvent, Watches};
 
@@ -93,7 +93,7 @@ problem_responses!(
     ),
     responses(
         (status = 200, description = "The lock's events", content(
-            (String = "text/event-stream", example = json!(
+            (LockWatchEvent = "text/event-stream", example = json!(
                 "id: 1795331974189-0\nevent: snapshot\ndata: {\"key\":\"orders:42\",\"held\":false,\"waiters\":[]}\n\n\
                 id: 1795331974200-0\nevent: acquired\ndata: {\"key\":\"orders:42\",\"fencing_token\":1795331974200311,\
                 \"value\":\"10.0.0.7:9000\",\"mode\":\"exclusive\",\"expires_at_ms\":1795332004200}\n\n\
