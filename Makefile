@@ -3,9 +3,12 @@
 #                     answers, serve on 127.0.0.1:8080 (the admin token is
 #                     made at the first start and kept in .run/admin-token)
 #   make test         install what the tests need; fmt check, clippy, every
-#                     test (the lock and sale suites also against a Redis
-#                     Cluster), contract fuzzing, then the short k6 load tests
-#                     against three instances behind nginx
+#                     test (the lock, sale and hand-off suites also against a
+#                     Redis Cluster), contract fuzzing, the Python and
+#                     TypeScript clients' suites, the console in Chromium,
+#                     the short k6 load tests against three instances behind
+#                     nginx, then the short fault run (as root)
+#   make chaos        every fault scenario across network namespaces (root)
 #   make cluster      Redis + three instances + nginx on loopback, in the
 #                     foreground (Ctrl-C stops all); make cluster-down cleans
 #                     up after a crash
@@ -16,21 +19,26 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit cluster-suite fuzz e2e cluster cluster-down loadtest bench openapi
+.PHONY: run test lint unit cluster-suite fuzz clients console e2e chaos chaos-short cluster cluster-down loadtest bench openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis
 	./scripts/local-redis.sh
+	mkdir -p .run
 	LOCKGATE_ADMIN_TOKEN="$${LOCKGATE_ADMIN_TOKEN:-$$(./scripts/admin-token.sh)}" \
+	LOCKGATE_ORDERS_DATABASE="$${LOCKGATE_ORDERS_DATABASE:-sqlite://.run/orders.db}" \
 	  $(CARGO) run --release --locked -- serve
 
 test:
-	./scripts/ensure-tools.sh rust redis nginx k6 schemathesis
+	./scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql python-venv node chromium
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) cluster-suite
 	$(MAKE) fuzz
+	$(MAKE) clients
+	$(MAKE) console
 	$(MAKE) e2e
+	$(MAKE) chaos-short
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -44,15 +52,34 @@ unit:
 # The lock, lock-kind, fair-queue, watch, idempotent-acquire, flash-sale and
 # streamed-lock suites again, each test against its own three-master Redis Cluster.
 cluster-suite:
-	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams::
+	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams:: orders::
 
 # schemathesis against the served OpenAPI document of a running gateway.
 fuzz:
 	./scripts/fuzz-contract.sh
 
+# The client libraries' suites, against the release binary.
+clients:
+	$(CARGO) build --release --locked --quiet --bin lockgate
+	./clients/python/run-tests.sh
+	./clients/typescript/run-tests.sh
+
+# The console in a real Chromium, against the release binary.
+console:
+	$(CARGO) build --release --locked --quiet --bin lockgate
+	./console/run-tests.sh
+
 # Runs after the other tests, not beside them: it loads both cores.
 e2e:
 	./loadtest/run.sh --short
+
+# Faults across a real network (network namespaces; needs root): every
+# scenario, or the two that make test runs.
+chaos:
+	./chaos/run.sh
+
+chaos-short:
+	./chaos/run.sh --short
 
 cluster:
 	./scripts/cluster.sh up

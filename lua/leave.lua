@@ -8,11 +8,12 @@
 --
 -- Returns {code, field, value, ...}, by code:
 --   left     it was in the queue and is no longer; the waiters behind it
---            were served if they can be now
+--            were served if they can be now: free_in_ms (until the earliest
+--            lease ends now; 0 when free)
 --   granted  it was granted a place before it left: fence, expires_at_ms
 --            (its instance keeps it, or gives it back)
 --   gone     neither: it was passed over (its instance's presence or its
---            wait had lapsed), or it was granted and has let go
+--            wait had lapsed), or it was granted and has let go: free_in_ms
 
 local ctx = context(KEYS, ARGV)
 local id, token, keep = ARGV[4], ARGV[5], tonumber(ARGV[6])
@@ -23,10 +24,10 @@ if redis.call('ZSCORE', ctx.queue, id) then
   if queued(ctx) then
     serve(ctx, keep)
   end
-  return {'left'}
+  return {'left', 'free_in_ms', held(ctx).free_in}
 end
 local place = holder(ctx, token)
 if place then
   return {'granted', 'fence', place.fence, 'expires_at_ms', lease_end(ctx, place)}
 end
-return {'gone'}
+return {'gone', 'free_in_ms', held(ctx).free_in}

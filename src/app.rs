@@ -11,12 +11,17 @@ use axum::http::HeaderValue;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use std::process::ExitCode;
+
+use crate::config::{Config, OrdersArgs, OrdersCommand, RedisArgs};
 use crate::http::{self, AppState};
 use crate::locks::{Locks, Streams, Waiting, Watches};
 use crate::metrics::Metrics;
+use crate::orders::reconcile::reconcile;
+use crate::orders::store::OrderStore;
+use crate::orders::{Handoff, HandoffSettings};
 use crate::redis::pubsub::Subscriber;
-use crate::redis::{BackendError, Redis};
+use crate::redis::{BackendError, PoolKind, Redis, RedisSettings};
 use crate::seckill::Sales;
 use crate::server::{self, ConnectionLimits};
 
@@ -33,6 +38,8 @@ pub enum StartError {
     InstanceId(String),
     #[error("{0}")]
     BuyerKey(String),
+    #[error("cannot use the orders database: {0}")]
+    OrdersDatabase(String),
 }
 
 /// A bound, ready-to-serve gateway instance.
@@ -46,6 +53,8 @@ pub struct Gateway {
     domains: Domains,
     connection_limits: ConnectionLimits,
     drain_timeout: Duration,
+    /// The order hand-off worker run beside the gateway, when configured.
+    handoff: Option<Handoff>,
 }
 
 /// The domains of one instance, built in one place: the locks clients
@@ -74,9 +83,19 @@ impl Gateway {
         let domains = Domains::build(config, &instance_id, &redis, &subscriber, &metrics);
         warn_of_open_doors(config);
         let routes = config.route_settings().map_err(StartError::BuyerKey)?;
-        let state = AppState::new(domains.handed_to_routes(&redis, metrics), routes);
+        let state = AppState::new(domains.handed_to_routes(&redis, metrics.clone()), routes);
         let router =
             server::application(http::api(), state, config.request_settings(instance_header));
+        let handoff = match &config.orders_database {
+            Some(url) => Some(Handoff::new(
+                redis.clone(),
+                OrderStore::new(url).map_err(StartError::OrdersDatabase)?,
+                &config.redis.key_prefix,
+                config.handoff.settings(&instance_id),
+                metrics.clone(),
+            )),
+            None => None,
+        };
         Ok(Self {
             listener,
             addr,
@@ -87,6 +106,7 @@ impl Gateway {
             domains,
             connection_limits: config.connection_limits(),
             drain_timeout: Duration::from_millis(config.shutdown_timeout_ms),
+            handoff,
         })
     }
 
@@ -105,6 +125,9 @@ impl Gateway {
     ) -> io::Result<()> {
         tracing::info!(addr = %self.addr, instance = %self.instance_id, "lockgate serving");
         let stopping = CancellationToken::new();
+        let handoff = self
+            .handoff
+            .map(|handoff| tokio::spawn(handoff.run(stopping.clone())));
         let serving = server::serve(
             self.listener,
             self.router,
@@ -128,6 +151,10 @@ impl Gateway {
                 ?drain_limit,
                 "requests still in flight after the drain timeout; stopping anyway"
             );
+        }
+        if let Some(handoff) = handoff {
+            // It stops between batches; an order being stored stays pending.
+            let _ = tokio::time::timeout(drain_limit, handoff).await;
         }
         self.subscriber.stop();
         self.redis.close();
@@ -173,14 +200,14 @@ impl Domains {
         waiting.start_tending(redis.clone());
         let locks = Locks::new(
             redis.clone(),
-            &config.key_prefix,
+            &config.redis.key_prefix,
             waiting.clone(),
             metrics.clone(),
             config.lock_limits(),
         );
         let watches = Watches::new(
             redis.clone(),
-            &config.key_prefix,
+            &config.redis.key_prefix,
             waiting.clone(),
             subscriber.clone(),
             metrics.clone(),
@@ -190,7 +217,7 @@ impl Domains {
         // client can name through /locks (and so cannot hold).
         let sale_locks = Locks::new(
             redis.clone(),
-            &format!("{}internal:", config.key_prefix),
+            &format!("{}internal:", config.redis.key_prefix),
             waiting.clone(),
             metrics.clone(),
             config.lock_limits(),
@@ -198,7 +225,7 @@ impl Domains {
         let sales = Sales::new(
             redis.clone(),
             sale_locks,
-            &config.key_prefix,
+            &config.redis.key_prefix,
             subscriber,
             config.sale_settings(),
             metrics.clone(),
@@ -223,6 +250,95 @@ impl Domains {
             metrics,
         }
     }
+}
+
+/// `lockgate orders`: a hand-off worker until Ctrl-C or SIGTERM, or with
+/// `reconcile` the check of the database against Redis.
+pub async fn orders(args: OrdersArgs) -> ExitCode {
+    match args.command {
+        Some(OrdersCommand::Reconcile(reconcile_args)) => {
+            let run = async {
+                let redis = plain_redis(&reconcile_args.redis)?;
+                let store = OrderStore::new(&reconcile_args.database)?;
+                let lines = reconcile(
+                    &redis,
+                    &store,
+                    &reconcile_args.redis.key_prefix,
+                    reconcile_args.sku.as_deref(),
+                )
+                .await
+                .map_err(|err| err.to_string())?;
+                store.close().await;
+                Ok::<_, String>(lines)
+            };
+            match run.await {
+                Ok(lines) => {
+                    for line in &lines {
+                        println!("{}", line.render());
+                    }
+                    if lines.iter().any(|line| line.matches() == Some(false)) {
+                        ExitCode::FAILURE
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(err) => {
+                    eprintln!("lockgate orders reconcile: {err}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        None => {
+            let worker = args.worker;
+            let started = async {
+                let redis = plain_redis(&worker.redis)?;
+                if let Err(err) = redis.load_scripts().await {
+                    if err.is_script_rejection() {
+                        return Err(err.to_string());
+                    }
+                    tracing::warn!(error = %err, "Redis is not ready yet; retrying");
+                }
+                let store = OrderStore::new(worker.database.as_deref().unwrap_or_default())?;
+                let hostname = gethostname::gethostname().to_string_lossy().into_owned();
+                let settings: HandoffSettings = worker.handoff.settings(&hostname);
+                Ok(Handoff::new(
+                    redis,
+                    store,
+                    &worker.redis.key_prefix,
+                    settings,
+                    Arc::new(Metrics::default()),
+                ))
+            };
+            match started.await {
+                Ok(handoff) => {
+                    let stop = CancellationToken::new();
+                    let stopping = stop.clone();
+                    tokio::spawn(async move {
+                        shutdown_signal().await;
+                        stopping.cancel();
+                    });
+                    handoff.run(stop).await;
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "the order hand-off cannot run");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// A Redis handle for a command-line tool: one shared connection.
+fn plain_redis(args: &RedisArgs) -> Result<Redis, String> {
+    let settings = RedisSettings {
+        topology: args.topology(),
+        pool: PoolKind::Shared,
+        pool_size: 1,
+        timeout: args.timeout(),
+        replication: None,
+    };
+    Redis::new(&settings, Arc::new(Metrics::default())).map_err(|err| err.to_string())
 }
 
 /// Says at start-up which doors the settings leave open.

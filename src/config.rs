@@ -12,6 +12,7 @@ use crate::http::{
     AdminToken, ApiKeys, BuyerKey, BuyerTokens, RouteSettings, StreamKeepAlive, TrustedProxies,
 };
 use crate::locks::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, LockLimits, MIN_TTL_MS};
+use crate::orders::HandoffSettings;
 use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
@@ -33,6 +34,107 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the OpenAPI document (what openapi/openapi.json holds).
     Openapi,
+    /// Store the sales' orders in a database (a hand-off worker), or
+    /// reconcile the database with Redis (`orders reconcile`).
+    Orders(Box<OrdersArgs>),
+}
+
+/// `lockgate orders`: a hand-off worker, or with `reconcile` the check.
+#[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct OrdersArgs {
+    #[command(subcommand)]
+    pub command: Option<OrdersCommand>,
+
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum OrdersCommand {
+    /// A line per sale and epoch: sold, orders, rows, units in rows,
+    /// pending; exits 0 when every sale with nothing pending matches
+    /// (rows == orders, units == sold), 1 otherwise.
+    Reconcile(ReconcileArgs),
+}
+
+/// A hand-off worker's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// The orders database: postgres://USER@HOST/DB or sqlite://PATH
+    /// (created if missing).
+    #[arg(long, env = "LOCKGATE_ORDERS_DATABASE", required = true)]
+    pub database: Option<String>,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    #[command(flatten)]
+    pub handoff: HandoffArgs,
+
+    /// Log output: human-readable text or one JSON object per line.
+    #[arg(long, env = "LOCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `lockgate orders reconcile`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReconcileArgs {
+    /// The orders database: postgres://USER@HOST/DB or sqlite://PATH.
+    #[arg(long, env = "LOCKGATE_ORDERS_DATABASE")]
+    pub database: String,
+
+    /// Only this sale.
+    #[arg(long)]
+    pub sku: Option<String>,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+}
+
+/// How a hand-off worker (of `lockgate orders`, or inside `lockgate serve`)
+/// works.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Order hand-off")]
+pub struct HandoffArgs {
+    /// This worker's name in the hand-off's consumer group; keep it across
+    /// restarts, and give each worker its own [default: the hostname, or in
+    /// `serve` the instance id].
+    #[arg(long, env = "LOCKGATE_ORDERS_CONSUMER")]
+    pub consumer: Option<String>,
+
+    /// Orders read, and stored in one transaction, at a time.
+    #[arg(long, env = "LOCKGATE_ORDERS_BATCH", default_value_t = 200,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    pub batch: usize,
+
+    /// How long (ms) an order another worker read stays unstored before
+    /// this one takes it over.
+    #[arg(long, env = "LOCKGATE_ORDERS_CLAIM_IDLE_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(100..=DAY_MS))]
+    pub claim_idle_ms: u64,
+
+    /// Deliveries after which an order that cannot be stored goes to the
+    /// sale's dead-letter stream.
+    #[arg(long, env = "LOCKGATE_ORDERS_MAX_DELIVERIES", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub max_deliveries: u64,
+}
+
+impl HandoffArgs {
+    /// The worker's settings, named `default_consumer` unless told otherwise.
+    pub fn settings(&self, default_consumer: &str) -> HandoffSettings {
+        HandoffSettings {
+            consumer: self
+                .consumer
+                .clone()
+                .unwrap_or_else(|| default_consumer.to_owned()),
+            batch: self.batch,
+            claim_idle: Duration::from_millis(self.claim_idle_ms),
+            max_deliveries: self.max_deliveries,
+            idle_wait: Duration::from_millis(50),
+        }
+    }
 }
 
 /// How a gateway instance runs.
@@ -43,18 +145,16 @@ pub struct Config {
     #[arg(long, env = "LOCKGATE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// The Redis to use.
-    #[arg(
-        long,
-        env = "LOCKGATE_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis_url: String,
+    #[command(flatten)]
+    pub redis: RedisArgs,
 
-    /// Seed nodes of a Redis Cluster (comma-separated redis:// URLs); when
-    /// set, the gateway runs on the cluster and --redis-url is not used.
-    #[arg(long, env = "LOCKGATE_REDIS_CLUSTER_NODES", value_delimiter = ',')]
-    pub redis_cluster_nodes: Vec<String>,
+    /// Run an order hand-off worker inside the gateway, storing the sales'
+    /// orders in this database: postgres://USER@HOST/DB or sqlite://PATH.
+    #[arg(long, env = "LOCKGATE_ORDERS_DATABASE")]
+    pub orders_database: Option<String>,
+
+    #[command(flatten)]
+    pub handoff: HandoffArgs,
 
     /// Replicas that must confirm (Redis `WAIT`) each grant, extension and
     /// purchase; 0 confirms nothing. A grant too few confirm is released and
@@ -70,11 +170,6 @@ pub struct Config {
     /// Echoed in the X-Instance-Id header of every response [default: <hostname>:<port>].
     #[arg(long, env = "LOCKGATE_INSTANCE_ID")]
     pub instance_id: Option<String>,
-
-    /// Namespace of every Redis key the gateway writes.
-    #[arg(long, env = "LOCKGATE_KEY_PREFIX", default_value = "lockgate:",
-          value_parser = key_prefix)]
-    pub key_prefix: String,
 
     /// Largest lease a client may ask for, in milliseconds.
     #[arg(long, env = "LOCKGATE_MAX_TTL_MS", default_value_t = DEFAULT_MAX_TTL_MS,
@@ -185,12 +280,6 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub redis_pool_size: Option<u64>,
 
-    /// Bound on connecting to Redis, waiting for a pooled connection, and each
-    /// command, in milliseconds; past it the request answers 503.
-    #[arg(long, env = "LOCKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000,
-          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
-    pub redis_timeout_ms: u64,
-
     /// Largest request body accepted, in bytes; larger ones answer 413.
     #[arg(long, env = "LOCKGATE_BODY_LIMIT_BYTES", default_value_t = 16 * 1024,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(256..=16 * 1024 * 1024))]
@@ -233,6 +322,53 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// Where Redis is, and the keys' namespace: the same for the gateway and
+/// the order hand-off.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RedisArgs {
+    /// The Redis to use.
+    #[arg(
+        long,
+        env = "LOCKGATE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+
+    /// Seed nodes of a Redis Cluster (comma-separated redis:// URLs); when
+    /// set, the gateway runs on the cluster and --redis-url is not used.
+    #[arg(long, env = "LOCKGATE_REDIS_CLUSTER_NODES", value_delimiter = ',')]
+    pub redis_cluster_nodes: Vec<String>,
+
+    /// Namespace of every Redis key the gateway writes.
+    #[arg(long, env = "LOCKGATE_KEY_PREFIX", default_value = "lockgate:",
+          value_parser = key_prefix)]
+    pub key_prefix: String,
+
+    /// Bound on connecting to Redis, waiting for a pooled connection, and each
+    /// command, in milliseconds; past it the request answers 503.
+    #[arg(long, env = "LOCKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(1..=DAY_MS))]
+    pub redis_timeout_ms: u64,
+}
+
+impl RedisArgs {
+    pub fn topology(&self) -> Topology {
+        if self.redis_cluster_nodes.is_empty() {
+            Topology::Single {
+                url: self.redis_url.clone(),
+            }
+        } else {
+            Topology::Cluster {
+                nodes: self.redis_cluster_nodes.clone(),
+            }
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.redis_timeout_ms)
+    }
+}
+
 /// A day in milliseconds: the bound on every duration setting, so that no
 /// deadline computed from one can overflow.
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
@@ -261,6 +397,24 @@ pub enum LogFormat {
 }
 
 impl Config {
+    /// The secrets the lock routes accept: the API keys and, when there
+    /// are any, the admin token too (an operator, or the console, reads and
+    /// revokes locks with it). No API key leaves the lock routes open.
+    fn accepted_api_keys(&self) -> Arc<[Box<str>]> {
+        let keys: Vec<Box<str>> = self
+            .api_keys
+            .iter()
+            .filter(|key| !key.is_empty())
+            .map(|key| key.as_str().into())
+            .collect();
+        if keys.is_empty() {
+            return keys.into();
+        }
+        keys.into_iter()
+            .chain(self.admin_token.as_deref().map(Into::into))
+            .collect()
+    }
+
     pub fn lock_limits(&self) -> LockLimits {
         LockLimits {
             max_ttl_ms: self.max_ttl_ms,
@@ -308,13 +462,7 @@ impl Config {
             limits: self.lock_limits(),
             stream_keep_alive: StreamKeepAlive(Duration::from_millis(self.stream_keep_alive_ms)),
             admin_token: AdminToken(self.admin_token.as_deref().map(Into::into)),
-            api_keys: ApiKeys(
-                self.api_keys
-                    .iter()
-                    .filter(|key| !key.is_empty())
-                    .map(|key| key.as_str().into())
-                    .collect(),
-            ),
+            api_keys: ApiKeys(self.accepted_api_keys()),
             buyer_tokens: BuyerTokens(buyer_key.map(Arc::new)),
             trusted_proxies: TrustedProxies(self.trusted_proxies.clone().into()),
         })
@@ -345,15 +493,7 @@ impl Config {
     }
 
     pub fn redis_settings(&self) -> RedisSettings {
-        let topology = if self.redis_cluster_nodes.is_empty() {
-            Topology::Single {
-                url: self.redis_url.clone(),
-            }
-        } else {
-            Topology::Cluster {
-                nodes: self.redis_cluster_nodes.clone(),
-            }
-        };
+        let topology = self.redis.topology();
         let pool = self.redis_pool;
         RedisSettings {
             topology,
@@ -363,7 +503,7 @@ impl Config {
                 .redis_pool_size
                 .and_then(|size| usize::try_from(size).ok())
                 .unwrap_or(pool.default_size()),
-            timeout: Duration::from_millis(self.redis_timeout_ms),
+            timeout: self.redis.timeout(),
             replication: (self.redis_wait_replicas > 0).then(|| Replication {
                 replicas: self.redis_wait_replicas,
                 timeout: Duration::from_millis(self.redis_wait_timeout_ms),
@@ -380,8 +520,8 @@ mod tests {
     fn defaults_match_the_documented_settings() {
         let config = Config::try_parse_from(["lockgate"]).unwrap();
         assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
-        assert_eq!(config.redis_url, "redis://127.0.0.1:6379");
-        assert_eq!(config.key_prefix, "lockgate:");
+        assert_eq!(config.redis.redis_url, "redis://127.0.0.1:6379");
+        assert_eq!(config.redis.key_prefix, "lockgate:");
         assert_eq!(config.max_ttl_ms, 3_600_000);
         assert_eq!(config.max_wait_ms, 60_000);
         assert_eq!(config.instance_id, None);

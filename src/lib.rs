@@ -8,7 +8,8 @@
 //!   [`config`] (flags and `LOCKGATE_*` variables).
 //! * [`http`]: routes, extractors, the router's state, problem responses and
 //!   the OpenAPI document.
-//! * [`seckill`]: the flash-sale demo, built on the locks and its own Lua.
+//! * [`seckill`]: the flash-sale demo, built on the locks and its own Lua;
+//!   beside it [`orders`], the hand-off of the sale's orders into a database.
 //! * [`locks`]: the lock domain, with typed inputs that can only be made by
 //!   parsing ([`locks::LockKey`], [`locks::Token`], [`locks::Ttl`]), and
 //!   event-driven waiting.
@@ -26,6 +27,7 @@ pub mod duration;
 pub mod http;
 pub mod locks;
 pub mod metrics;
+pub mod orders;
 pub mod redis;
 pub mod run;
 pub mod seckill;

@@ -1,4 +1,4 @@
-//! The `lockgate` binary: `serve` runs the gateway, `run` holds a lock while a command runs, `openapi` prints the OpenAPI document.
+//! The `lockgate` binary: `serve` runs the gateway, `run` holds a lock while a command runs, `orders` stores the sales' orders in a database, `openapi` prints the OpenAPI document.
 
 use std::process::ExitCode;
 
@@ -45,6 +45,12 @@ async fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => lockgate::run::run(*args).await,
+        Command::Orders(args) => {
+            if args.command.is_none() {
+                telemetry::init(args.worker.log_format);
+            }
+            lockgate::app::orders(*args).await
+        }
         Command::Openapi => {
             print!("{}", http::openapi_json());
             ExitCode::SUCCESS

@@ -71,11 +71,15 @@ struct LabelledCounters(Mutex<BTreeMap<String, u64>>);
 
 impl LabelledCounters {
     fn add(&self, label: &str) {
+        self.add_n(label, 1);
+    }
+
+    fn add_n(&self, label: &str, n: u64) {
         let mut counters = lock(&self.0);
         match counters.get_mut(label) {
-            Some(count) => *count += 1,
+            Some(count) => *count += n,
             None => {
-                counters.insert(label.to_owned(), 1);
+                counters.insert(label.to_owned(), n);
             }
         }
     }
@@ -238,6 +242,12 @@ pub struct Metrics {
     redis_commands: LabelledHistograms,
     redis_errors: LabelledCounters,
     lock_events: LabelledCounters,
+    orders_stored: LabelledCounters,
+    orders_dead_lettered: LabelledCounters,
+    orders_lost: LabelledCounters,
+    /// Per sale: orders in Redis not yet stored, and the age (ms) of the
+    /// oldest, as the hand-off last read them.
+    handoff: Mutex<BTreeMap<String, (u64, u64)>>,
 }
 
 impl Metrics {
@@ -283,6 +293,28 @@ impl Metrics {
     /// A failed Redis operation: `connection`, `timeout`, `server` or `pool`.
     pub fn redis_error(&self, kind: &str) {
         self.redis_errors.add(kind);
+    }
+
+    /// Orders of a sale the hand-off stored (and acknowledged).
+    pub fn orders_stored(&self, sku: &str, stored: u64) {
+        if stored > 0 {
+            self.orders_stored.add_n(sku, stored);
+        }
+    }
+
+    /// An order of a sale moved to its dead letters.
+    pub fn orders_dead_lettered(&self, sku: &str) {
+        self.orders_dead_lettered.add(sku);
+    }
+
+    /// Orders of a sale that were pending but whose stream entries were gone.
+    pub fn orders_lost(&self, sku: &str, lost: u64) {
+        self.orders_lost.add_n(sku, lost);
+    }
+
+    /// A sale's orders not yet stored, and how old the oldest is.
+    pub fn handoff_gauges(&self, sku: &str, pending: u64, lag_ms: u64) {
+        lock(&self.handoff).insert(sku.to_owned(), (pending, lag_ms));
     }
 
     /// The Prometheus text exposition of everything, with the gauges read now.
@@ -372,7 +404,54 @@ impl Metrics {
             "Failed Redis operations by kind.",
             "kind",
         );
+        self.render_handoff(&mut out);
         out
+    }
+
+    /// The order hand-off's metrics (only where a hand-off runs).
+    fn render_handoff(&self, out: &mut String) {
+        let handoff = lock(&self.handoff);
+        if handoff.is_empty() {
+            return;
+        }
+        self.orders_stored.render(
+            out,
+            "lockgate_orders_stored_total",
+            "Orders the hand-off stored in the database, by sale.",
+            "sku",
+        );
+        self.orders_dead_lettered.render(
+            out,
+            "lockgate_orders_dead_letters_total",
+            "Orders moved to a sale's dead-letter stream after their last delivery, by sale.",
+            "sku",
+        );
+        self.orders_lost.render(
+            out,
+            "lockgate_orders_lost_total",
+            "Pending orders whose stream entries were gone before they were stored, by sale.",
+            "sku",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP lockgate_orders_pending Orders recorded in Redis and not yet stored, by sale.
+             # TYPE lockgate_orders_pending gauge"
+        );
+        for (sku, (pending, _)) in handoff.iter() {
+            let _ = writeln!(out, "lockgate_orders_pending{{sku=\"{sku}\"}} {pending}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP lockgate_orders_handoff_lag_seconds Age of a sale's oldest order not yet stored.
+             # TYPE lockgate_orders_handoff_lag_seconds gauge"
+        );
+        for (sku, (_, lag_ms)) in handoff.iter() {
+            let _ = writeln!(
+                out,
+                "lockgate_orders_handoff_lag_seconds{{sku=\"{sku}\"}} {}",
+                *lag_ms as f64 / 1000.0
+            );
+        }
     }
 }
 

@@ -393,7 +393,7 @@ pub async fn set_value(
     let state = locks.set_value(&key, &token, value.as_ref()).await?;
     Ok(Json(LeaseRenewal {
         key: key.to_string(),
-        ttl_ms: 0,
+        ttl_ms: state.ttl_ms,
         expires_at_ms: state.expires_at_ms,
         fencing_token: state.fencing_token,
         holds: state.holds,

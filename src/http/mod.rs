@@ -97,6 +97,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(locks::extend))
         .routes(routes!(locks::set_value))
         .routes(routes!(watch::events))
+        .routes(routes!(seckill::sales))
         .routes(routes!(seckill::reset_sale, seckill::sale))
         .routes(routes!(seckill::purchase, seckill::orders))
         .routes(routes!(ops::healthz))

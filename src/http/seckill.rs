@@ -18,7 +18,7 @@ use super::responses::problem_responses;
 use super::schema::{IdempotencyKeyText, NameText};
 use crate::seckill::{
     Cursor, Order, OrderEntry, OrderRequest, OrdersQuery, PageLimit, Purchase, Quantity,
-    RateDecision, SaleState, SaleTerms, Sales, Sku, UserId,
+    RateDecision, SaleState, SaleTerms, Sales, UserId,
 };
 
 static RATE_LIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -47,19 +47,48 @@ pub struct SaleView {
     per_user_limit: u64,
     /// Orders recorded.
     orders: u64,
+    /// Orders the order hand-off stored in its database and acknowledged;
+    /// null when no hand-off reads this sale.
+    stored: Option<u64>,
+    /// Orders recorded in Redis and not yet stored (`orders - stored`);
+    /// null when no hand-off reads this sale.
+    pending: Option<u64>,
+    refused: RefusedView,
+}
+
+/// Purchases of the sale refused, by why, as every instance counted them
+/// (each adds its counts a few times a second).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RefusedView {
+    sold_out: u64,
+    limit_exceeded: u64,
+    rate_limited: u64,
 }
 
 impl SaleView {
-    fn new(sku: &Sku, sale: SaleState) -> Self {
+    fn new(sku: &str, sale: SaleState) -> Self {
         Self {
-            sku: sku.to_string(),
+            sku: sku.to_owned(),
             stock: sale.stock,
             initial_stock: sale.initial_stock,
             sold: sale.sold,
             per_user_limit: sale.per_user_limit,
             orders: sale.orders,
+            stored: sale.stored,
+            pending: sale.stored.map(|stored| sale.orders.saturating_sub(stored)),
+            refused: RefusedView {
+                sold_out: sale.refused.sold_out,
+                limit_exceeded: sale.refused.limit_exceeded,
+                rate_limited: sale.refused.rate_limited,
+            },
         }
     }
+}
+
+/// Every sale.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SaleList {
+    sales: Vec<SaleView>,
 }
 
 /// `POST /seckill/{sku}/orders`: who buys, and how many.
@@ -148,6 +177,12 @@ problem_responses!(
 );
 
 problem_responses!(
+    /// What `GET /seckill` can refuse with.
+    ListProblems:
+        Unauthorized, Forbidden, AdministrationDisabled, BackendUnavailable,
+);
+
+problem_responses!(
     /// What `GET /seckill/{sku}/orders` can refuse with.
     OrdersProblems:
         Unauthorized, Forbidden, SaleNotFound, InvalidField, BackendUnavailable,
@@ -189,7 +224,32 @@ pub async fn reset_sale(
         whole_number("per_user_limit", &body.per_user_limit)?,
     )?;
     let sale = sales.reset(&sku, terms).await?;
-    Ok(Json(SaleView::new(&sku, sale)))
+    Ok(Json(SaleView::new(sku.as_str(), sale)))
+}
+
+/// Every sale (admin), by sku: what `GET /seckill/{sku}` says of each (at
+/// most 1000).
+#[utoipa::path(
+    get,
+    path = "/seckill",
+    tag = "seckill",
+    security(("admin" = [])),
+    responses(
+        (status = 200, description = "The sales", body = SaleList),
+        ListProblems,
+    )
+)]
+pub async fn sales(
+    State(sales): State<Sales>,
+    _admin: AdminAccess,
+) -> Result<Json<SaleList>, ApiError> {
+    let sales = sales.list().await?;
+    Ok(Json(SaleList {
+        sales: sales
+            .into_iter()
+            .map(|(sku, sale)| SaleView::new(&sku, sale))
+            .collect(),
+    }))
 }
 
 /// A sale's stock, sales and limit.
@@ -208,7 +268,7 @@ pub async fn sale(
     SkuPath(sku): SkuPath,
 ) -> Result<Json<SaleView>, ApiError> {
     let sale = sales.sale(&sku).await?;
-    Ok(Json(SaleView::new(&sku, sale)))
+    Ok(Json(SaleView::new(sku.as_str(), sale)))
 }
 
 /// Buy.

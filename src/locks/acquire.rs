@@ -124,28 +124,26 @@ impl<'a> Acquisition<'a> {
 
     /// Joins the queue and waits in it.
     async fn wait(&self, ticket: &mut Ticket) -> Result<Granted, NoGrant> {
-        // When a place may free, as last heard: the refusal's retry hint.
-        let mut free_at = match Box::pin(self.attempt(Some(ticket.id()))).await? {
+        match Box::pin(self.attempt(Some(ticket.id()))).await? {
             Outcome::Granted(granted) => return Ok(granted),
             Outcome::Refused(refused) => return Err(refused),
             Outcome::Held { free_in_ms } => return Err(NoGrant::Held { free_in_ms }),
             Outcome::Queued {
                 position,
                 free_in_ms,
-            } => {
-                self.joined(ticket, position, free_in_ms);
-                Instant::now() + Duration::from_millis(free_in_ms)
-            }
-        };
+            } => self.joined(ticket, position, free_in_ms),
+        }
         let closing = ticket.closing();
         loop {
             let standing = tokio::select! {
                 standing = ticket.changed() => standing,
                 () = tokio::time::sleep_until(self.terms.deadline.into()) => {
                     return match Box::pin(self.leave(ticket)).await? {
-                        Some(granted) => Ok(granted),
-                        None => Err(NoGrant::Held {
-                            free_in_ms: millis(free_at.saturating_duration_since(Instant::now())),
+                        Ok(granted) => Ok(granted),
+                        // As the lock stands now: renewed since the wait
+                        // began, it frees later than first heard.
+                        Err(free_in_ms) => Err(NoGrant::Held {
+                            free_in_ms: free_in_ms.max(1),
                         }),
                     };
                 }
@@ -163,7 +161,7 @@ impl<'a> Acquisition<'a> {
                     }
                 }
                 Standing::Unaccounted => {
-                    if let Some(granted) = Box::pin(self.leave(ticket)).await? {
+                    if let Ok(granted) = Box::pin(self.leave(ticket)).await? {
                         return Ok(granted);
                     }
                 }
@@ -178,10 +176,7 @@ impl<'a> Acquisition<'a> {
                     Outcome::Queued {
                         position,
                         free_in_ms,
-                    } => {
-                        self.joined(ticket, position, free_in_ms);
-                        free_at = Instant::now() + Duration::from_millis(free_in_ms);
-                    }
+                    } => self.joined(ticket, position, free_in_ms),
                 }
             }
         }
@@ -207,8 +202,9 @@ impl<'a> Acquisition<'a> {
         }
     }
 
-    /// Leaves the queue; the grant, if one was made before it left.
-    async fn leave(&self, ticket: &Ticket) -> Result<Option<Granted>, NoGrant> {
+    /// Leaves the queue: the place it was granted meanwhile, or when a
+    /// place frees as the lock stands now (ms).
+    async fn leave(&self, ticket: &Ticket) -> Result<Result<Granted, u64>, NoGrant> {
         let mut conn = self.locks.0.redis.connection().await?;
         let left = scripts::leave(
             &mut conn,
@@ -220,8 +216,11 @@ impl<'a> Acquisition<'a> {
         .await?;
         drop(conn);
         match left {
-            LeaveReply::Granted { .. } => self.claim().await,
-            LeaveReply::Left | LeaveReply::Gone => Ok(None),
+            // A place that stood too long unclaimed is gone: soon free again.
+            LeaveReply::Granted { .. } => Ok(self.claim().await?.ok_or(1)),
+            LeaveReply::Left { free_in_ms } | LeaveReply::Gone { free_in_ms } => {
+                Ok(Err(free_in_ms))
+            }
         }
     }
 

@@ -73,7 +73,7 @@ impl Drop for Handover {
             if let Some(id) = queued_as {
                 match locks.leave_queue(&key, &id, &token).await {
                     Ok(grant::LeaveReply::Granted { .. }) => {}
-                    Ok(grant::LeaveReply::Left | grant::LeaveReply::Gone) => granted = false,
+                    Ok(grant::LeaveReply::Left { .. } | grant::LeaveReply::Gone { .. }) => granted = false,
                     Err(err) => tracing::debug!(%key, error = %err, "could not leave a lock's queue; the waiter's wait will end it"),
                 }
             }

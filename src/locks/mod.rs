@@ -217,6 +217,33 @@ impl Locks {
     /// waiting) or the lease is dropped before the handover completes, the
     /// grant is released, so a client that went away holds nothing (unless
     /// it sent an Idempotency-Key: its retry gets the grant).
+    /// Ties an Idempotency-Key to the lock it first named, for as long as
+    /// that request's grant could live (its wait and lease), on every
+    /// instance: the same key naming another lock is `KeyReused`. (Within
+    /// one lock, the acquire script tells a retry from a different request.)
+    async fn claim_idempotency_key(
+        &self,
+        request: &AcquireRequest,
+        idempotency_key: &IdempotencyKey,
+    ) -> Result<(), LockError> {
+        let lives_ms = request.ttl.as_millis() + request.wait.as_millis();
+        let mut conn = self.0.redis.connection().await?;
+        let named = scripts::claim_idempotency_key(
+            &mut conn,
+            &self.0.prefix,
+            idempotency_key.as_str(),
+            request.key.as_str(),
+            lives_ms.max(1),
+        )
+        .await?;
+        match named {
+            Some(lock) if lock != request.key.as_str() => Err(LockError::KeyReused {
+                key: request.key.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, LockError> {
         if let Some(token) = request.token {
             // Boxed, like every round trip here: see `Acquisition::run`.
@@ -227,8 +254,12 @@ impl Locks {
         let token = Token::generate();
         let keep_if_left = request.idempotency_key.is_some();
         let mut handover = Handover::new(self.clone(), request.key.clone(), token, keep_if_left);
-        let request_hash = match request.idempotency_key {
-            Some(_) => request.request_hash(),
+        let request_hash = match &request.idempotency_key {
+            Some(idempotency_key) => {
+                self.claim_idempotency_key(&request, idempotency_key)
+                    .await?;
+                request.request_hash()
+            }
             None => String::new(),
         };
         // Named up front, so that a request dropped while it waits (its
@@ -480,10 +511,11 @@ impl Locks {
                 fencing_token,
                 holds,
                 expires_at_ms,
+                ttl_ms,
             } => Ok(LockState {
                 fencing_token,
                 holds,
-                ttl_ms: 0,
+                ttl_ms,
                 expires_at_ms,
             }),
             SetValueReply::Lost(why) => Err(lost(key, why)),

@@ -114,7 +114,11 @@ impl Connection {
         let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
         let started = Instant::now();
-        let result = connection.route_command(cmd.clone(), routing).await;
+        // An error reply comes back as a value: made the error it is.
+        let result = connection
+            .route_command(cmd.clone(), routing)
+            .await
+            .and_then(Value::extract_error);
         self.note(&operation(cmd), started, &result);
         Ok(redis::from_redis_value(result?)?)
     }
@@ -160,7 +164,11 @@ impl Connection {
             port: *port,
         });
         let started = Instant::now();
-        let result = connection.route_command(cmd.clone(), routing).await;
+        // An error reply comes back as a value: made the error it is.
+        let result = connection
+            .route_command(cmd.clone(), routing)
+            .await
+            .and_then(Value::extract_error);
         self.note(&operation(cmd), started, &result);
         Ok(redis::from_redis_value(result?)?)
     }

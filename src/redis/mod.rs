@@ -2,6 +2,7 @@
 
 mod connection;
 pub mod locks;
+pub mod orders;
 mod pool;
 pub mod pubsub;
 pub mod scan;

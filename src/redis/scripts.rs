@@ -160,9 +160,19 @@ macro_rules! lua_script {
 pub static PURCHASE: LuaScript = lua_script!("purchase.lua");
 pub static RESET_SALE: LuaScript = lua_script!("reset_sale.lua");
 pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
+pub static ORDERS_ACK: LuaScript = lua_script!("orders_ack.lua");
+pub static ORDERS_DEAD_LETTER: LuaScript = lua_script!("orders_dead_letter.lua");
+pub static ORDERS_TIDY: LuaScript = lua_script!("orders_tidy.lua");
 
 /// The scripts run by SHA, for loading at start-up.
-pub static SCRIPTS: [&LuaScript; 3] = [&PURCHASE, &RESET_SALE, &RATE_LIMIT];
+pub static SCRIPTS: [&LuaScript; 6] = [
+    &PURCHASE,
+    &RESET_SALE,
+    &RATE_LIMIT,
+    &ORDERS_ACK,
+    &ORDERS_DEAD_LETTER,
+    &ORDERS_TIDY,
+];
 
 /// The libraries every lock script shares, in the order they build on
 /// each other.

@@ -19,6 +19,10 @@ pub struct SaleKeys {
     pub orders: String,
     /// Hash: user id -> `order_id:quantity,...`, that user's orders.
     pub by_user: String,
+    /// Set: the old epochs' order streams the hand-off is still draining.
+    pub draining: String,
+    /// Stream: the orders the hand-off could not store.
+    pub dead_letters: String,
 }
 
 impl SaleKeys {
@@ -29,12 +33,14 @@ impl SaleKeys {
             idempotency: format!("{sale}:idem"),
             orders: format!("{sale}:orders"),
             by_user: format!("{sale}:by-user"),
+            draining: format!("{sale}:draining"),
+            dead_letters: format!("{sale}:orders:dead"),
             sale,
         }
     }
 
     /// Adds the five keys in the order `purchase.lua` and `reset_sale.lua`
-    /// both declare them (`KEYS[1]` to `KEYS[5]`).
+    /// both declare them first (`KEYS[1]` to `KEYS[5]`).
     fn bind<'a, 'i>(
         &self,
         invocation: &'a mut ScriptInvocation<'i>,
@@ -90,6 +96,43 @@ pub struct SaleState {
     pub sold: u64,
     pub per_user_limit: u64,
     pub orders: u64,
+    /// Orders the hand-off stored; `None` when no hand-off reads the sale.
+    pub stored: Option<u64>,
+    /// Purchases refused, as the instances counted them.
+    pub refused: Refused,
+}
+
+/// Purchases of a sale refused, by why (counted by each instance and
+/// added to the sale's hash a few times a second).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Refused {
+    pub sold_out: u64,
+    pub limit_exceeded: u64,
+    pub rate_limited: u64,
+}
+
+impl Refused {
+    /// The sale hash's field of each count, in the order of [`Refused::counts`].
+    pub const FIELDS: [&'static str; 3] = [
+        "refused_sold_out",
+        "refused_limit_exceeded",
+        "refused_rate_limited",
+    ];
+
+    pub fn counts(&self) -> [u64; 3] {
+        [self.sold_out, self.limit_exceeded, self.rate_limited]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts() == [0; 3]
+    }
+}
+
+/// What a reset did: the new epoch, and whether a hand-off reads the sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResetReply {
+    pub epoch: u64,
+    pub handoff: bool,
 }
 
 /// One entry of a sale's order stream.
@@ -156,7 +199,7 @@ pub async fn purchase(
     })
 }
 
-/// Runs `reset_sale.lua`; returns the new epoch.
+/// Runs `reset_sale.lua`.
 pub async fn reset(
     conn: &mut Connection,
     keys: &SaleKeys,
@@ -164,19 +207,24 @@ pub async fn reset(
     per_user_limit: u64,
     channel: &str,
     sku: &str,
-) -> Result<u64, BackendError> {
+) -> Result<ResetReply, BackendError> {
     let reply = RESET_SALE
         .run(
             keys.bind(&mut RESET_SALE.prepare())
+                .key(&keys.draining)
                 .arg(stock)
                 .arg(per_user_limit)
                 .arg(channel)
-                .arg(sku),
+                .arg(sku)
+                .arg(super::orders::GROUP),
             conn,
         )
         .await?;
     RESET_SALE.read(&reply, |reply| match reply.code() {
-        "reset" => reply.number("epoch"),
+        "reset" => Some(ResetReply {
+            epoch: reply.number("epoch")?,
+            handoff: reply.flag("handoff")?,
+        }),
         _ => None,
     })
 }
@@ -188,7 +236,15 @@ pub async fn state(
 ) -> Result<Option<SaleState>, BackendError> {
     let fields: Vec<Option<u64>> = redis::cmd("HMGET")
         .arg(&keys.sale)
-        .arg(&["stock", "initial_stock", "sold", "per_user_limit", "orders"])
+        .arg(&[
+            "stock",
+            "initial_stock",
+            "sold",
+            "per_user_limit",
+            "orders",
+            "stored",
+        ])
+        .arg(&Refused::FIELDS)
         .query_async(conn)
         .await?;
     Ok(match fields.as_slice() {
@@ -198,15 +254,47 @@ pub async fn state(
             Some(sold),
             Some(per_user_limit),
             Some(orders),
+            stored,
+            sold_out,
+            limit_exceeded,
+            rate_limited,
         ] => Some(SaleState {
             stock: *stock,
             initial_stock: *initial_stock,
             sold: *sold,
             per_user_limit: *per_user_limit,
             orders: *orders,
+            stored: *stored,
+            refused: Refused {
+                sold_out: sold_out.unwrap_or(0),
+                limit_exceeded: limit_exceeded.unwrap_or(0),
+                rate_limited: rate_limited.unwrap_or(0),
+            },
         }),
         _ => None,
     })
+}
+
+/// Adds an instance's refusal counts to a sale's hash. (Should the sale
+/// be gone, the hash holds only these counts, which no read takes for a
+/// sale: it has no stock.)
+pub async fn add_refusals(
+    conn: &mut Connection,
+    keys: &SaleKeys,
+    refused: Refused,
+) -> Result<(), BackendError> {
+    let mut pipe = redis::pipe();
+    for (field, count) in Refused::FIELDS.iter().zip(refused.counts()) {
+        if count > 0 {
+            pipe.cmd("HINCRBY")
+                .arg(&keys.sale)
+                .arg(*field)
+                .arg(count)
+                .ignore();
+        }
+    }
+    let _: () = pipe.query_async(conn).await?;
+    Ok(())
 }
 
 /// An `XRANGE` entry: its id and its field-value pairs.

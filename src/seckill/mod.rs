@@ -19,6 +19,7 @@ mod orders;
 mod purchase;
 mod rate;
 mod sold_out;
+mod tally;
 
 use std::net::IpAddr;
 use std::ops::ControlFlow;
@@ -38,13 +39,15 @@ pub use purchase::{Order, Purchase, PurchaseAnswer};
 use rate::RateLimits;
 pub use rate::{RateDecision, RatePolicy};
 use sold_out::SoldOutFlags;
+use tally::{RefusalKind, RefusalTally};
 
 use crate::locks::{
     AcquireRequest, IdempotencyKey, Lease, LockError, LockKey, LockKind, Locks, Ttl, WaitTime,
 };
 use crate::metrics::Metrics;
+use crate::redis::orders as handoff;
 use crate::redis::pubsub::Subscriber;
-use crate::redis::seckill::{self as scripts, PurchaseMode, PurchaseReply, SaleKeys};
+use crate::redis::seckill::{self as scripts, PurchaseMode, PurchaseReply, Refused, SaleKeys};
 use crate::redis::{BackendError, Redis};
 // Read from Redis as they are and handed on unchanged: one type each, not a
 // domain copy joined to the Redis one field by field.
@@ -116,7 +119,11 @@ pub struct Sales {
     rates: RateLimits,
     settings: SaleSettings,
     metrics: Arc<Metrics>,
+    refusals: Arc<RefusalTally>,
 }
+
+/// The most sales `GET /seckill` lists.
+pub const MAX_LISTED_SALES: usize = 1000;
 
 impl Sales {
     /// Sets up the sales, listening for resets made on any instance.
@@ -134,14 +141,18 @@ impl Sales {
         // could go unheard, but no purchase has marked anything sold out yet.
         drop(subscriber.subscribe(flags.channel()));
         let rates = RateLimits::new(redis.clone(), prefix, &settings, metrics.clone());
+        let prefix: Arc<str> = prefix.into();
+        let refusals = Arc::new(RefusalTally::default());
+        refusals.start_flushing(redis.clone(), prefix.clone());
         Self {
             redis,
             locks,
-            prefix: prefix.into(),
+            prefix,
             flags,
             rates,
             settings,
             metrics,
+            refusals,
         }
     }
 
@@ -159,7 +170,9 @@ impl Sales {
             .await?;
         let reset = async {
             let mut conn = self.redis.connection().await?;
-            let epoch = scripts::reset(
+            // Listed before it exists, so the order hand-off finds every sale.
+            handoff::register(&mut conn, &self.prefix, sku.as_str()).await?;
+            let reply = scripts::reset(
                 &mut conn,
                 &keys,
                 terms.stock(),
@@ -168,12 +181,13 @@ impl Sales {
                 sku.as_str(),
             )
             .await?;
-            Ok::<_, SaleError>(epoch)
+            Ok::<_, SaleError>(reply)
         }
         .await;
         self.give_back(lease).await;
+        let reset = reset?;
         // Not left to the message alone: this instance knows at once.
-        self.flags.reset(sku.as_str(), reset?);
+        self.flags.reset(sku.as_str(), reset.epoch);
         // What the script just wrote; reading it back would cost a round
         // trip and could show a purchase made since.
         Ok(SaleState {
@@ -182,7 +196,25 @@ impl Sales {
             sold: 0,
             per_user_limit: terms.per_user_limit(),
             orders: 0,
+            stored: reset.handoff.then_some(0),
+            refused: Refused::default(),
         })
+    }
+
+    /// Every sale (up to [`MAX_LISTED_SALES`]), by sku.
+    pub async fn list(&self) -> Result<Vec<(String, SaleState)>, SaleError> {
+        let mut conn = self.redis.connection().await?;
+        let mut sales = Vec::new();
+        for sku in handoff::registered(&mut conn, &self.prefix).await? {
+            if sales.len() == MAX_LISTED_SALES {
+                break;
+            }
+            let keys = SaleKeys::new(&self.prefix, &sku);
+            if let Some(state) = scripts::state(&mut conn, &keys).await? {
+                sales.push((sku, state));
+            }
+        }
+        Ok(sales)
     }
 
     pub async fn sale(&self, sku: &Sku) -> Result<SaleState, SaleError> {
@@ -202,15 +234,26 @@ impl Sales {
 
     /// Buys, or replays an earlier purchase with the same Idempotency-Key.
     pub async fn buy(&self, order: OrderRequest, client: Option<IpAddr>) -> PurchaseAnswer {
-        let answer = self.try_buying(order, client).await;
+        let answer = self.try_buying(&order, client).await;
         self.metrics.sale(outcome(&answer.result));
+        let refused = match &answer.result {
+            Err(SaleError::Refused(Refusal::SoldOut { .. })) => Some(RefusalKind::SoldOut),
+            Err(SaleError::Refused(Refusal::LimitExceeded { .. })) => {
+                Some(RefusalKind::LimitExceeded)
+            }
+            Err(SaleError::Refused(Refusal::RateLimited(_))) => Some(RefusalKind::RateLimited),
+            _ => None,
+        };
+        if let Some(kind) = refused {
+            self.refusals.count(order.sku.as_str(), kind);
+        }
         answer
     }
 
-    async fn try_buying(&self, order: OrderRequest, client: Option<IpAddr>) -> PurchaseAnswer {
+    async fn try_buying(&self, order: &OrderRequest, client: Option<IpAddr>) -> PurchaseAnswer {
         if self.flags.is_sold_out(order.sku.as_str()) {
             return PurchaseAnswer {
-                result: self.answer_sold_out(&order).await,
+                result: self.answer_sold_out(order).await,
                 rate: None,
             };
         }
@@ -223,7 +266,7 @@ impl Sales {
             let result = self.purchase(&order, PurchaseMode::Buy).await;
             return PurchaseAnswer { result, rate };
         }
-        self.buy_under_user_lock(&order, client).await
+        self.buy_under_user_lock(order, client).await
     }
 
     /// A purchase under its user's lock, in two Redis round trips where it

@@ -66,6 +66,16 @@ async fn the_same_key_with_another_body_is_refused_and_a_released_grant_is_forgo
     let other = acquire_with_key(&app, "k-1", &json!({"key": "job", "ttl_ms": 20_000})).await;
     let problem = assert_problem(other, 422, "idempotency-key-reused").await;
     assert_eq!(problem["key"], "job");
+    // Naming another lock is another body too, on any instance.
+    let elsewhere = TestApp::spawn(&redis).await;
+    let other_lock = acquire_with_key(
+        &elsewhere,
+        "k-1",
+        &json!({"key": "job-2", "ttl_ms": 30_000}),
+    )
+    .await;
+    assert_problem(other_lock, 422, "idempotency-key-reused").await;
+    assert_problem(app.get("/locks/job-2").await, 404, "lock-not-found").await;
 
     app.release("job", grant["token"].as_str().unwrap()).await;
     let fresh = acquire_with_key(&app, "k-1", &body).await;

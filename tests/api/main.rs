@@ -17,6 +17,7 @@ mod lock_kinds;
 mod locks;
 mod observability;
 mod openapi;
+mod orders;
 mod proxy;
 mod readme;
 mod replication;

@@ -472,3 +472,32 @@ async fn an_idle_gateway_keeps_its_one_subscription_connection() {
         "the pub/sub connection was replaced while idle"
     );
 }
+
+/// A wait that runs out tells when the lock frees as it stands then: a
+/// holder that renewed during the wait pushed that later than first heard
+/// (a hint of 0 would send the client straight back).
+#[tokio::test]
+async fn a_wait_that_runs_out_hints_at_the_renewed_lease() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let holder = app.take("renewed", 900).await;
+    let waiting = {
+        let app_url = app.url("/locks");
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(app_url)
+                .json(&json!({"key": "renewed", "ttl_ms": 1000, "wait_ms": 1000}))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    // Renewed while the other waits: the lease now ends ~1.5 s from here.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let renewed = app.extend("renewed", &holder.token, 1500).await;
+    assert_eq!(renewed.status(), StatusCode::OK);
+    let refused = waiting.await.unwrap();
+    let body = assert_problem(refused, 409, "lock-held").await;
+    let retry_after_ms = body["retry_after_ms"].as_u64().unwrap();
+    assert!((500..=1500).contains(&retry_after_ms), "{body}");
+}

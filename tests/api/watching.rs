@@ -89,6 +89,14 @@ async fn a_watcher_sees_every_change_in_order_and_resumes_through_another_instan
         .await
         .unwrap();
     assert_eq!(proclaimed.status(), StatusCode::OK);
+    // The answer tells the lease as it stands, the value set.
+    let lease: Value = proclaimed.json().await.unwrap();
+    assert_eq!(lease["expires_at_ms"], grant["expires_at_ms"], "{lease}");
+    let left = lease["ttl_ms"].as_u64().unwrap();
+    assert!(
+        left > 0 && left <= grant["ttl_ms"].as_u64().unwrap(),
+        "{lease}"
+    );
     one.release("leader", token).await;
     let second = one.take("leader", 300).await;
     let taken_at = Instant::now();

@@ -294,15 +294,15 @@ fn extend_reply(reply: &Reply, ttl_ms: u64) -> Result<ExtendReply, BackendError>
 /// What `leave.lua` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaveReply {
-    /// Out of the queue.
-    Left,
+    /// Out of the queue; a place frees in `free_in_ms` (as it stands now).
+    Left { free_in_ms: u64 },
     /// Granted a place before it left: its fencing token and lease end.
     Granted {
         fencing_token: u64,
         expires_at_ms: u64,
     },
     /// Neither in the queue nor holding (passed over).
-    Gone,
+    Gone { free_in_ms: u64 },
 }
 
 /// Runs `leave.lua`: waiter `id` (with `token`) leaves the queue.
@@ -317,23 +317,28 @@ pub async fn leave(
     invocation.arg(id).arg(token).arg(FENCE_RETENTION_MS);
     let reply = LEAVE.run(&invocation, conn).await?;
     LEAVE.read(&reply, |reply| match reply.code() {
-        "left" => Some(LeaveReply::Left),
+        "left" => Some(LeaveReply::Left {
+            free_in_ms: reply.number("free_in_ms")?,
+        }),
         "granted" => Some(LeaveReply::Granted {
             fencing_token: reply.number("fence")?,
             expires_at_ms: reply.number("expires_at_ms")?,
         }),
-        "gone" => Some(LeaveReply::Gone),
+        "gone" => Some(LeaveReply::Gone {
+            free_in_ms: reply.number("free_in_ms")?,
+        }),
         _ => None,
     })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SetValueReply {
-    /// Set: the holder's fencing token, holds and lease end.
+    /// Set: the holder's fencing token, holds, lease end and what is left of it.
     Set {
         fencing_token: u64,
         holds: u64,
         expires_at_ms: u64,
+        ttl_ms: u64,
     },
     Lost(NoPlace),
 }
@@ -358,6 +363,7 @@ pub async fn set_value(
             fencing_token: reply.number("fence")?,
             holds: reply.number("holds")?,
             expires_at_ms: reply.number("expires_at_ms")?,
+            ttl_ms: reply.number("ttl_ms")?,
         }),
         code => NoPlace::of(code).map(SetValueReply::Lost),
     })
@@ -380,4 +386,26 @@ pub async fn revoke(
         "not-found" => Some(None),
         _ => None,
     })
+}
+
+/// Names `lock` as the one an Idempotency-Key is for, for `lives_ms`,
+/// unless the key names a lock already: returns the lock it named before
+/// (`SET NX GET`, one step).
+pub async fn claim_idempotency_key(
+    conn: &mut Connection,
+    prefix: &str,
+    idempotency_key: &str,
+    lock: &str,
+    lives_ms: u64,
+) -> Result<Option<String>, BackendError> {
+    let record = format!("{prefix}idempotency:{{{idempotency_key}}}");
+    Ok(redis::cmd("SET")
+        .arg(&record)
+        .arg(lock)
+        .arg("NX")
+        .arg("GET")
+        .arg("PX")
+        .arg(lives_ms)
+        .query_async(conn)
+        .await?)
 }

@@ -4,6 +4,8 @@ mod app;
 mod cases;
 mod events;
 mod nginx;
+pub mod orders;
+mod postgres;
 mod process;
 mod redis_server;
 mod sale;
@@ -19,8 +21,9 @@ pub use app::{Grant, TestApp};
 pub use cases::{Case, case};
 pub use events::{Event, EventStream};
 pub use nginx::{Nginx, NginxSettings};
+pub use postgres::Postgres;
 pub use process::GatewayProcess;
-pub use redis_server::{RedisServer, command_calls, lock_keys, lock_script};
+pub use redis_server::{RedisServer, TestConnection, command_calls, lock_keys, lock_script};
 pub use sale::ADMIN;
 
 /// Sends `signal` (such as `-TERM`) to a process.

@@ -568,6 +568,7 @@ pub async fn command_calls(redis: &RedisServer) -> HashMap<String, u64> {
 }
 
 /// A test's own connection: to one Redis or to a cluster.
+#[derive(Clone)]
 pub enum TestConnection {
     Single(redis::aio::MultiplexedConnection),
     Cluster(redis::cluster_async::ClusterConnection),

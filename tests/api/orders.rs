@@ -1,0 +1,482 @@
+//! The order hand-off: every order of every sale stored in PostgreSQL or SQLite exactly once, through worker deaths, a database that goes away, poison entries, trimmed entries and resets.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use crate::helpers::orders::{OneWayProxy, Rows, Worker, reconcile, rows};
+use crate::helpers::{Postgres, RedisServer, TestApp, TestConnection, eventually};
+
+/// A SQLite database in a temp dir (kept alive by the returned dir).
+fn sqlite() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("orders.db").display());
+    (dir, url)
+}
+
+/// The sale's orders stream, as the gateway names it.
+fn stream(sku: &str) -> String {
+    format!("lockgate:sale:{{{sku}}}:orders")
+}
+
+/// Buys `count` single units of `sku`, one user each.
+async fn buy_many(app: &TestApp, sku: &str, count: usize) {
+    for n in 0..count {
+        app.bought(sku, &format!("u-{n}"), 1, None).await;
+    }
+}
+
+/// Waits until the sale says every order is stored (`pending` 0).
+async fn all_stored(app: &TestApp, sku: &str, within: Duration) -> Value {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let sale = app.sale(sku).await;
+        if sale["pending"] == 0 && sale["stored"] == sale["orders"] {
+            return sale;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not everything was stored: {sale}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn rows_of(sale: &Value) -> Rows {
+    let orders = sale["orders"].as_i64().unwrap();
+    Rows {
+        rows: orders,
+        distinct: orders,
+        units: sale["sold"].as_i64().unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn every_sales_orders_reach_sqlite_once_and_reconcile() {
+    // In cluster mode these skus live on different masters.
+    let skus = ["phone", "laptop", "watch", "tablet"];
+    let redis = RedisServer::start().await;
+    let (_dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &["--orders-database", &database]).await;
+    for (n, sku) in skus.iter().enumerate() {
+        app.reset_sale(sku, 100, 5).await;
+        buy_many(&app, sku, 5 + n).await;
+    }
+    for sku in skus {
+        let sale = all_stored(&app, sku, Duration::from_secs(10)).await;
+        assert_eq!(rows(&database, sku).await, rows_of(&sale));
+    }
+    let reconciled = reconcile(&redis, &database);
+    let report = String::from_utf8_lossy(&reconciled.stdout);
+    assert!(reconciled.status.success(), "{report}");
+    for sku in skus {
+        assert!(
+            report
+                .lines()
+                .any(|line| line.starts_with(&format!("{sku} ")) && line.ends_with(" ok")),
+            "{report}"
+        );
+    }
+    // Stored and acknowledged entries are trimmed away.
+    let emptied = eventually(Duration::from_secs(5), || async {
+        let listed = app.orders("phone").await;
+        listed.is_empty()
+    })
+    .await;
+    assert!(emptied, "the stream still holds stored orders");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn reconcile_fails_when_a_row_is_missing() {
+    let redis = RedisServer::start_single().await;
+    let (_dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &["--orders-database", &database]).await;
+    app.reset_sale("phone", 10, 5).await;
+    buy_many(&app, "phone", 3).await;
+    all_stored(&app, "phone", Duration::from_secs(10)).await;
+    app.stop().await;
+    let file = database.trim_start_matches("sqlite://");
+    let deleted = std::process::Command::new("sqlite3")
+        .args([
+            file,
+            "DELETE FROM orders WHERE rowid = (SELECT MIN(rowid) FROM orders)",
+        ])
+        .status();
+    if !deleted.is_ok_and(|status| status.success()) {
+        // No sqlite3 program: delete through sqlx.
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&database).await.unwrap();
+        sqlx::query("DELETE FROM orders WHERE rowid = (SELECT MIN(rowid) FROM orders)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+    let reconciled = reconcile(&redis, &database);
+    let report = String::from_utf8_lossy(&reconciled.stdout);
+    assert_eq!(reconciled.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("rows=2") && report.contains("MISMATCH"),
+        "{report}"
+    );
+}
+
+/// A worker whose database froze mid-batch is killed before its commit;
+/// another worker takes its entries over once they were idle long enough,
+/// and nothing is lost.
+#[tokio::test]
+async fn a_worker_killed_before_its_commit_loses_nothing_and_another_takes_over() {
+    let redis = RedisServer::start_single().await;
+    let postgres = Postgres::start();
+    let database = postgres.url();
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("phone", 100, 5).await;
+    let mut first = Worker::spawn(&redis, &database, "first", &[]);
+    // The worker creates the group; then PostgreSQL freezes.
+    let conn = redis.connection().await;
+    let joined = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(stream("phone"))
+                .query_async::<Vec<redis::Value>>(&mut conn)
+                .await
+                .is_ok_and(|groups| !groups.is_empty())
+        }
+    })
+    .await;
+    assert!(joined, "the worker never joined:\n{}", first.logs());
+    // Let the migrations finish before the freeze.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    postgres.signal_all("-STOP");
+    buy_many(&app, "phone", 6).await;
+    let read = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move { pending(&mut conn, "phone").await == 6 }
+    })
+    .await;
+    assert!(
+        read,
+        "the worker did not read the orders:\n{}",
+        first.logs()
+    );
+    first.kill();
+    postgres.signal_all("-CONT");
+    assert_eq!(
+        rows(&database, "phone").await.rows,
+        0,
+        "nothing was committed"
+    );
+    let second = Worker::spawn(&redis, &database, "second", &["--claim-idle-ms", "500"]);
+    let sale = all_stored(&app, "phone", Duration::from_secs(15)).await;
+    assert_eq!(rows(&database, "phone").await, rows_of(&sale));
+    assert!(
+        second
+            .logs()
+            .contains("took over orders another worker left pending"),
+        "{}",
+        second.logs()
+    );
+    app.stop().await;
+}
+
+/// A worker that committed but was killed before its acknowledgement
+/// (its link to Redis dropping what it sends, after the database thawed and
+/// took the commit) stores nothing twice when it comes back: its own
+/// pending entries are stored again as nothing new, and counted once.
+#[tokio::test]
+async fn a_worker_killed_after_its_commit_stores_nothing_twice() {
+    let redis = RedisServer::start_single().await;
+    let postgres = Postgres::start();
+    let database = postgres.url();
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("phone", 100, 5).await;
+    let redis_port = redis.node(0).port;
+    let proxy = OneWayProxy::start(format!("127.0.0.1:{redis_port}").parse().unwrap()).await;
+    let through_proxy = [
+        "--redis-url".to_owned(),
+        format!("redis://127.0.0.1:{}", proxy.port),
+    ];
+    let mut worker = Worker::spawn_through(&through_proxy, &database, "solo", &[]);
+    let conn = redis.connection().await;
+    let joined = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("HEXISTS")
+                .arg("lockgate:sale:{phone}")
+                .arg("stored")
+                .query_async::<bool>(&mut conn)
+                .await
+                .unwrap_or(false)
+        }
+    })
+    .await;
+    assert!(joined, "the worker never joined:\n{}", worker.logs());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    postgres.signal_all("-STOP");
+    buy_many(&app, "phone", 4).await;
+    let read = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move { pending(&mut conn, "phone").await == 4 }
+    })
+    .await;
+    assert!(
+        read,
+        "the worker did not read the orders:\n{}",
+        worker.logs()
+    );
+    // Nothing the worker sends reaches Redis any more; the database thaws:
+    // the commit goes through, the acknowledgement is lost on the way.
+    proxy.drop_client_bytes();
+    postgres.signal_all("-CONT");
+    let committed = eventually(Duration::from_secs(10), || async {
+        rows(&database, "phone").await.rows == 4
+    })
+    .await;
+    assert!(committed, "the batch was not committed:\n{}", worker.logs());
+    worker.kill();
+    let mut conn = conn.clone();
+    assert_eq!(
+        pending(&mut conn, "phone").await,
+        4,
+        "acknowledged before the kill"
+    );
+    let back = Worker::spawn(&redis, &database, "solo", &[]);
+    let sale = all_stored(&app, "phone", Duration::from_secs(15)).await;
+    assert_eq!(sale["stored"], 4, "counted twice: {sale}");
+    assert_eq!(rows(&database, "phone").await, rows_of(&sale));
+    let dead: usize = conn
+        .xlen("lockgate:sale:{phone}:orders:dead")
+        .await
+        .unwrap();
+    assert_eq!(dead, 0, "{}", back.logs());
+    app.stop().await;
+}
+
+/// PostgreSQL stopped at once (`pg_ctl stop -m immediate`) and started
+/// again while orders come in: the worker waits it out, says so once, and
+/// every order is stored once.
+#[tokio::test]
+async fn postgres_stopped_and_started_again_under_load() {
+    let redis = RedisServer::start_single().await;
+    let postgres = Postgres::start();
+    let database = postgres.url();
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("phone", 1000, 1000).await;
+    let worker = Worker::spawn(&redis, &database, "solo", &[]);
+    let buying = {
+        let app_url = app.url("/seckill/phone/orders");
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for n in 0..300 {
+                let _ = http
+                    .post(&app_url)
+                    .json(&serde_json::json!({"user_id": format!("u-{}", n % 50), "quantity": 1}))
+                    .send()
+                    .await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    postgres.stop_immediately();
+    // Longer than a connection is waited for (2 s): the worker sees it gone.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(postgres.pg_ctl_start(), "PostgreSQL did not start again");
+    buying.await.unwrap();
+    let sale = all_stored(&app, "phone", Duration::from_secs(20)).await;
+    assert!(sale["orders"].as_u64().unwrap() > 100, "{sale}");
+    assert_eq!(rows(&database, "phone").await, rows_of(&sale));
+    let logs = worker.logs();
+    assert_eq!(
+        logs.matches("orders database unavailable").count(),
+        1,
+        "said once, not once a batch:\n{logs}"
+    );
+    assert!(logs.contains("orders database reachable again"), "{logs}");
+    app.stop().await;
+}
+
+/// An entry that is no order is delivered `--max-deliveries` times, then
+/// moved to the sale's dead letters; the orders around it are stored.
+#[tokio::test]
+async fn a_poison_entry_ends_in_the_dead_letters() {
+    let redis = RedisServer::start_single().await;
+    let (_dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("phone", 100, 5).await;
+    buy_many(&app, "phone", 2).await;
+    let mut conn = redis.connection().await;
+    let poison: String = conn
+        .xadd(
+            stream("phone"),
+            "*",
+            &[
+                ("order_id", "bad-1"),
+                ("user_id", "u-x"),
+                ("quantity", "many"),
+            ],
+        )
+        .await
+        .unwrap();
+    buy_many(&app, "phone", 2).await;
+    let worker = Worker::spawn(&redis, &database, "solo", &["--max-deliveries", "3"]);
+    let dead_lettered = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            conn.xlen::<_, usize>("lockgate:sale:{phone}:orders:dead")
+                .await
+                .unwrap_or(0)
+                == 1
+        }
+    })
+    .await;
+    assert!(dead_lettered, "{}", worker.logs());
+    let dead: redis::streams::StreamRangeReply = conn
+        .xrange_all("lockgate:sale:{phone}:orders:dead")
+        .await
+        .unwrap();
+    let letter = &dead.ids[0];
+    assert_eq!(letter.get::<String>("id").as_deref(), Some(poison.as_str()));
+    assert_eq!(letter.get::<String>("quantity").as_deref(), Some("many"));
+    assert!(letter.get::<String>("reason").is_some());
+    let sale = all_stored(&app, "phone", Duration::from_secs(10)).await;
+    assert_eq!(rows(&database, "phone").await, rows_of(&sale));
+    assert!(worker.logs().contains("moved to the dead letters"));
+    app.stop().await;
+}
+
+/// Entries pending in a dead worker's hands whose stream entries were
+/// trimmed away are counted and logged as lost when another worker claims
+/// them, never dropped in silence.
+#[tokio::test]
+async fn a_trimmed_pending_entry_is_counted_as_lost() {
+    let redis = RedisServer::start_single().await;
+    let postgres = Postgres::start();
+    let database = postgres.url();
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("phone", 100, 5).await;
+    let mut first = Worker::spawn(&redis, &database, "first", &[]);
+    let conn = redis.connection().await;
+    let joined = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("HEXISTS")
+                .arg("lockgate:sale:{phone}")
+                .arg("stored")
+                .query_async::<bool>(&mut conn)
+                .await
+                .unwrap_or(false)
+        }
+    })
+    .await;
+    assert!(joined, "{}", first.logs());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    postgres.signal_all("-STOP");
+    buy_many(&app, "phone", 3).await;
+    let read = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move { pending(&mut conn, "phone").await == 3 }
+    })
+    .await;
+    assert!(read, "{}", first.logs());
+    first.kill();
+    postgres.signal_all("-CONT");
+    // An operator trims the stream with MAXLEN, pending entries and all.
+    let mut conn = conn.clone();
+    let _: usize = redis::cmd("XTRIM")
+        .arg(stream("phone"))
+        .arg("MAXLEN")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let second = Worker::spawn(&redis, &database, "second", &["--claim-idle-ms", "300"]);
+    let counted = eventually(Duration::from_secs(10), || async {
+        second.logs().contains("lost=3")
+    })
+    .await;
+    assert!(counted, "{}", second.logs());
+    assert_eq!(pending(&mut conn, "phone").await, 0);
+    assert_eq!(rows(&database, "phone").await.rows, 0);
+    app.stop().await;
+}
+
+/// A reset while orders of the old epoch are not yet stored keeps them
+/// (the old stream is renamed and drained); both epochs end up stored, each
+/// row with its epoch, and the drained stream is deleted.
+#[tokio::test]
+async fn a_reset_keeps_the_old_epochs_unstored_orders() {
+    let redis = RedisServer::start().await;
+    let (_dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("phone", 100, 5).await;
+    // A worker joins (creates the group) and stops: nothing reads now.
+    let worker = Worker::spawn(&redis, &database, "solo", &[]);
+    let joined = eventually(Duration::from_secs(10), || async {
+        app.sale("phone").await["stored"] == 0
+    })
+    .await;
+    assert!(joined, "{}", worker.logs());
+    drop(worker);
+    buy_many(&app, "phone", 5).await;
+    let old_epoch_sold = app.sale("phone").await;
+    assert_eq!(old_epoch_sold["pending"], 5);
+    app.reset_sale("phone", 50, 5).await;
+    buy_many(&app, "phone", 3).await;
+    let worker = Worker::spawn(&redis, &database, "solo", &[]);
+    let drained = eventually(Duration::from_secs(10), || async {
+        app.sale("phone").await["pending"] == 0
+    })
+    .await;
+    assert!(drained, "{}", worker.logs());
+    let sale = app.sale("phone").await;
+    assert_eq!(
+        (&sale["orders"], &sale["stored"]),
+        (&3.into(), &3.into()),
+        "{sale}"
+    );
+    let both = eventually(Duration::from_secs(10), || async {
+        rows(&database, "phone").await.rows == 8
+    })
+    .await;
+    assert!(both, "{}", worker.logs());
+    let reconciled = reconcile(&redis, &database);
+    let report = String::from_utf8_lossy(&reconciled.stdout).into_owned();
+    assert!(reconciled.status.success(), "{report}");
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|line| line.starts_with("phone "))
+        .collect();
+    assert_eq!(lines.len(), 2, "a line per epoch: {report}");
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("rows=5") && line.ends_with("stored")),
+        "{report}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("rows=3") && line.ends_with("ok")),
+        "{report}"
+    );
+    app.stop().await;
+}
+
+/// Entries of `sku`'s stream delivered and not yet acknowledged.
+async fn pending(conn: &mut TestConnection, sku: &str) -> u64 {
+    let summary: Vec<redis::Value> = redis::cmd("XPENDING")
+        .arg(stream(sku))
+        .arg("lockgate-orders")
+        .query_async(conn)
+        .await
+        .unwrap_or_default();
+    match summary.first() {
+        Some(redis::Value::Int(count)) => *count as u64,
+        _ => 0,
+    }
+}
