@@ -8,7 +8,7 @@ use deadpool::managed::Object;
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
 use super::pool::{ClusterManager, LeanManager, LiveConnection};
 use super::scripts;
@@ -186,7 +186,10 @@ impl Connection {
             "server"
         };
         self.metrics.redis_error(kind);
-        if kind != "server" {
+        // A primary demoted by a failover answers READONLY: the connection
+        // is given up, and the next one goes where Sentinel says.
+        let demoted = err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly);
+        if kind != "server" || demoted {
             self.broken = true;
         }
     }

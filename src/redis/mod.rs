@@ -8,6 +8,7 @@ pub mod pubsub;
 pub mod scan;
 mod scripts;
 pub mod seckill;
+pub mod sentinel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use crate::duration::millis;
 use crate::metrics::Metrics;
 use pool::{ClusterManager, ClusterPool, LeanManager, Pool, PoolError, SharedConnections};
 use pubsub::Subscriber;
+use sentinel::Primary;
 
 pub use connection::Connection;
 
@@ -147,7 +149,7 @@ enum Backend {
         /// and those for replica-confirmed writes (`WAIT` blocks the
         /// connection it runs on).
         checkout: Pool,
-        client: redis::Client,
+        primary: Primary,
     },
     /// A pool would add nothing: the cluster connection multiplexes every
     /// request over one connection per node and reconnects by itself. It is
@@ -175,11 +177,11 @@ impl Redis {
     pub fn new(settings: &RedisSettings, metrics: Arc<Metrics>) -> Result<Self, redis::RedisError> {
         let backend = match &settings.topology {
             Topology::Single { url } => {
-                let client = redis::Client::open(url.as_str())?;
+                let primary = Primary::from_url(url)?;
                 let connections = match settings.pool {
                     PoolKind::Shared => {
                         SingleConnections::Shared(Box::new(SharedConnections::new(
-                            LeanManager::new(client.clone(), settings.timeout),
+                            LeanManager::new(primary.clone(), settings.timeout),
                             settings.pool_size,
                         )))
                     }
@@ -187,8 +189,8 @@ impl Redis {
                 };
                 Backend::Single {
                     connections,
-                    checkout: single_pool(&client, settings)?,
-                    client,
+                    checkout: single_pool(&primary, settings)?,
+                    primary,
                 }
             }
             Topology::Cluster { nodes } => {
@@ -219,7 +221,7 @@ impl Redis {
     pub fn subscriber(&self) -> Result<Subscriber, redis::RedisError> {
         let timeout = self.0.timeout;
         match &self.0.backend {
-            Backend::Single { client, .. } => Ok(Subscriber::start(client.clone(), timeout)),
+            Backend::Single { primary, .. } => Ok(Subscriber::start(primary.clone(), timeout)),
             Backend::Cluster { nodes, .. } => Ok(Subscriber::start_cluster(
                 cluster_client(nodes, timeout),
                 timeout,
@@ -375,11 +377,8 @@ impl Redis {
     }
 }
 
-fn single_pool(
-    client: &redis::Client,
-    settings: &RedisSettings,
-) -> Result<Pool, redis::RedisError> {
-    let manager = LeanManager::new(client.clone(), settings.timeout);
+fn single_pool(primary: &Primary, settings: &RedisSettings) -> Result<Pool, redis::RedisError> {
+    let manager = LeanManager::new(primary.clone(), settings.timeout);
     build_pool(manager, settings.checkout_size(), settings.timeout)
 }
 

@@ -25,28 +25,31 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ErrorKind, RedisError};
 
+use super::sentinel::Primary;
 use super::timed_out;
 use crate::sync::lock;
 
 /// Opens connections to one Redis and tells live ones from dead ones.
 pub struct LeanManager {
-    client: redis::Client,
+    primary: Primary,
     config: AsyncConnectionConfig,
     timeout: Duration,
 }
 
 impl LeanManager {
-    pub fn new(client: redis::Client, timeout: Duration) -> Self {
+    pub fn new(primary: Primary, timeout: Duration) -> Self {
         let config = AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
         Self {
-            client,
+            primary,
             config,
             timeout,
         }
     }
 
     async fn open(&self) -> Result<LiveConnection, RedisError> {
-        let info = self.client.get_connection_info();
+        // Asked anew for each connection: after a failover, the new primary.
+        let client = self.primary.client(self.timeout).await?;
+        let info = client.get_connection_info();
         let settings = info.redis_settings();
         let config = self.config.clone();
         match info.addr() {

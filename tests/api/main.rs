@@ -23,6 +23,7 @@ mod readme;
 mod replication;
 mod run;
 mod seckill;
+mod sentinel;
 mod settings;
 mod shutdown;
 mod streams;

@@ -16,6 +16,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster::ClusterClientBuilder;
 use tokio::sync::{mpsc, oneshot};
 
+use super::sentinel::Primary;
 use super::timed_out;
 
 /// A part of the gateway that receives messages: it hears about every
@@ -116,7 +117,7 @@ pub(super) const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 impl Subscriber {
     /// Starts the task; it runs until [`Subscriber::stop`] or until every
     /// handle is dropped.
-    pub fn start(client: redis::Client, timeout: Duration) -> Self {
+    pub fn start(client: Primary, timeout: Duration) -> Self {
         let (requests, inbox) = mpsc::unbounded_channel();
         let listeners = Arc::new(Listeners::default());
         tokio::spawn(run(client, timeout, listeners.clone(), inbox));
@@ -173,7 +174,7 @@ impl Subscriber {
 }
 
 async fn run(
-    client: redis::Client,
+    client: Primary,
     timeout: Duration,
     listeners: Arc<Listeners>,
     mut inbox: mpsc::UnboundedReceiver<Request>,
@@ -183,13 +184,25 @@ async fn run(
     let mut first = true;
     loop {
         match connect(&client, timeout, &wanted).await {
-            Ok((sink, stream)) => {
+            Ok((sink, stream, at)) => {
                 if !first {
                     tracing::info!("pub/sub connection re-established");
                     listeners.each(|listener| listener.reconnected());
                 }
                 first = false;
-                let ended = serve(sink, stream, &mut wanted, timeout, &listeners, &mut inbox);
+                let primary = Followed {
+                    primary: &client,
+                    at,
+                };
+                let ended = serve(
+                    sink,
+                    stream,
+                    &mut wanted,
+                    timeout,
+                    &listeners,
+                    &mut inbox,
+                    primary,
+                );
                 if ended.await == Ended::Stopped {
                     return;
                 }
@@ -233,12 +246,18 @@ pub(super) async fn pause_while_disconnected(
     }
 }
 
-/// Opens the connection and subscribes to every channel still wanted.
+/// Opens the connection and subscribes to every channel still wanted;
+/// returns it with the primary's address it reached.
 async fn connect(
-    client: &redis::Client,
+    primary: &Primary,
     timeout: Duration,
     wanted: &Subscriptions,
-) -> redis::RedisResult<(PubSubSink, PubSubStream)> {
+) -> redis::RedisResult<(PubSubSink, PubSubStream, Option<(String, u16)>)> {
+    let client = primary.client(timeout).await?;
+    let at = match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
+        _ => None,
+    };
     let opened = tokio::time::timeout(timeout, client.get_async_pubsub()).await;
     let (mut sink, stream) = opened.map_err(timed_out)??.split();
     let channels = wanted.channels();
@@ -247,7 +266,23 @@ async fn connect(
             .await
             .map_err(timed_out)??;
     }
-    Ok((sink, stream))
+    Ok((sink, stream, at))
+}
+
+/// The primary a pub/sub connection was opened to, to leave it when the
+/// sentinels name another (a failover; a fixed address never moves).
+struct Followed<'a> {
+    primary: &'a Primary,
+    at: Option<(String, u16)>,
+}
+
+impl Followed<'_> {
+    async fn moved(&self, timeout: Duration) -> bool {
+        match self.primary.moved_to(timeout).await {
+            Some(now) => self.at.as_ref() != Some(&now),
+            None => false,
+        }
+    }
 }
 
 #[derive(PartialEq, Eq)]
@@ -263,6 +298,7 @@ async fn serve(
     timeout: Duration,
     listeners: &Listeners,
     inbox: &mut mpsc::UnboundedReceiver<Request>,
+    primary: Followed<'_>,
 ) -> Ended {
     let mut health = tokio::time::interval(HEALTH_CHECK);
     health.reset();
@@ -302,7 +338,7 @@ async fn serve(
                 // status a plain connection gets, and asking for a string
                 // made every check fail and the connection be replaced.
                 let pong = tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await;
-                if !matches!(pong, Ok(Ok(_))) {
+                if !matches!(pong, Ok(Ok(_))) || primary.moved(timeout).await {
                     return Ended::ConnectionLost;
                 }
             }

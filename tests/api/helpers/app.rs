@@ -29,6 +29,12 @@ impl TestApp {
 
     /// A gateway on `redis` with extra `serve` flags.
     pub async fn spawn_with(redis: &RedisServer, flags: &[&str]) -> Self {
+        Self::spawn_reaching(redis.gateway_flags(), flags).await
+    }
+
+    /// A gateway reaching Redis as `redis_flags` say (a Sentinel URL, say),
+    /// with extra `serve` flags.
+    pub async fn spawn_reaching(redis_flags: Vec<String>, flags: &[&str]) -> Self {
         init_test_logs();
         // Tests with many waiters hold both ends of each connection here.
         let _ = rlimit::increase_nofile_limit(u64::MAX);
@@ -40,7 +46,7 @@ impl TestApp {
             "--instance-id".to_owned(),
             instance_id.clone(),
         ];
-        args.extend(redis.gateway_flags());
+        args.extend(redis_flags);
         args.extend(flags.iter().map(|flag| (*flag).to_owned()));
         let config = Config::try_parse_from(args).expect("valid test flags");
         let gateway = Gateway::bind(&config).await.expect("the gateway starts");

@@ -1,0 +1,117 @@
+"""What the gateway tells about locks, as plain read-only values.
+
+Durations are seconds (floats); times are the gateway's `*_at_ms` fields
+kept as they are: Unix epoch milliseconds by the Redis server's clock, which
+need not agree with this machine's. Each model keeps the JSON it was read
+from as `raw`, so fields a newer gateway adds are not lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+__all__ = ["LeaseInfo", "LockInfo", "Leader", "LockEvent"]
+
+
+def _seconds(ms: Any) -> Optional[float]:
+    return ms / 1000.0 if isinstance(ms, (int, float)) else None
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """One holder's lease as `GET /locks/{key}` shows it (never its token)."""
+
+    fencing_token: int
+    value: Optional[str]
+    holds: int
+    acquired_at_ms: Optional[int]
+    expires_at_ms: Optional[int]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "LeaseInfo":
+        return cls(
+            fencing_token=int(data.get("fencing_token") or 0),
+            value=data.get("value"),
+            holds=int(data.get("holds") or 0),
+            acquired_at_ms=data.get("acquired_at_ms"),
+            expires_at_ms=data.get("expires_at_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """A lock's state: `GET /locks/{key}`, one entry of `GET /locks`, or a
+    watcher's `snapshot`."""
+
+    key: str
+    held: bool
+    ttl: Optional[float]
+    expires_at_ms: Optional[int]
+    fencing_token: Optional[int]
+    holds: int
+    mode: Optional[str]
+    limit: Optional[int]
+    holders: int
+    leases: Tuple[LeaseInfo, ...]
+    #: The requests waiting now, in the order they will be served:
+    #: `{"position", "mode", "waiting_since_ms"}` each.
+    waiters: Tuple[Dict[str, Any], ...]
+    raw: Dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "LockInfo":
+        return cls(
+            key=str(data.get("key", "")),
+            held=bool(data.get("held", False)),
+            ttl=_seconds(data.get("ttl_ms")),
+            expires_at_ms=data.get("expires_at_ms"),
+            fencing_token=data.get("fencing_token"),
+            holds=int(data.get("holds") or 0),
+            mode=data.get("mode"),
+            limit=data.get("limit"),
+            holders=int(data.get("holders") or (1 if data.get("held") else 0)),
+            leases=tuple(LeaseInfo.from_json(lease) for lease in data.get("leases") or ()),
+            waiters=tuple(dict(waiter) for waiter in data.get("waiters") or ()),
+            raw=dict(data),
+        )
+
+
+@dataclass(frozen=True)
+class Leader:
+    """The leader of an election: the holder of its lock."""
+
+    #: What the leader published (its address, say); None if nothing.
+    value: Optional[str]
+    #: The leader's term: its fencing token, larger for every new leader.
+    term: int
+    expires_at_ms: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class LockEvent:
+    """One event of `GET /locks/{key}/events`.
+
+    `type` is `snapshot`, `acquired`, `value`, `released`, `expired`,
+    `revoked` or `gap`; `data` is its JSON; `id` resumes the stream after it.
+    """
+
+    type: str
+    data: Dict[str, Any]
+    id: Optional[str]
+
+    @property
+    def key(self) -> Optional[str]:
+        return self.data.get("key")
+
+    @property
+    def fencing_token(self) -> Optional[int]:
+        return self.data.get("fencing_token")
+
+    @property
+    def value(self) -> Optional[str]:
+        return self.data.get("value")
+
+    def snapshot(self) -> Optional[LockInfo]:
+        """The lock's state, for a `snapshot` event."""
+        return LockInfo.from_json(self.data) if self.type == "snapshot" else None

@@ -1,0 +1,39 @@
+/**
+ * lockgate: the TypeScript client of the lockgate HTTP gateway for
+ * distributed locks on Redis.
+ *
+ * - `Gateway`: one gateway address; `acquire` and `using` hold streamed locks
+ *   (the gateway renews them), `leases` is the plain lease API.
+ * - `Lock`: a held streamed lock, with its fencing token and a `signal` that
+ *   aborts when the lock is lost.
+ * - `LockWatch`: a lock's events, resumable; `Election`: leader election.
+ * - Errors: `LockgateError` and its subclasses, each with the gateway's
+ *   problem document.
+ */
+
+export { Gateway, type GatewayOptions } from "./gateway.js";
+export { Lock } from "./lock.js";
+export { Leases, type LeaseOptions } from "./leases.js";
+export { LockWatch, type WatchEvent, type WatchOptions, type AcquiredData, type ValueData, type EndedData } from "./watch.js";
+export { Election, Leadership, type ElectionOptions, type CampaignOptions, type Leader } from "./election.js";
+export {
+  LockgateError,
+  LockHeldError,
+  LockLostError,
+  NotOwnerError,
+  GatewayUnavailableError,
+  InvalidRequestError,
+  type Problem,
+} from "./errors.js";
+export type {
+  AcquireOptions,
+  LockOptions,
+  LockMode,
+  Grant,
+  Lease,
+  LeaseState,
+  LeaseView,
+  Waiter,
+  LockStatus,
+  FreeLock,
+} from "./types.js";

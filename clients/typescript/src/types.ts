@@ -1,0 +1,108 @@
+/**
+ * The shapes of what the gateway answers, as this library hands them out:
+ * member names in camelCase, durations in milliseconds, times in Unix epoch
+ * milliseconds by the Redis server's clock, fencing tokens as `bigint`.
+ */
+
+/** `exclusive` (the default: one holder, or up to `limit`) or `shared` (readers). */
+export type LockMode = "exclusive" | "shared";
+
+/** How to ask for a lock, streamed or plain. */
+export interface AcquireOptions {
+  /** Lease length; the gateway's default is 30 000. */
+  ttlMs?: number;
+  /** How long to wait on the server while another owner holds it; 0 (the default) tries once. */
+  waitMs?: number;
+  /** `shared` for a read lock beside other readers. */
+  mode?: LockMode;
+  /** Up to this many exclusive holders at once (a counting lock); 1 by default. */
+  limit?: number;
+  /** A public string every reader of the lock sees, such as the holder's address. */
+  value?: string;
+  /** Stops waiting (nothing is granted); the call rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** How to ask for a streamed lock. */
+export interface LockOptions extends AcquireOptions {
+  /** Called with the request's place in the lock's queue while it waits (1 is next). */
+  onQueued?: (position: number) => void;
+}
+
+/** A grant, as `POST /locks` answers it. */
+export interface Grant {
+  key: string;
+  /** The owner's secret: needed to extend, release or re-enter. Never logged by the gateway. */
+  token: string;
+  /**
+   * Strictly increasing with every new acquisition of the key: hand it to
+   * the resource you write to, which refuses writes with a smaller one.
+   */
+  fencingToken: bigint;
+  ttlMs: number;
+  expiresAtMs: number;
+  /** Re-entrant hold count. */
+  holds: number;
+  /** How long the request waited in the queue. */
+  waitedMs: number;
+}
+
+/** A plain lease: a grant held by its token, renewed by its holder. */
+export interface Lease extends Grant {
+  /**
+   * True when this grant was answered to an earlier attempt of the same
+   * acquisition whose answer was lost, and the retry got it again
+   * (`Idempotent-Replayed: true`).
+   */
+  replayed: boolean;
+}
+
+/** A lease after `extend` or `setValue`. */
+export interface LeaseState {
+  key: string;
+  ttlMs: number;
+  expiresAtMs: number;
+  fencingToken: bigint;
+  holds: number;
+}
+
+/** One holder's lease, as readers see it (never its token). */
+export interface LeaseView {
+  fencingToken: bigint;
+  value: string | null;
+  holds: number;
+  acquiredAtMs: number;
+  expiresAtMs: number;
+}
+
+/** A request waiting for the lock, on any gateway instance. */
+export interface Waiter {
+  /** 1 is served next. */
+  position: number;
+  mode: LockMode;
+  waitingSinceMs: number;
+}
+
+/** A held lock, as `GET /locks/{key}` shows it. */
+export interface LockStatus {
+  key: string;
+  held: true;
+  ttlMs: number;
+  expiresAtMs: number;
+  fencingToken: bigint;
+  holds: number;
+  mode: LockMode;
+  /** Absent for shared locks. */
+  limit?: number;
+  holders: number;
+  /** One per holder, oldest grant first. */
+  leases: LeaseView[];
+  waiters: Waiter[];
+}
+
+/** A lock nobody holds, as a watch's `snapshot` shows it. */
+export interface FreeLock {
+  key: string;
+  held: false;
+  waiters: Waiter[];
+}

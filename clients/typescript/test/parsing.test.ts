@@ -1,0 +1,111 @@
+/**
+ * The pure parts: JSON that keeps fencing tokens exact, the Server-Sent
+ * Events parser, and the mapping of problem documents to errors.
+ */
+
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import {
+  GatewayUnavailableError,
+  InvalidRequestError,
+  LockHeldError,
+  LockLostError,
+  LockgateError,
+  NotOwnerError,
+} from "lockgate";
+import { errorFromProblem } from "../dist/errors.js";
+import { parseGatewayJson, quoteUnsafeIntegers, readGatewayJson } from "../dist/json.js";
+import { EventStreamParser } from "../dist/sse.js";
+
+describe("gateway JSON", () => {
+  it("keeps a fencing token above 2^53 exact, as a bigint", () => {
+    const text = '{"key":"k","fencing_token":1795331974189167001,"ttl_ms":30000}';
+    const parsed = parseGatewayJson(text) as { fencing_token: bigint; ttl_ms: number };
+    assert.equal(parsed.fencing_token, 1795331974189167001n);
+    assert.equal(parsed.ttl_ms, 30000);
+    // JSON.parse alone would have rounded it.
+    assert.notEqual(BigInt(JSON.parse(text).fencing_token), 1795331974189167001n);
+  });
+
+  it("turns fencing tokens into bigints at any depth, and small ones too", () => {
+    const parsed = readGatewayJson<{ fencingToken: bigint; leases: { fencingToken: bigint; acquiredAtMs: number }[] }>(
+      '{"fencing_token":7,"leases":[{"fencing_token":9007199254740993,"acquired_at_ms":1795331974189}]}',
+    );
+    assert.equal(parsed.fencingToken, 7n);
+    assert.equal(parsed.leases[0]!.fencingToken, 9007199254740993n);
+    assert.equal(parsed.leases[0]!.acquiredAtMs, 1795331974189);
+  });
+
+  it("leaves numbers inside strings, fractions and exponents alone", () => {
+    const text = '{"value":"id 9007199254740993 \\"x\\": 12345678901234567890","a":1.5e300,"b":-12345678901234567890}';
+    assert.equal(
+      quoteUnsafeIntegers(text),
+      '{"value":"id 9007199254740993 \\"x\\": 12345678901234567890","a":1.5e300,"b":"-12345678901234567890"}',
+    );
+  });
+});
+
+describe("the event stream parser", () => {
+  it("parses events split anywhere between chunks, with any line ending", () => {
+    const text = ": keep-alive\r\n\r\nid: 1-0\r\nevent: acquired\r\ndata: {\"a\":1}\r\n\r\nevent: renewed\rdata: x\r\rdata: one\ndata:two\n\n";
+    for (let cut = 0; cut <= text.length; cut++) {
+      const parser = new EventStreamParser();
+      const events = [...parser.feed(text.slice(0, cut)), ...parser.feed(text.slice(cut))];
+      assert.deepEqual(
+        events,
+        [
+          { event: "acquired", data: '{"a":1}', id: "1-0" },
+          { event: "renewed", data: "x", id: undefined },
+          { event: "message", data: "one\ntwo", id: undefined },
+        ],
+        `cut at ${cut}`,
+      );
+    }
+  });
+
+  it("does not dispatch an event without data, nor one cut short", () => {
+    const parser = new EventStreamParser();
+    assert.deepEqual(parser.feed("event: gap\n\nevent: lost\ndata: {}"), []);
+  });
+});
+
+describe("problem documents", () => {
+  const problem = (slug: string, status: number, extra: object = {}) => ({
+    type: `/problems/${slug}`,
+    title: slug,
+    status,
+    ...extra,
+  });
+
+  it("map to an error by their slug, carrying the document", () => {
+    const cases: [string, number, new (...args: never[]) => LockgateError][] = [
+      ["lock-held", 409, LockHeldError],
+      ["not-owner", 409, NotOwnerError],
+      ["lock-not-found", 404, LockLostError],
+      ["backend-unavailable", 503, GatewayUnavailableError],
+      ["shutting-down", 503, GatewayUnavailableError],
+      ["invalid-key", 422, InvalidRequestError],
+      ["limit-mismatch", 409, InvalidRequestError],
+      ["idempotency-key-reused", 422, InvalidRequestError],
+      ["unauthorized", 401, InvalidRequestError],
+    ];
+    for (const [slug, status, kind] of cases) {
+      const error = errorFromProblem(problem(slug, status));
+      assert.ok(error instanceof kind, `${slug} is a ${kind.name}`);
+      assert.ok(error instanceof LockgateError);
+      assert.equal(error.slug, slug);
+      assert.equal(error.problem?.status, status);
+    }
+  });
+
+  it("give a lock-held error the holder's remaining lease", () => {
+    const error = errorFromProblem(problem("lock-held", 409, { retry_after_ms: 1834 }));
+    assert.ok(error instanceof LockHeldError);
+    assert.equal(error.retryAfterMs, 1834);
+  });
+
+  it("make any other 5xx a GatewayUnavailableError", () => {
+    assert.ok(errorFromProblem({ type: "about:blank", title: "Bad Gateway", status: 502 }) instanceof GatewayUnavailableError);
+  });
+});
