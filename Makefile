@@ -76,10 +76,10 @@ e2e:
 # Faults across a real network (network namespaces; needs root): every
 # scenario, or the two that make test runs.
 chaos:
-	./chaos/run.sh
+	if [ "$$(id -u)" -eq 0 ]; then ./chaos/run.sh; else sudo ./chaos/run.sh; fi
 
 chaos-short:
-	./chaos/run.sh --short
+	if [ "$$(id -u)" -eq 0 ]; then ./chaos/run.sh --short; else sudo ./chaos/run.sh --short; fi
 
 cluster:
 	./scripts/cluster.sh up

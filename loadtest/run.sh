@@ -11,6 +11,10 @@
 # 3. chaos: seckill.js again while one instance is killed (SIGKILL) midway;
 #    nginx routes around it, the invariants still hold, and only requests in
 #    flight on that instance may fail.
+# Two order hand-off workers (`lockgate orders`) store every sale's orders
+# in a PostgreSQL of the run's own meanwhile; once they drained, every sale
+# must reconcile (rows = orders, units = sold, nothing pending) and every
+# order answered 201 must be a row, no buyer above the cap.
 # Summaries (k6 JSON) and k6's HTML report of each run (its web dashboard,
 # exported when the run ends: NAME.html, to open in a browser) land in
 # $LOADTEST_OUT (default .run/loadtest).
@@ -26,7 +30,7 @@ fi
 out="${LOADTEST_OUT:-$root/.run/loadtest}"
 mkdir -p "$out"
 
-"$root/scripts/ensure-tools.sh" rust redis nginx k6
+"$root/scripts/ensure-tools.sh" rust redis nginx k6 postgresql
 (cd "$root" && cargo build --release --locked --quiet --bin lockgate)
 
 CLUSTER_DIR="$(mktemp -d)"
@@ -37,6 +41,25 @@ trap '"$root/scripts/cluster.sh" stop; rm -rf "$CLUSTER_DIR"' EXIT
 "$root/scripts/cluster.sh" start
 # shellcheck source=/dev/null
 source "$CLUSTER_DIR/ports.env"
+
+# PostgreSQL for the order hand-off.
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
+# (Beside the cluster's directory, which only root may enter.)
+pg_dir="$(mktemp -d)"
+start_postgres "$pg_dir"
+database="$pg_url"
+workers=()
+for consumer in orders-1 orders-2; do
+  RUST_LOG=warn "$root/target/release/lockgate" orders --database "$database" --consumer "$consumer" \
+    --redis-url "redis://127.0.0.1:$REDIS_PORT" >"$CLUSTER_DIR/$consumer.log" 2>&1 &
+  workers+=("$!")
+done
+stop_orders() {
+  kill "${workers[@]}" 2>/dev/null || true
+  stop_postgres "$pg_dir"
+}
+trap 'stop_orders; "$root/scripts/cluster.sh" stop; rm -rf "$CLUSTER_DIR" "$pg_dir"' EXIT
 
 export BASE_URL="http://127.0.0.1:$CLUSTER_PORT"
 export ADMIN_TOKEN="$LOCKGATE_ADMIN_TOKEN"
@@ -73,6 +96,35 @@ run_k6 locks RUN_ID=locks SUMMARY_FILE="$out/locks.json"
 killer=$!
 run_k6 seckill-chaos SKU=k6-chaos RATE="$rate" MAX_FAILED=25 SUMMARY_FILE="$out/seckill-chaos.json"
 wait "$killer"
+
+# The hand-off: drained, every sale reconciles, every 201 is a row.
+echo "== orders in PostgreSQL" >&2
+reconciled=no
+for _ in $(seq 1 60); do
+  if "$root/target/release/lockgate" orders reconcile --database "$database" \
+    --redis-url "redis://127.0.0.1:$REDIS_PORT" >"$out/reconcile.txt" 2>&1 \
+    && ! grep -q " pending=[1-9]" "$out/reconcile.txt"; then
+    reconciled=yes
+    break
+  fi
+  sleep 0.5
+done
+cat "$out/reconcile.txt" >&2
+if [ "$reconciled" != yes ]; then
+  echo "== orders: the sales do not reconcile" >&2
+  status=1
+fi
+psql_query() { psql -X -q -t -A -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "$1"; }
+for sku in k6-sale k6-chaos; do
+  created="$(redis-cli -p "$REDIS_PORT" SMEMBERS "k6:seckill:$sku:created" | sort)"
+  stored="$(psql_query "SELECT order_id FROM orders WHERE sku = '$sku'" | sort)"
+  missing="$(comm -23 <(printf '%s\n' "$created" | sed '/^$/d') <(printf '%s\n' "$stored" | sed '/^$/d') | wc -l)"
+  over="$(psql_query "SELECT count(*) FROM (SELECT user_id FROM orders WHERE sku = '$sku' AND sale_epoch = (SELECT max(sale_epoch) FROM orders WHERE sku = '$sku') GROUP BY user_id HAVING sum(quantity) > ${CAP:-2}) over_cap")"
+  echo "== orders of $sku: $(printf '%s\n' "$stored" | sed '/^$/d' | wc -l) rows; 201s not stored: $missing; buyers over the cap: $over" >&2
+  if [ "$missing" -ne 0 ] || [ "$over" -ne 0 ]; then
+    status=1
+  fi
+done
 
 if [ "$status" -eq 0 ]; then
   echo "load tests passed; summaries and HTML reports in $out" >&2

@@ -221,9 +221,16 @@ function allOrders() {
 
 export async function teardown() {
   const sale = http.get(`${BASE}/seckill/${SKU}`).json();
-  const orders = allOrders();
   if (sale.sold + sale.stock !== sale.initial_stock) violation(`sold + stock != initial: ${JSON.stringify(sale)}`);
   if (sale.stock < 0) violation(`stock below zero: ${sale.stock}`);
+  if (sale.stored !== null && sale.stored !== undefined) {
+    // An order hand-off stores the orders in a database and trims them from
+    // Redis: loadtest/run.sh checks them there, once the hand-off drained.
+    console.log(`sale ${SKU}: sold ${sale.sold} of ${sale.initial_stock} in ${sale.orders} orders; ` +
+      `${sale.stored} stored so far; the database is checked after the run`);
+    return;
+  }
+  const orders = allOrders();
   const sum = orders.reduce((total, order) => total + order.quantity, 0);
   if (sum !== sale.sold) violation(`orders sum to ${sum}, sold is ${sale.sold}`);
   if (orders.length !== sale.orders) violation(`${orders.length} orders recorded, the sale counts ${sale.orders}`);

@@ -29,3 +29,22 @@ free_port() { python3 "$lib_dir/free-ports.py" 1; }
 
 # field JSON NAME: one field of a JSON object.
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+
+# start_postgres DIR: a throwaway PostgreSQL (Debian's initdb and pg_ctl,
+# run as the postgres user when root) with its data in DIR (whose parent
+# that user can enter), on a free port; sets pg_port and pg_url, and
+# stop_postgres DIR stops it at once.
+as_postgres() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1; }
+start_postgres() {
+  local dir="$1" port
+  port="$(free_port)"
+  mkdir -p "$dir"
+  [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$dir"
+  as_postgres "$(pg_bin)/initdb" -A trust -U postgres --no-sync -D "$dir/data" >/dev/null
+  as_postgres "$(pg_bin)/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1" start >/dev/null
+  pg_port="$port"
+  pg_url="postgres://postgres@127.0.0.1:$port/postgres"
+}
+stop_postgres() { as_postgres "$(pg_bin)/pg_ctl" -D "$1/data" -m immediate stop >/dev/null 2>&1 || true; }

@@ -128,3 +128,149 @@ async fn every_key_the_gateway_writes_expires_once_its_locks_have_ended() {
         assert!(ttl > 0, "{key} has no expiry (PTTL {ttl})");
     }
 }
+
+/// The recipes of docs/reliability.md ("How a resource checks a fencing
+/// token"), each run against its real resource: a newer holder's write
+/// stands, the stale holder's later write is refused, and the holder may
+/// write again under its own token.
+mod recipes {
+    use std::io::{Read, Seek, Write};
+
+    use super::*;
+    use crate::helpers::Postgres;
+
+    #[tokio::test]
+    async fn postgresql_refuses_a_stale_fencing_token() {
+        let postgres = Postgres::start();
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&postgres.url()).await.unwrap();
+        sqlx::query(
+            "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT, fence BIGINT NOT NULL)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query("INSERT INTO accounts VALUES ('acct-1', 0, 0)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let write = |balance: i64, fence: i64| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query(
+                    "UPDATE accounts SET balance = $1, fence = $2 WHERE id = 'acct-1' AND fence <= $2",
+                )
+                .bind(balance)
+                .bind(fence)
+                .execute(&pool)
+                .await
+                .unwrap()
+                .rows_affected()
+            }
+        };
+        let (old, new) = fencing_tokens().await;
+        assert_eq!(write(10, new).await, 1, "the newer holder writes");
+        assert_eq!(write(20, new).await, 1, "and writes again under its token");
+        assert_eq!(write(99, old).await, 0, "the stale holder is refused");
+        let balance: i64 = sqlx::query_scalar("SELECT balance FROM accounts")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(balance, 20);
+        pool.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_redis_resource_refuses_a_stale_fencing_token_with_a_lua_check() {
+        const CHECK_AND_SET: &str = "
+            local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+            if tonumber(ARGV[1]) < fence then return 0 end
+            redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+            return 1";
+        let resource = RedisServer::start_single().await;
+        let mut conn = resource.node(0).connection().await;
+        let script = redis::Script::new(CHECK_AND_SET);
+        let (old, new) = fencing_tokens().await;
+        let mut write = async |fence: i64, value: &str| -> i64 {
+            script
+                .key("inventory:42")
+                .arg(fence)
+                .arg(value)
+                .invoke_async(&mut conn)
+                .await
+                .unwrap()
+        };
+        assert_eq!(write(new, "from the new holder").await, 1);
+        assert_eq!(write(old, "from the stale holder").await, 0);
+        let value: String = redis::cmd("HGET")
+            .arg("inventory:42")
+            .arg("value")
+            .query_async(&mut resource.node(0).connection().await)
+            .await
+            .unwrap();
+        assert_eq!(value, "from the new holder");
+    }
+
+    #[tokio::test]
+    async fn a_file_refuses_a_stale_fencing_token_under_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.txt");
+        // The file's first line is the fence of its last writer. Writers
+        // hold an exclusive lock on the file while they compare and write.
+        let write = |fence: i64, content: &str| -> bool {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap();
+            file.lock().unwrap();
+            let mut text = String::new();
+            file.read_to_string(&mut text).unwrap();
+            let stored: i64 = text
+                .lines()
+                .next()
+                .and_then(|line| line.parse().ok())
+                .unwrap_or(0);
+            if fence < stored {
+                return false;
+            }
+            file.set_len(0).unwrap();
+            file.rewind().unwrap();
+            write!(file, "{fence}\n{content}").unwrap();
+            file.sync_all().unwrap();
+            true
+        };
+        let (old, new) = fencing_tokens().await;
+        assert!(write(new, "new"));
+        assert!(!write(old, "stale"));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{new}\nnew")
+        );
+    }
+
+    /// Two fencing tokens a real gateway handed out: the first holder's
+    /// (whose lease lapsed) and the next holder's.
+    async fn fencing_tokens() -> (i64, i64) {
+        let redis = RedisServer::start().await;
+        let app = TestApp::spawn(&redis).await;
+        let first = app.take("resource", 30).await;
+        let next = loop {
+            let attempt = app
+                .acquire(serde_json::json!({"key": "resource", "ttl_ms": 30_000}))
+                .await;
+            if attempt.status() == StatusCode::CREATED {
+                break attempt.json::<serde_json::Value>().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        app.stop().await;
+        let token = |fence: u64| i64::try_from(fence).unwrap();
+        (
+            token(first.fencing_token),
+            token(next["fencing_token"].as_u64().unwrap()),
+        )
+    }
+}
