@@ -1,17 +1,16 @@
-//! The orders database: PostgreSQL or SQLite behind sqlx's `Any` driver, its embedded migrations, the batch insert, and the reconciliation's counts.
+//! The orders database: PostgreSQL or SQLite through sqlx, its embedded migrations, the batch insert, and the reconciliation's counts.
 //!
-//! Queries are built at run time (no database is needed to build the
-//! crate); the one difference between the two databases that they meet,
-//! the bind placeholder, is [`Dialect`]'s.
+//! Queries are checked at run time (no database is needed to build the
+//! crate). A batch goes to PostgreSQL as one array per column (`UNNEST`),
+//! to SQLite as one multi-row `INSERT`.
 
-use std::fmt::Write;
 use std::str::FromStr;
-use std::sync::Once;
 use std::time::Duration;
 
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
-use sqlx::{AnyPool, Row};
+use sqlx::pool::PoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 static POSTGRES: Migrator = sqlx::migrate!("migrations/postgres");
 static SQLITE: Migrator = sqlx::migrate!("migrations/sqlite");
@@ -72,33 +71,6 @@ fn unavailable(err: &sqlx::Error) -> bool {
     }
 }
 
-/// Which database a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dialect {
-    Postgres,
-    Sqlite,
-}
-
-impl Dialect {
-    fn of(url: &str) -> Option<Self> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Some(Self::Postgres)
-        } else if url.starts_with("sqlite:") {
-            Some(Self::Sqlite)
-        } else {
-            None
-        }
-    }
-
-    /// The `n`th (from 1) bind placeholder.
-    fn placeholder(self, out: &mut String, n: usize) {
-        let _ = match self {
-            Self::Postgres => write!(out, "${n}"),
-            Self::Sqlite => write!(out, "?{n}"),
-        };
-    }
-}
-
 /// A sale's rows of one epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EpochRows {
@@ -109,129 +81,134 @@ pub struct EpochRows {
 
 /// The orders database.
 #[derive(Clone)]
-pub struct OrderStore {
-    pool: AnyPool,
-    dialect: Dialect,
+pub enum OrderStore {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
 }
+
+/// The query of a sale's rows and units per epoch.
+const EPOCHS: &str = "SELECT sale_epoch, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT) \
+                      FROM orders WHERE sku = $1 GROUP BY sale_epoch ORDER BY sale_epoch";
+const SKUS: &str = "SELECT DISTINCT sku FROM orders ORDER BY sku";
 
 impl OrderStore {
     /// Checks the URL; nothing connects yet.
     pub fn new(url: &str) -> Result<Self, String> {
-        static DRIVERS: Once = Once::new();
-        DRIVERS.call_once(sqlx::any::install_default_drivers);
-        let dialect = Dialect::of(url)
-            .ok_or_else(|| format!("{url:?} is neither postgres://... nor sqlite://PATH"))?;
-        let url = match dialect {
-            // Made when missing, as `make run`'s `sqlite://.run/orders.db` is.
-            Dialect::Sqlite if !url.contains("mode=") => {
-                let separator = if url.contains('?') { '&' } else { '?' };
-                format!("{url}{separator}mode=rwc")
-            }
-            _ => url.to_owned(),
-        };
-        let options = AnyConnectOptions::from_str(&url).map_err(|err| err.to_string())?;
-        let pool = AnyPoolOptions::new()
+        let options = PoolOptions::new()
             .max_connections(4)
-            .acquire_timeout(Duration::from_secs(2))
-            .connect_lazy_with(options);
-        Ok(Self { pool, dialect })
+            .acquire_timeout(Duration::from_secs(2));
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let connect = PgConnectOptions::from_str(url).map_err(|err| err.to_string())?;
+            Ok(Self::Postgres(options.connect_lazy_with(connect)))
+        } else if url.starts_with("sqlite:") {
+            let connect = SqliteConnectOptions::from_str(url)
+                .map_err(|err| err.to_string())?
+                // Made when missing, as `make run`'s `sqlite://.run/orders.db` is;
+                // WAL, so readers (reconcile, `sqlite3`) do not block the hand-off.
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal);
+            let options = SqlitePoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(2));
+            Ok(Self::Sqlite(options.connect_lazy_with(connect)))
+        } else {
+            Err(format!("{url:?} is neither postgres://... nor sqlite://PATH"))
+        }
     }
 
     /// Creates or updates the table (the embedded migrations; each runs
-    /// once, whichever worker gets there first). SQLite is put in WAL mode,
-    /// so readers (reconcile, `sqlite3`) do not block the hand-off.
+    /// once, whichever worker gets there first).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let migrator = match self.dialect {
-            Dialect::Postgres => &POSTGRES,
-            Dialect::Sqlite => {
-                sqlx::query("PRAGMA journal_mode=WAL")
-                    .execute(&self.pool)
-                    .await?;
-                &SQLITE
-            }
+        let migrated = match self {
+            Self::Postgres(pool) => POSTGRES.run(pool).await,
+            Self::Sqlite(pool) => SQLITE.run(pool).await,
         };
-        migrator.run(&self.pool).await.map_err(|err| match err {
+        migrated.map_err(|err| match err {
             sqlx::migrate::MigrateError::Execute(err) => StoreError::from(err),
             other => StoreError::Refused(sqlx::Error::Migrate(Box::new(other))),
         })
     }
 
-    /// Stores `rows` in one transaction; an order already stored is left as
-    /// it is (`ON CONFLICT (order_id) DO NOTHING`, which both databases
-    /// have). Returns how many rows are new.
+    /// Stores `rows` in one transaction (one statement); an order already
+    /// stored is left as it is (`ON CONFLICT (order_id) DO NOTHING`, which
+    /// both databases have). Returns how many rows are new. One statement is
+    /// one transaction (autocommit): all rows or none, without the round
+    /// trips of BEGIN and COMMIT.
     pub async fn insert(&self, rows: &[OrderRow]) -> Result<u64, StoreError> {
         if rows.is_empty() {
             return Ok(0);
         }
-        let mut sql = String::from(
-            "INSERT INTO orders (order_id, sku, sale_epoch, user_id, quantity, ordered_at_ms) VALUES ",
-        );
-        const COLUMNS: usize = 6;
-        for row in 0..rows.len() {
-            sql.push_str(if row == 0 { "(" } else { ", (" });
-            for column in 0..COLUMNS {
-                if column > 0 {
-                    sql.push_str(", ");
+        let inserted = match self {
+            // Six arrays, one per column, whatever the batch's size: one
+            // prepared statement, and six values to bind instead of six a row.
+            Self::Postgres(pool) => sqlx::query(
+                "INSERT INTO orders (order_id, sku, sale_epoch, user_id, quantity, ordered_at_ms) \
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[]) \
+                 ON CONFLICT (order_id) DO NOTHING",
+            )
+            .bind(rows.iter().map(|row| row.order_id.as_str()).collect::<Vec<_>>())
+            .bind(rows.iter().map(|row| row.sku.as_str()).collect::<Vec<_>>())
+            .bind(rows.iter().map(|row| row.sale_epoch).collect::<Vec<_>>())
+            .bind(rows.iter().map(|row| row.user_id.as_str()).collect::<Vec<_>>())
+            .bind(rows.iter().map(|row| row.quantity).collect::<Vec<_>>())
+            .bind(rows.iter().map(|row| row.ordered_at_ms).collect::<Vec<_>>())
+            .execute(pool)
+            .await?
+            .rows_affected(),
+            Self::Sqlite(pool) => {
+                let mut sql = String::from(
+                    "INSERT INTO orders (order_id, sku, sale_epoch, user_id, quantity, ordered_at_ms) VALUES ",
+                );
+                for row in 0..rows.len() {
+                    sql.push_str(if row == 0 { "(" } else { ", (" });
+                    sql.push_str("?, ?, ?, ?, ?, ?)");
                 }
-                self.dialect
-                    .placeholder(&mut sql, row * COLUMNS + column + 1);
+                sql.push_str(" ON CONFLICT (order_id) DO NOTHING");
+                let mut query = sqlx::query(&sql);
+                for row in rows {
+                    query = query
+                        .bind(row.order_id.as_str())
+                        .bind(row.sku.as_str())
+                        .bind(row.sale_epoch)
+                        .bind(row.user_id.as_str())
+                        .bind(row.quantity)
+                        .bind(row.ordered_at_ms);
+                }
+                query.execute(pool).await?.rows_affected()
             }
-            sql.push(')');
-        }
-        sql.push_str(" ON CONFLICT (order_id) DO NOTHING");
-        let mut query = sqlx::query(&sql);
-        for row in rows {
-            query = query
-                .bind(row.order_id.as_str())
-                .bind(row.sku.as_str())
-                .bind(row.sale_epoch)
-                .bind(row.user_id.as_str())
-                .bind(row.quantity)
-                .bind(row.ordered_at_ms);
-        }
-        let mut transaction = self.pool.begin().await?;
-        let inserted = query.execute(&mut *transaction).await?.rows_affected();
-        transaction.commit().await?;
+        };
         Ok(inserted)
     }
 
     /// Every sku with rows.
     pub async fn skus(&self) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT DISTINCT sku FROM orders ORDER BY sku")
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows
-            .iter()
-            .filter_map(|row| row.try_get::<String, _>(0).ok())
-            .collect())
+        Ok(match self {
+            Self::Postgres(pool) => sqlx::query_scalar(SKUS).fetch_all(pool).await?,
+            Self::Sqlite(pool) => sqlx::query_scalar(SKUS).fetch_all(pool).await?,
+        })
     }
 
     /// A sale's rows and units, per epoch.
     pub async fn epochs(&self, sku: &str) -> Result<Vec<EpochRows>, StoreError> {
-        let mut sql = String::from(
-            "SELECT sale_epoch, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT) \
-             FROM orders WHERE sku = ",
-        );
-        self.dialect.placeholder(&mut sql, 1);
-        sql.push_str(" GROUP BY sale_epoch ORDER BY sale_epoch");
-        let rows = sqlx::query(&sql).bind(sku).fetch_all(&self.pool).await?;
-        let number = |row: &sqlx::any::AnyRow, column: usize| {
-            row.try_get::<i64, _>(column)
-                .ok()
-                .and_then(|value| u64::try_from(value).ok())
-                .unwrap_or(0)
+        let rows: Vec<(i64, i64, i64)> = match self {
+            Self::Postgres(pool) => sqlx::query_as(EPOCHS).bind(sku).fetch_all(pool).await?,
+            Self::Sqlite(pool) => sqlx::query_as(EPOCHS).bind(sku).fetch_all(pool).await?,
         };
+        let number = |value: i64| u64::try_from(value).unwrap_or(0);
         Ok(rows
-            .iter()
-            .map(|row| EpochRows {
-                sale_epoch: number(row, 0),
-                rows: number(row, 1),
-                units: number(row, 2),
+            .into_iter()
+            .map(|(epoch, rows, units)| EpochRows {
+                sale_epoch: number(epoch),
+                rows: number(rows),
+                units: number(units),
             })
             .collect())
     }
 
     pub async fn close(&self) {
-        self.pool.close().await;
+        match self {
+            Self::Postgres(pool) => pool.close().await,
+            Self::Sqlite(pool) => pool.close().await,
+        }
     }
 }
