@@ -13,12 +13,14 @@
 //! lowest pending entry; a reset keeps the old epoch's stream until it is
 //! drained ([`reconcile`] checks the result).
 
+mod entry;
+mod pace;
 pub mod reconcile;
 pub mod store;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -26,14 +28,14 @@ use crate::metrics::Metrics;
 use crate::redis::orders::{self as streams, Delivery, ReadFrom};
 use crate::redis::seckill::SaleKeys;
 use crate::redis::{BackendError, Redis};
+use entry::{entry_ms, order_row};
+use pace::{Backoff, due, no_group, now_ms};
 use store::{OrderRow, OrderStore, StoreError};
 
 /// How often the sales and their streams are looked up again.
 const DISCOVERY_EVERY: Duration = Duration::from_secs(1);
 /// How often streams are trimmed and the gauges read.
 const TIDY_EVERY: Duration = Duration::from_secs(1);
-/// The longest back-off while the database or Redis is away.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How a worker works.
 #[derive(Debug, Clone)]
@@ -494,131 +496,5 @@ impl Handoff {
             tracing::info!("order hand-off reaches Redis again");
             self.redis_away = false;
         }
-    }
-}
-
-/// The row of one stream entry; the reason when the entry is not an order.
-fn order_row(
-    sku: &str,
-    epoch: u64,
-    id: &str,
-    fields: &[(String, String)],
-) -> Result<OrderRow, &'static str> {
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_str())
-    };
-    let order_id = field("order_id").filter(|id| !id.is_empty());
-    let user_id = field("user_id").filter(|user| !user.is_empty());
-    let (Some(order_id), Some(user_id)) = (order_id, user_id) else {
-        return Err("no order_id or user_id");
-    };
-    let quantity = field("quantity")
-        .and_then(|quantity| quantity.parse::<i64>().ok())
-        .filter(|quantity| *quantity > 0)
-        .ok_or("no valid quantity")?;
-    let sale_epoch = match field("epoch") {
-        Some(epoch) => epoch.parse::<i64>().map_err(|_| "no valid epoch")?,
-        None => i64::try_from(epoch).map_err(|_| "no valid epoch")?,
-    };
-    let ordered_at_ms = entry_ms(id)
-        .and_then(|ms| i64::try_from(ms).ok())
-        .ok_or("no valid entry id")?;
-    Ok(OrderRow {
-        order_id: order_id.to_owned(),
-        sku: sku.to_owned(),
-        sale_epoch,
-        user_id: user_id.to_owned(),
-        quantity,
-        ordered_at_ms,
-    })
-}
-
-/// Whether Redis says the stream or its group is not there (any more).
-fn no_group(err: &BackendError) -> bool {
-    matches!(err, BackendError::Command(err) if err.code() == Some("NOGROUP"))
-}
-
-/// The Redis time (ms) in a stream entry's id.
-fn entry_ms(id: &str) -> Option<u64> {
-    id.split('-').next()?.parse().ok()
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
-}
-
-/// Whether `last` is more than `every` ago (or never), and if so, marks now.
-fn due(last: &mut Option<Instant>, every: Duration) -> bool {
-    let now = Instant::now();
-    if last.is_some_and(|at| now.duration_since(at) < every) {
-        return false;
-    }
-    *last = Some(now);
-    true
-}
-
-/// Exponential back-off from 100 ms to [`MAX_BACKOFF`].
-struct Backoff(Duration);
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self(Duration::from_millis(100))
-    }
-}
-
-impl Backoff {
-    /// Waits the next delay; `false` when stopped meanwhile.
-    async fn wait(&mut self, stop: &CancellationToken) -> bool {
-        let delay = self.0;
-        self.0 = (self.0 * 2).min(MAX_BACKOFF);
-        tokio::select! {
-            () = tokio::time::sleep(delay) => true,
-            () = stop.cancelled() => false,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-            .collect()
-    }
-
-    #[test]
-    fn an_entry_becomes_a_row_with_its_epoch_and_time() {
-        let entry = fields(&[
-            ("order_id", "o-1"),
-            ("user_id", "u-1"),
-            ("quantity", "2"),
-            ("idempotency_key", ""),
-            ("epoch", "7"),
-        ]);
-        let row = order_row("phone", 3, "1795000000123-4", &entry).unwrap();
-        assert_eq!(row.sale_epoch, 7);
-        assert_eq!(row.ordered_at_ms, 1_795_000_000_123);
-        assert_eq!(row.quantity, 2);
-        // An entry from before entries carried their epoch takes the stream's.
-        let old = fields(&[("order_id", "o-2"), ("user_id", "u-1"), ("quantity", "1")]);
-        assert_eq!(order_row("phone", 3, "1-0", &old).unwrap().sale_epoch, 3);
-    }
-
-    #[test]
-    fn an_entry_that_is_no_order_is_refused() {
-        let bad = fields(&[("order_id", "o-1"), ("user_id", "u-1"), ("quantity", "x")]);
-        assert!(order_row("phone", 1, "1-0", &bad).is_err());
-        let empty = fields(&[("quantity", "1")]);
-        assert!(order_row("phone", 1, "1-0", &empty).is_err());
     }
 }

@@ -112,7 +112,9 @@ impl OrderStore {
                 .acquire_timeout(Duration::from_secs(2));
             Ok(Self::Sqlite(options.connect_lazy_with(connect)))
         } else {
-            Err(format!("{url:?} is neither postgres://... nor sqlite://PATH"))
+            Err(format!(
+                "{url:?} is neither postgres://... nor sqlite://PATH"
+            ))
         }
     }
 
