@@ -107,6 +107,13 @@ impl OrderStore {
                 // WAL, so readers (reconcile, `sqlite3`) do not block the hand-off.
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal);
+            // And its directory, which SQLite would not make.
+            if let Some(directory) = connect.get_filename().parent()
+                && !directory.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(directory)
+                    .map_err(|err| format!("cannot make {}: {err}", directory.display()))?;
+            }
             let options = SqlitePoolOptions::new()
                 .max_connections(4)
                 .acquire_timeout(Duration::from_secs(2));
