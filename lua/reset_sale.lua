@@ -12,6 +12,9 @@
 -- ARGV[3]  the channel told of resets (every instance drops its sold-out flag)
 -- ARGV[4]  the sku, as the message
 -- ARGV[5]  the hand-off's consumer group
+-- ARGV[6]  "1" when an order hand-off works on this Redis (a worker has
+--          run here), so orders must be kept for it even before it joined
+--          this sale's stream
 --
 -- Returns {code, field, value, ...}:
 --   reset  epoch (the new one: the Redis clock in ms, and always more than
@@ -21,9 +24,11 @@
 --          (1 when a hand-off reads the sale's orders, else 0)
 -- The old sale's per-user counts and idempotency records go with it. Its
 -- orders go too, unless a hand-off reads them (the stream has its consumer
--- group) and some are still in the stream: then the stream is renamed
--- <orders>:<old epoch> and listed in KEYS[6], so the hand-off stores the
--- rest before it deletes it, and the new sale starts a stream of its own.
+-- group, or ARGV[6] says a hand-off works here) and some are still in the
+-- stream: then the stream is renamed <orders>:<old epoch> (with the group,
+-- made from its first entry when missing) and listed in KEYS[6], so the
+-- hand-off stores the rest before it deletes it, and the new sale starts a
+-- stream of its own, with the group.
 
 local sale, users, idem, orders, by_user, draining =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -38,10 +43,14 @@ if redis.call('EXISTS', orders) == 1 then
   end
 end
 
+local keep = handed_off or ARGV[6] == '1'
 local old_epoch = redis.call('HGET', sale, 'epoch')
 local kept = 0
-if handed_off and old_epoch and redis.call('XLEN', orders) > 0 then
+if keep and old_epoch and redis.call('XLEN', orders) > 0 then
   local old = orders .. ':' .. old_epoch
+  if not handed_off then
+    redis.call('XGROUP', 'CREATE', orders, group, '0')
+  end
   redis.call('RENAME', orders, old)
   redis.call('SADD', draining, old)
   kept = 1
@@ -55,7 +64,7 @@ redis.call('HSET', sale, 'stock', stock, 'initial_stock', stock, 'sold', 0,
   'per_user_limit', limit, 'epoch', epoch, 'orders', 0)
 -- The refusals the instances counted were the old sale's.
 redis.call('HDEL', sale, 'refused_sold_out', 'refused_limit_exceeded', 'refused_rate_limited')
-if handed_off then
+if keep then
   -- The hand-off goes on with the new stream from its first order.
   redis.call('XGROUP', 'CREATE', orders, group, '0', 'MKSTREAM')
   redis.call('HSET', sale, 'stored', 0)
@@ -63,4 +72,4 @@ else
   redis.call('HDEL', sale, 'stored')
 end
 redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. epoch)
-return {'reset', 'epoch', epoch, 'kept', kept, 'handoff', handed_off and 1 or 0}
+return {'reset', 'epoch', epoch, 'kept', kept, 'handoff', keep and 1 or 0}

@@ -259,7 +259,7 @@ pub async fn orders(args: OrdersArgs) -> ExitCode {
         Some(OrdersCommand::Reconcile(reconcile_args)) => {
             let run = async {
                 let redis = plain_redis(&reconcile_args.redis)?;
-                let store = OrderStore::new(&reconcile_args.database)?;
+                let store = OrderStore::existing(&reconcile_args.database)?;
                 let lines = reconcile(
                     &redis,
                     &store,

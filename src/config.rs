@@ -53,8 +53,9 @@ pub struct OrdersArgs {
 #[derive(Debug, Clone, Subcommand)]
 pub enum OrdersCommand {
     /// A line per sale and epoch: sold, orders, rows, units in rows,
-    /// pending; exits 0 when every sale with nothing pending matches
-    /// (rows == orders, units == sold), 1 otherwise.
+    /// pending, dead letters; exits 0 when every sale with nothing pending
+    /// matches (rows == orders, units == sold) and none has dead letters,
+    /// 1 otherwise (2 when it cannot read Redis or the database).
     Reconcile(ReconcileArgs),
 }
 
@@ -80,7 +81,8 @@ pub struct WorkerArgs {
 /// `lockgate orders reconcile`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReconcileArgs {
-    /// The orders database: postgres://USER@HOST/DB or sqlite://PATH.
+    /// The orders database: postgres://USER@HOST/DB or sqlite://PATH (which
+    /// must exist).
     #[arg(long, env = "LOCKGATE_ORDERS_DATABASE")]
     pub database: String,
 

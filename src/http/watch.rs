@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::stream;
+use futures_util::{StreamExt, stream};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -117,6 +117,11 @@ pub async fn events(
         let event = sse_event(&key, next);
         Some((Ok::<_, Infallible>(event), (watcher, key)))
     });
+    // hyper sends the head with the body's first bytes: a watcher resuming
+    // at the newest event would otherwise hear nothing, not even the status,
+    // until the lock next changes.
+    let opened = Event::default().comment("watching");
+    let events = stream::iter([Ok::<_, Infallible>(opened)]).chain(events);
     let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive.0));
     // nginx would otherwise buffer the stream and hold the events back.
     Ok(([("x-accel-buffering", "no")], sse).into_response())

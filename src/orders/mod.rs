@@ -125,6 +125,8 @@ impl Handoff {
             let round = async {
                 if !registered {
                     let mut conn = self.redis.connection().await?;
+                    // From now on resets keep what is not yet stored.
+                    streams::mark_in_use(&mut conn, &self.prefix).await?;
                     streams::register_existing(&mut conn, &self.prefix).await?;
                     registered = true;
                 }

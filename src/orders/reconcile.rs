@@ -28,12 +28,17 @@ pub struct EpochLine {
     pub units: u64,
     /// Orders recorded in Redis and not yet stored.
     pub pending: u64,
+    /// Orders of the sale in its dead-letter stream (on its first line).
+    pub dead: u64,
 }
 
 impl EpochLine {
     /// Whether the line can be checked (nothing pending, and Redis knows the
     /// epoch's counts), and if so whether it matches.
     pub fn matches(&self) -> Option<bool> {
+        if self.dead > 0 {
+            return Some(false);
+        }
         match (self.sold, self.orders) {
             (Some(sold), Some(orders)) if self.pending == 0 => {
                 Some(self.rows == orders && self.units == sold)
@@ -45,13 +50,14 @@ impl EpochLine {
     pub fn render(&self) -> String {
         let known = |value: Option<u64>| value.map_or_else(|| "-".to_owned(), |n| n.to_string());
         let verdict = match self.matches() {
+            _ if self.dead > 0 => "DEAD-LETTERS",
             Some(true) => "ok",
             Some(false) => "MISMATCH",
             None if self.pending > 0 => "pending",
             None => "stored",
         };
         format!(
-            "{} epoch={} sold={} orders={} rows={} units={} pending={} {verdict}",
+            "{} epoch={} sold={} orders={} rows={} units={} pending={} dead={} {verdict}",
             self.sku,
             self.epoch,
             known(self.sold),
@@ -59,6 +65,7 @@ impl EpochLine {
             self.rows,
             self.units,
             self.pending,
+            self.dead,
         )
     }
 }
@@ -95,6 +102,24 @@ pub async fn reconcile(
             });
         }
         let draining = streams::draining(&mut conn, &keys).await?;
+        // An old epoch still draining gets a line even with no row yet.
+        for stream in &draining {
+            let epoch = stream
+                .rsplit(':')
+                .next()
+                .and_then(|epoch| epoch.parse().ok());
+            if let Some(epoch) = epoch
+                && !rows.iter().any(|row| row.sale_epoch == epoch)
+            {
+                rows.push(EpochRows {
+                    sale_epoch: epoch,
+                    rows: 0,
+                    units: 0,
+                });
+            }
+        }
+        rows.sort_by_key(|row| row.sale_epoch);
+        let mut dead = streams::length(&mut conn, &keys.dead_letters).await?;
         for row in rows {
             let current = counts.filter(|counts| counts.epoch == row.sale_epoch);
             let pending = match current {
@@ -116,6 +141,7 @@ pub async fn reconcile(
                 rows: row.rows,
                 units: row.units,
                 pending,
+                dead: std::mem::take(&mut dead),
             });
         }
     }

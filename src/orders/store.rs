@@ -4,7 +4,9 @@
 //! crate). A batch goes to PostgreSQL as one array per column (`UNNEST`),
 //! to SQLite as one multi-row `INSERT`.
 
+use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
@@ -40,35 +42,52 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
-        if unavailable(&err) {
-            Self::Unavailable(err)
-        } else {
+        if refuses_the_rows(&err) {
             Self::Refused(err)
+        } else {
+            Self::Unavailable(err)
         }
     }
 }
 
-/// Whether an error says the database is away or busy, not that it refused
-/// what was sent: connection failures, PostgreSQL's connection (08),
-/// operator-intervention (57) and resource (53) classes, SQLite's busy and
-/// locked codes.
-fn unavailable(err: &sqlx::Error) -> bool {
+/// Whether an error is about the rows sent, so that another row could go
+/// in where these do not: PostgreSQL's data (22) and integrity (23)
+/// classes, SQLite's too-big, constraint, mismatch and range codes, a value
+/// that cannot be encoded. Anything else (a database away, read-only, full,
+/// without its table) holds for every row: the batch waits, and no order
+/// is dead-lettered for it.
+fn refuses_the_rows(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08")
-                || code.starts_with("57")
-                || code.starts_with("53")
-                || code == "5"
-                || code == "6"
+            // PostgreSQL's SQLSTATE is five characters; SQLite's extended
+            // codes are numbers below 10 000, the primary code in the low byte.
+            if code.len() == 5 {
+                return code.starts_with("22") || code.starts_with("23");
+            }
+            code.parse::<u32>()
+                .is_ok_and(|code| matches!(code & 0xff, 18 | 19 | 20 | 25))
         }),
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Encode(_) | sqlx::Error::TypeNotFound { .. } => true,
         _ => false,
     }
+}
+
+/// Whether the SQLite file is still where it was opened: a deleted file is
+/// a database gone (until a worker restarts on a new one), never a place to
+/// store orders in.
+fn still_there(file: &Path) -> Result<(), StoreError> {
+    if file.exists() {
+        return Ok(());
+    }
+    Err(StoreError::Unavailable(sqlx::Error::Io(
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "the SQLite file {} is gone; restart the worker once it is back",
+                file.display()
+            ),
+        ),
+    )))
 }
 
 /// A sale's rows of one epoch.
@@ -83,7 +102,9 @@ pub struct EpochRows {
 #[derive(Clone)]
 pub enum OrderStore {
     Postgres(PgPool),
-    Sqlite(SqlitePool),
+    /// The pool, and the file: a file deleted under the worker would
+    /// otherwise take the rows written to it (the connections keep it open).
+    Sqlite(SqlitePool, Arc<Path>),
 }
 
 /// The query of a sale's rows and units per epoch.
@@ -92,8 +113,19 @@ const EPOCHS: &str = "SELECT sale_epoch, COUNT(*), CAST(COALESCE(SUM(quantity), 
 const SKUS: &str = "SELECT DISTINCT sku FROM orders ORDER BY sku";
 
 impl OrderStore {
-    /// Checks the URL; nothing connects yet.
+    /// Checks the URL; nothing connects yet. A SQLite file is made when
+    /// missing, with its directory.
     pub fn new(url: &str) -> Result<Self, String> {
+        Self::open(url, true)
+    }
+
+    /// As [`OrderStore::new`], but a SQLite file must exist (a reader's
+    /// typo makes no file).
+    pub fn existing(url: &str) -> Result<Self, String> {
+        Self::open(url, false)
+    }
+
+    fn open(url: &str, create: bool) -> Result<Self, String> {
         let options = PoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(2));
@@ -105,10 +137,11 @@ impl OrderStore {
                 .map_err(|err| err.to_string())?
                 // Made when missing, as `make run`'s `sqlite://.run/orders.db` is;
                 // WAL, so readers (reconcile, `sqlite3`) do not block the hand-off.
-                .create_if_missing(true)
+                .create_if_missing(create)
                 .journal_mode(SqliteJournalMode::Wal);
             // And its directory, which SQLite would not make.
             if let Some(directory) = connect.get_filename().parent()
+                && create
                 && !directory.as_os_str().is_empty()
             {
                 std::fs::create_dir_all(directory)
@@ -117,7 +150,8 @@ impl OrderStore {
             let options = SqlitePoolOptions::new()
                 .max_connections(4)
                 .acquire_timeout(Duration::from_secs(2));
-            Ok(Self::Sqlite(options.connect_lazy_with(connect)))
+            let file: Arc<Path> = connect.get_filename().into();
+            Ok(Self::Sqlite(options.connect_lazy_with(connect), file))
         } else {
             Err(format!(
                 "{url:?} is neither postgres://... nor sqlite://PATH"
@@ -130,7 +164,7 @@ impl OrderStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let migrated = match self {
             Self::Postgres(pool) => POSTGRES.run(pool).await,
-            Self::Sqlite(pool) => SQLITE.run(pool).await,
+            Self::Sqlite(pool, _) => SQLITE.run(pool).await,
         };
         migrated.map_err(|err| match err {
             sqlx::migrate::MigrateError::Execute(err) => StoreError::from(err),
@@ -164,7 +198,8 @@ impl OrderStore {
             .execute(pool)
             .await?
             .rows_affected(),
-            Self::Sqlite(pool) => {
+            Self::Sqlite(pool, file) => {
+                still_there(file)?;
                 let mut sql = String::from(
                     "INSERT INTO orders (order_id, sku, sale_epoch, user_id, quantity, ordered_at_ms) VALUES ",
                 );
@@ -183,7 +218,10 @@ impl OrderStore {
                         .bind(row.quantity)
                         .bind(row.ordered_at_ms);
                 }
-                query.execute(pool).await?.rows_affected()
+                let inserted = query.execute(pool).await?.rows_affected();
+                // Deleted meanwhile: the rows went with it; not stored.
+                still_there(file)?;
+                inserted
             }
         };
         Ok(inserted)
@@ -193,7 +231,7 @@ impl OrderStore {
     pub async fn skus(&self) -> Result<Vec<String>, StoreError> {
         Ok(match self {
             Self::Postgres(pool) => sqlx::query_scalar(SKUS).fetch_all(pool).await?,
-            Self::Sqlite(pool) => sqlx::query_scalar(SKUS).fetch_all(pool).await?,
+            Self::Sqlite(pool, _) => sqlx::query_scalar(SKUS).fetch_all(pool).await?,
         })
     }
 
@@ -201,7 +239,7 @@ impl OrderStore {
     pub async fn epochs(&self, sku: &str) -> Result<Vec<EpochRows>, StoreError> {
         let rows: Vec<(i64, i64, i64)> = match self {
             Self::Postgres(pool) => sqlx::query_as(EPOCHS).bind(sku).fetch_all(pool).await?,
-            Self::Sqlite(pool) => sqlx::query_as(EPOCHS).bind(sku).fetch_all(pool).await?,
+            Self::Sqlite(pool, _) => sqlx::query_as(EPOCHS).bind(sku).fetch_all(pool).await?,
         };
         let number = |value: i64| u64::try_from(value).unwrap_or(0);
         Ok(rows
@@ -217,7 +255,7 @@ impl OrderStore {
     pub async fn close(&self) {
         match self {
             Self::Postgres(pool) => pool.close().await,
-            Self::Sqlite(pool) => pool.close().await,
+            Self::Sqlite(pool, _) => pool.close().await,
         }
     }
 }

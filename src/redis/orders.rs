@@ -20,6 +20,29 @@ pub fn registry(prefix: &str) -> String {
     format!("{prefix}sales")
 }
 
+/// The key a hand-off worker sets when it starts: from then on, a sale's
+/// reset keeps orders not yet stored, even of a sale no worker has joined.
+pub fn in_use(prefix: &str) -> String {
+    format!("{prefix}orders-handoff")
+}
+
+/// Marks the order hand-off as working on this Redis.
+pub async fn mark_in_use(conn: &mut Connection, prefix: &str) -> Result<(), BackendError> {
+    let key = in_use(prefix);
+    let _: () = conn
+        .query_at_key(redis::cmd("SET").arg(&key).arg(1), &key)
+        .await?;
+    Ok(())
+}
+
+/// Whether an order hand-off has worked on this Redis.
+pub async fn is_in_use(conn: &mut Connection, prefix: &str) -> Result<bool, BackendError> {
+    let key = in_use(prefix);
+    Ok(conn
+        .query_at_key(redis::cmd("EXISTS").arg(&key), &key)
+        .await?)
+}
+
 /// Registers a sale (before it is created or reset).
 pub async fn register(conn: &mut Connection, prefix: &str, sku: &str) -> Result<(), BackendError> {
     let key = registry(prefix);
@@ -426,4 +449,11 @@ pub async fn unstored(conn: &mut Connection, stream: &str) -> Result<u64, Backen
             .query_at_key(redis::cmd("XLEN").arg(stream), stream)
             .await?),
     }
+}
+
+/// The length of a stream (0 when it does not exist).
+pub async fn length(conn: &mut Connection, stream: &str) -> Result<u64, BackendError> {
+    Ok(conn
+        .query_at_key(redis::cmd("XLEN").arg(stream), stream)
+        .await?)
 }

@@ -31,6 +31,10 @@ impl ScanCursor {
     }
 }
 
+/// The keys `SCAN` looks at per call, whatever the page's size: a prefix
+/// few keys match would otherwise take a round trip per handful of keys.
+const SCAN_BATCH: usize = 1000;
+
 /// At most `wanted` keys matching `pattern`, from `from` on, and where the
 /// next page begins (`None` at the end). A page that ends inside a `SCAN`
 /// batch resumes by running that batch again and skipping what it listed:
@@ -52,7 +56,7 @@ pub async fn keys(
             .arg("MATCH")
             .arg(pattern)
             .arg("COUNT")
-            .arg(wanted.clamp(10, 1000));
+            .arg(SCAN_BATCH);
         let (next, batch): (u64, Vec<String>) = conn.query_on(primary, &scan).await?;
         let fresh: Vec<String> = batch.into_iter().skip(at.skip).collect();
         let room = wanted - found.len();

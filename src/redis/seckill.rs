@@ -207,6 +207,7 @@ pub async fn reset(
     per_user_limit: u64,
     channel: &str,
     sku: &str,
+    handoff: bool,
 ) -> Result<ResetReply, BackendError> {
     let reply = RESET_SALE
         .run(
@@ -216,7 +217,8 @@ pub async fn reset(
                 .arg(per_user_limit)
                 .arg(channel)
                 .arg(sku)
-                .arg(super::orders::GROUP),
+                .arg(super::orders::GROUP)
+                .arg(if handoff { "1" } else { "0" }),
             conn,
         )
         .await?;

@@ -71,7 +71,14 @@ impl Sentinels {
             .split_once('/')
             .ok_or_else(|| invalid("a redis+sentinel:// URL names its service: .../service"))?;
         let (service, db) = match path.split_once('/') {
-            Some((service, db)) => (service, format!("/{db}")),
+            Some((service, db)) => {
+                if db.parse::<u16>().is_err() {
+                    return Err(invalid(
+                        "after the service, only a database number: .../service/2",
+                    ));
+                }
+                (service, format!("/{db}"))
+            }
             None => (path, String::new()),
         };
         if service.is_empty() {
@@ -82,18 +89,35 @@ impl Sentinels {
         let addresses = hosts
             .split(',')
             .map(|host| {
-                let (name, port) = host.rsplit_once(':').unwrap_or((host, "26379"));
+                // `[::1]:26379`, `[::1]`, `s1:26379` or `s1`.
+                let (name, port) = match host.strip_prefix('[') {
+                    Some(rest) => {
+                        let (name, after) = rest
+                            .split_once(']')
+                            .ok_or_else(|| invalid("an IPv6 sentinel is written [address]:port"))?;
+                        (name, after.strip_prefix(':').unwrap_or("26379"))
+                    }
+                    None => host.rsplit_once(':').unwrap_or((host, "26379")),
+                };
                 let port = port
                     .parse::<u16>()
                     .map_err(|_| invalid("a sentinel's port is a number"))?;
-                Ok((name.to_owned(), port))
+                if name.is_empty() {
+                    return Err(invalid(
+                        "a redis+sentinel:// URL names at least one sentinel",
+                    ));
+                }
+                let name = if name.contains(':') {
+                    format!("[{name}]")
+                } else {
+                    name.to_owned()
+                };
+                // The address as a client would use it: refused now, not at the first request.
+                redis::Client::open(format!("redis://{name}:{port}"))
+                    .map_err(|_| invalid("a sentinel's address is host:port"))?;
+                Ok((name, port))
             })
             .collect::<RedisResult<Vec<_>>>()?;
-        if addresses.is_empty() || addresses.iter().any(|(host, _)| host.is_empty()) {
-            return Err(invalid(
-                "a redis+sentinel:// URL names at least one sentinel",
-            ));
-        }
         Ok(Self {
             addresses,
             service: service.to_owned(),

@@ -172,6 +172,7 @@ impl Sales {
             let mut conn = self.redis.connection().await?;
             // Listed before it exists, so the order hand-off finds every sale.
             handoff::register(&mut conn, &self.prefix, sku.as_str()).await?;
+            let handoff = handoff::is_in_use(&mut conn, &self.prefix).await?;
             let reply = scripts::reset(
                 &mut conn,
                 &keys,
@@ -179,6 +180,7 @@ impl Sales {
                 terms.per_user_limit(),
                 channel,
                 sku.as_str(),
+                handoff,
             )
             .await?;
             Ok::<_, SaleError>(reply)

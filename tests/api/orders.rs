@@ -480,3 +480,117 @@ async fn pending(conn: &mut TestConnection, sku: &str) -> u64 {
         _ => 0,
     }
 }
+
+/// A reset of a sale no worker has joined yet keeps its orders, once a
+/// hand-off has worked on this Redis: the worker stores every epoch's when
+/// it comes.
+#[tokio::test]
+async fn a_reset_before_any_worker_joined_the_sale_keeps_its_orders() {
+    let redis = RedisServer::start().await;
+    let (_dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    // A worker has run here before (and is gone) ...
+    app.reset_sale("earlier", 10, 5).await;
+    let worker = Worker::spawn(&redis, &database, "solo", &[]);
+    let joined = eventually(Duration::from_secs(10), || async {
+        app.sale("earlier").await["stored"] == 0
+    })
+    .await;
+    assert!(joined, "{}", worker.logs());
+    drop(worker);
+    // ... when a new sale sells and is reset twice.
+    app.reset_sale("cam", 100, 5).await;
+    buy_many(&app, "cam", 3).await;
+    app.reset_sale("cam", 100, 5).await;
+    buy_many(&app, "cam", 2).await;
+    app.reset_sale("cam", 100, 5).await;
+    buy_many(&app, "cam", 1).await;
+    let worker = Worker::spawn(&redis, &database, "solo", &[]);
+    let stored = eventually(Duration::from_secs(10), || async {
+        rows(&database, "cam").await.rows == 6
+    })
+    .await;
+    assert!(
+        stored,
+        "{:?}\n{}",
+        rows(&database, "cam").await,
+        worker.logs()
+    );
+    app.stop().await;
+}
+
+/// A SQLite file deleted under a running worker is a database gone: the
+/// orders wait in Redis, unacknowledged, and the log says why.
+#[tokio::test]
+async fn a_deleted_sqlite_file_stores_nothing_and_acknowledges_nothing() {
+    let redis = RedisServer::start_single().await;
+    let (dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &["--orders-database", &database]).await;
+    app.reset_sale("tv", 100, 5).await;
+    buy_many(&app, "tv", 2).await;
+    all_stored(&app, "tv", Duration::from_secs(10)).await;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    buy_many(&app, "tv", 3).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sale = app.sale("tv").await;
+    assert_eq!(
+        (&sale["stored"], &sale["pending"]),
+        (&2.into(), &3.into()),
+        "{sale}"
+    );
+    app.stop().await;
+}
+
+/// A database that takes no row at all (read-only) is a database away, not
+/// a batch of bad orders: nothing is dead-lettered, and the orders are
+/// stored once a worker has a database that takes them.
+#[tokio::test]
+async fn a_read_only_database_dead_letters_nothing() {
+    let redis = RedisServer::start_single().await;
+    let (_dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &["--orders-database", &database]).await;
+    app.reset_sale("tv", 100, 5).await;
+    all_stored(&app, "tv", Duration::from_secs(10)).await;
+    app.stop().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    let read_only = Worker::spawn(
+        &redis,
+        &format!("{database}?mode=ro"),
+        "solo",
+        &["--max-deliveries", "2"],
+    );
+    buy_many(&app, "tv", 3).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut conn = redis.connection().await;
+    let dead: usize = conn.xlen("lockgate:sale:{tv}:orders:dead").await.unwrap();
+    assert_eq!(dead, 0, "{}", read_only.logs());
+    assert!(
+        read_only.logs().contains("orders database unavailable"),
+        "{}",
+        read_only.logs()
+    );
+    drop(read_only);
+    let writable = Worker::spawn(&redis, &database, "solo", &[]);
+    let sale = all_stored(&app, "tv", Duration::from_secs(10)).await;
+    assert_eq!(
+        rows(&database, "tv").await,
+        rows_of(&sale),
+        "{}",
+        writable.logs()
+    );
+    app.stop().await;
+}
+
+/// Reconciling against a SQLite file that is not there says so, and makes
+/// no file.
+#[tokio::test]
+async fn reconciling_a_missing_database_makes_no_file() {
+    let redis = RedisServer::start_single().await;
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo.db");
+    let reconciled = reconcile(&redis, &format!("sqlite://{}", missing.display()));
+    assert_eq!(reconciled.status.code(), Some(2));
+    assert!(!missing.exists());
+}

@@ -356,3 +356,28 @@ async fn revoking_a_counting_lock_ends_every_holder_and_serves_the_queue() {
         );
     }
 }
+
+/// A watcher resuming at the newest event gets its answer at once, though
+/// nothing happens to the lock: the status and headers do not wait for the
+/// next change.
+#[tokio::test]
+async fn a_watcher_resuming_at_the_newest_event_is_answered_at_once() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    app.take("quiet", 60_000).await;
+    let mut first = watch(&app, "quiet", None).await;
+    let mut last = String::new();
+    take(&mut first, 1, &mut last).await;
+    drop(first);
+    let resumed = tokio::time::timeout(
+        Duration::from_secs(2),
+        app.http
+            .get(app.url("/locks/quiet/events"))
+            .header("Last-Event-ID", &last)
+            .send(),
+    )
+    .await
+    .expect("no answer while the lock stays as it is")
+    .unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+}
