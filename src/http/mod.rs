@@ -2,6 +2,7 @@
 
 mod auth;
 mod buyer;
+mod console;
 mod error;
 mod extract;
 mod grant;
@@ -135,6 +136,7 @@ pub fn api() -> Router<AppState> {
     );
     routes
         .merge(docs)
+        .merge(console::routes())
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }

@@ -1,0 +1,209 @@
+/**
+ * The gateway's HTTP API as the console uses it: the routes, the shapes of
+ * their answers, and what a refusal or a lost connection becomes.
+ *
+ * Every request carries the admin token (when one was typed) and is
+ * bounded in time; every answer goes through `parseExact`, so fencing
+ * tokens keep all their digits. Requests go to the page's own origin, so
+ * the console works wherever the gateway is served from, nginx included.
+ */
+
+import type { AdminToken } from "./admin-token";
+import { type FencingToken, parseExact } from "./json";
+import type { Link } from "./link";
+
+/** One holder's lease (`leases[]` of `GET /locks/{key}`). */
+export interface Lease {
+  fencing_token: FencingToken;
+  value: string | null;
+  holds: number;
+  acquired_at_ms: number;
+  expires_at_ms: number;
+}
+
+/** A request waiting for the lock, in the order it will be served. */
+export interface Waiter {
+  position: number;
+  mode: string;
+  waiting_since_ms: number;
+}
+
+/** `GET /locks/{key}` of a held lock, and each entry of `GET /locks`. */
+export interface HeldLock {
+  key: string;
+  held: true;
+  ttl_ms: number;
+  expires_at_ms: number;
+  fencing_token: FencingToken;
+  holds: number;
+  mode: string;
+  /** Absent for shared locks; above 1 for counting locks. */
+  limit?: number;
+  holders: number;
+  leases?: Lease[];
+  waiters?: Waiter[];
+}
+
+/** The `snapshot` of a lock nobody holds. */
+export interface FreeLock {
+  key: string;
+  held: false;
+  waiters?: Waiter[];
+}
+
+export interface LockPage {
+  locks: HeldLock[];
+  next_cursor: string | null;
+}
+
+/** One sale as `GET /seckill` lists it. Counters only grow within a sale; a reset starts them again. */
+export interface Sale {
+  sku: string;
+  stock: number;
+  initial_stock: number;
+  sold: number;
+  per_user_limit: number;
+  orders: number;
+  /** Orders stored by the hand-off, and recorded but not stored yet; null when no hand-off runs. */
+  stored?: number | null;
+  pending?: number | null;
+  refused?: { sold_out: number; limit_exceeded: number; rate_limited: number };
+}
+
+/** An RFC 9457 problem document, as every refusal carries. */
+export interface Problem {
+  type: string;
+  title: string;
+  status: number;
+  detail?: string;
+}
+
+/** The gateway answered with a problem. */
+export class Refusal extends Error {
+  constructor(readonly problem: Problem) {
+    super(problem.detail ?? problem.title);
+  }
+
+  /** The answer to a missing (401) or wrong (403) token. */
+  get isAccessDenied(): boolean {
+    return this.problem.status === 401 || this.problem.status === 403;
+  }
+}
+
+/** No answer from the gateway. */
+export class GatewayUnreachable extends Error {}
+
+/** How long a request may take before the gateway counts as lost. */
+const REQUEST_TIMEOUT_MS = 5000;
+
+export interface Answer<T> {
+  status: number;
+  body: T;
+}
+
+export class Gateway {
+  constructor(
+    private readonly token: AdminToken,
+    private readonly link: Link,
+  ) {}
+
+  /** Who holds which locks: a page of the held locks whose key starts with `prefix`. */
+  listLocks(prefix: string, cursor: string | null, limit: number, signal: AbortSignal) {
+    const query = new URLSearchParams({ prefix, limit: String(limit) });
+    if (cursor) query.set("cursor", cursor);
+    return this.request<LockPage>("GET", `/locks?${query}`, signal);
+  }
+
+  /** One lock: its holders and waiters (404 `lock-not-found` when nobody holds it). */
+  lock(key: string, signal: AbortSignal) {
+    return this.request<HeldLock>("GET", lockPath(key), signal);
+  }
+
+  /** Ends every hold of `key` at once (admin token): 204, or 404 when nobody held it. */
+  revoke(key: string, signal: AbortSignal) {
+    return this.request<null>("DELETE", `${lockPath(key)}?force=true`, signal);
+  }
+
+  /** Every sale (admin token). */
+  sales(signal: AbortSignal) {
+    return this.request<{ sales: Sale[] }>("GET", "/seckill", signal);
+  }
+
+  /** Whether the gateway answers at all (`GET /healthz`); the answer itself says nothing more. */
+  health(signal: AbortSignal) {
+    return this.request<unknown>("GET", "/healthz", signal);
+  }
+
+  /** Opens `GET /locks/{key}/events`; the caller reads the body as it streams. */
+  async events(key: string, lastEventId: string | undefined, signal: AbortSignal): Promise<Response> {
+    const headers = this.headers("text/event-stream");
+    if (lastEventId) headers.set("Last-Event-ID", lastEventId);
+    // No timeout here: the stream is meant to stay open (the reader watches for silence).
+    const response = await this.fetch(`${lockPath(key)}/events`, { headers, signal }, signal);
+    if (!response.ok) throw await this.refusal(response);
+    return response;
+  }
+
+  private async request<T>(method: string, path: string, signal: AbortSignal): Promise<Answer<T>> {
+    const timeout = AbortSignal.timeout(REQUEST_TIMEOUT_MS);
+    const init: RequestInit = {
+      method,
+      headers: this.headers("application/json"),
+      signal: AbortSignal.any([signal, timeout]),
+      cache: "no-store",
+    };
+    const response = await this.fetch(path, init, signal);
+    if (!response.ok) throw await this.refusal(response);
+    const text = await response.text();
+    return { status: response.status, body: (text ? parseExact<T>(text) : null) as T };
+  }
+
+  private headers(accept: string): Headers {
+    const headers = new Headers({ Accept: accept });
+    const token = this.token.value;
+    if (token) headers.set("Authorization", `Bearer ${token}`);
+    return headers;
+  }
+
+  /** `fetch`, with a failure to get any answer turned into `GatewayUnreachable`. */
+  private async fetch(path: string, init: RequestInit, signal: AbortSignal): Promise<Response> {
+    let response: Response;
+    try {
+      response = await fetch(path, { ...init, credentials: "same-origin" });
+    } catch (error) {
+      if (signal.aborted) throw error;
+      const timedOut = error instanceof DOMException && error.name === "TimeoutError";
+      const reason = timedOut ? `no answer within ${REQUEST_TIMEOUT_MS / 1000} s` : "no connection";
+      this.link.unreachable(reason);
+      throw new GatewayUnreachable(reason);
+    }
+    const fromGateway = response.headers.has("x-instance-id");
+    if (!fromGateway && [502, 503, 504].includes(response.status)) {
+      // A proxy in front answered for an instance that did not.
+      const reason = `the proxy answered ${response.status}`;
+      this.link.unreachable(reason);
+      throw new GatewayUnreachable(reason);
+    }
+    this.link.answered(response.headers.get("x-instance-id"));
+    return response;
+  }
+
+  private async refusal(response: Response): Promise<Refusal> {
+    let problem: Problem = { type: "about:blank", title: response.statusText || "Refused", status: response.status };
+    if (response.headers.get("content-type")?.includes("json")) {
+      try {
+        problem = { ...problem, ...parseExact<Partial<Problem>>(await response.text()) };
+      } catch {
+        // Not the problem document it claimed to be: the status says enough.
+      }
+    }
+    if (problem.type.endsWith("/backend-unavailable")) {
+      this.link.backendDown(problem.detail ?? problem.title);
+    }
+    return new Refusal(problem);
+  }
+}
+
+function lockPath(key: string): string {
+  return `/locks/${encodeURIComponent(key)}`;
+}

@@ -1,0 +1,276 @@
+// The console in a real browser against the real gateway: a lock taken over
+// HTTP shows up and goes, waiters show in order, revocation from the page
+// ends a streamed holder, a bought-out sale charts its stock to 0 with its
+// refusals counted, the page rides out a gateway restart, and the admin
+// token opens what needs it. Every view is checked with axe and saved as a
+// screenshot at 1280x800 and 390x844; no page may log an error it did not
+// provoke, nor ask any origin but the gateway's.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { after, afterEach, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { Browser, FAILED_REQUEST, inspectAtBothSizes, SIZES, typeAdminToken } from "./browser.mjs";
+import { buyOut } from "./buyers.mjs";
+import { eventually, Lockgate, RedisServer } from "./gateway.mjs";
+
+const dist = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist");
+const ADMIN_TOKEN = "console-test-admin-token";
+
+describe("the console", () => {
+  let redis;
+  let gateway;
+  let browser;
+  const opened = [];
+
+  before(async () => {
+    redis = await RedisServer.start();
+    gateway = await Lockgate.start(redis, {
+      adminToken: ADMIN_TOKEN,
+      args: [
+        // A low per-user rate, so that one eager buyer is refused for it.
+        "--seckill-rate",
+        "5",
+        "--seckill-burst",
+        "5",
+        // An order hand-off, so that the sales show stored and pending.
+        "--orders-database",
+        `sqlite://${path.join(redis.dir, "orders.db")}`,
+      ],
+    });
+    browser = await Browser.launch();
+  });
+
+  after(async () => {
+    await browser?.close();
+    await gateway?.stop();
+    await redis?.stop();
+  });
+
+  // Every page a test opened is closed when it ends, pass or fail, and
+  // may have logged no error it did not provoke nor asked another origin.
+  afterEach(async () => {
+    const pages = opened.splice(0);
+    for (const { page } of pages) await page.close();
+    for (const { console, expectedErrors } of pages) {
+      assert.deepEqual(console.unexpectedErrors(expectedErrors), [], "errors in the browser's console");
+      assert.deepEqual(console.foreignRequests, [], "requests to other origins");
+    }
+  });
+
+  /** Opens a view of `on` (the gateway by default) in a new tab. */
+  async function open(route, { size = SIZES.desktop, expectedErrors = [], on = gateway } = {}) {
+    const tab = await browser.open(`${on.url}/console${route}`, size);
+    opened.push({ ...tab, expectedErrors });
+    return tab.page;
+  }
+
+  test("the gateway serves the built console at /console, its script and its style", async () => {
+    for (const [route, file, type] of [
+      ["/console", "index.html", "text/html"],
+      ["/console/console.js", "console.js", "javascript"],
+      ["/console/console.css", "console.css", "text/css"],
+    ]) {
+      const response = await gateway.request(route);
+      assert.equal(response.status, 200, route);
+      assert.match(response.headers.get("content-type") ?? "", new RegExp(type), route);
+      assert.ok(Buffer.from(await response.arrayBuffer()).equals(readFileSync(path.join(dist, file))), `${route} is dist/${file}`);
+    }
+  });
+
+  test("a lock taken over HTTP appears within a second, with its exact fencing token, and goes when released", async () => {
+    const page = await open("#/locks?prefix=appear:");
+    await page.getByText("No held lock starting with “appear:”").waitFor();
+
+    const grant = await gateway.acquire({ key: "appear:1", ttl_ms: 60_000, value: "10.0.0.7:9000" });
+    const card = page.locator('[data-key="appear:1"]');
+    await card.waitFor({ timeout: 1000 });
+    assert.equal(await card.locator(".fence .token").textContent(), grant.fencing_token);
+    await card.getByText("10.0.0.7:9000").waitFor();
+    const left = await card.locator(".left-text").textContent();
+    assert.match(left, /^\d+\.\d s left$/);
+
+    await gateway.acquire({ key: "appear:2", ttl_ms: 30_000, mode: "shared" });
+    await page.locator('[data-key="appear:2"]').waitFor({ timeout: 1000 });
+    await inspectAtBothSizes(page, "locks", assert);
+
+    // A keyboard user's focus stays on a lock's link through the re-reads.
+    await card.getByRole("link", { name: "appear:1" }).focus();
+    await page.waitForTimeout(1200);
+    assert.equal(await page.evaluate(() => document.activeElement?.textContent), "appear:1");
+
+    await gateway.release("appear:1", grant.token);
+    await card.waitFor({ state: "detached", timeout: 1000 });
+
+    // Enter on a lock's link opens its page, with the focus on its heading.
+    await page.getByRole("link", { name: "appear:2" }).focus();
+    await page.keyboard.press("Enter");
+    await page.getByRole("heading", { level: 1, name: "appear:2" }).waitFor();
+    assert.equal(await page.evaluate(() => document.activeElement?.tagName), "H1");
+    await page.locator('.timeline [data-event="snapshot"]').waitFor();
+  });
+
+  test("waiters appear in the order they will be served", async () => {
+    const holder = await gateway.acquire({ key: "queue:1", ttl_ms: 60_000, value: "first-in-line" });
+    const waiting = new AbortController();
+    const waiters = [
+      { key: "queue:1", wait_ms: 30_000, value: "writer" },
+      { key: "queue:1", wait_ms: 30_000, mode: "shared", value: "reader" },
+    ];
+    const requests = [];
+    for (const [index, body] of waiters.entries()) {
+      requests.push(gateway.acquire(body, { signal: waiting.signal }).catch(() => null));
+      await eventually(async () => (await gateway.inspect("queue:1"))?.waiters?.length === index + 1, { what: `waiter ${index + 1} queued` });
+    }
+
+    const page = await open(`#/locks/${encodeURIComponent("queue:1")}`);
+    const rows = page.locator(".waiters .waiter");
+    await eventually(async () => (await rows.count()) === 2, { what: "two waiters shown" });
+    assert.deepEqual(await rows.locator(".position").allTextContents(), ["1.", "2."]);
+    assert.deepEqual(await rows.locator(".mode").allTextContents(), ["exclusive", "shared"]);
+    await page.getByText(holder.fencing_token).first().waitFor();
+    await page.locator('.timeline [data-event="snapshot"]').waitFor();
+
+    // The first waiter is served when the holder leaves: the page follows.
+    await gateway.release("queue:1", holder.token);
+    await page.locator('.timeline [data-event="released"]').waitFor();
+    await page.locator('.timeline [data-event="acquired"]').waitFor();
+    await eventually(async () => (await rows.count()) === 1, { what: "one waiter left" });
+    assert.deepEqual(await rows.locator(".mode").allTextContents(), ["shared"]);
+    await inspectAtBothSizes(page, "lock", assert);
+
+    waiting.abort();
+    for (const grant of await Promise.all(requests)) if (grant) await gateway.release("queue:1", grant.token);
+  });
+
+  test("revoking from the page ends a streamed holder with lost (revoked)", async () => {
+    const holder = await gateway.holdStreamed({ key: "revoke:1", ttl_ms: 3000, value: "batch-7" });
+    const page = await open(`#/locks/${encodeURIComponent("revoke:1")}`);
+    const revoke = page.getByRole("button", { name: "Revoke every hold…" });
+    assert.equal(await revoke.isDisabled(), true, "no revocation without the admin token");
+    await typeAdminToken(page, ADMIN_TOKEN);
+    await page.getByText("batch-7").first().waitFor();
+
+    await revoke.click();
+    const dialog = page.getByRole("dialog", { name: "Revoke revoke:1?" });
+    await dialog.waitFor();
+    // Cancelling does nothing.
+    await dialog.getByRole("button", { name: "Cancel" }).click();
+    await dialog.waitFor({ state: "hidden" });
+    assert.equal(holder.events.at(-1).event, "acquired");
+
+    await revoke.click();
+    await inspectAtBothSizes(page, "revoke-dialog", assert);
+    await dialog.getByRole("button", { name: "Revoke", exact: true }).click();
+    const events = await holder.ended;
+    assert.deepEqual(events.at(-1), { event: "lost", data: { reason: "revoked" } });
+    await page.getByText(/^Revoked at /).waitFor();
+    await page.locator('.timeline [data-event="revoked"]').waitFor();
+    await page.getByText("Free: nobody holds it.").waitFor();
+  });
+
+  test("a sale bought out by a crowd shows its stock reaching 0 on the chart and its refusals counted", async () => {
+    const reset = await gateway.request("/seckill/flash", {
+      method: "PUT",
+      admin: true,
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ stock: 60, per_user_limit: 2 }),
+    });
+    assert.equal(reset.status, 200, await reset.text());
+
+    const page = await open("#/sales");
+    await page.getByText("enter the admin token at the top of the page to see them").waitFor();
+    await typeAdminToken(page, ADMIN_TOKEN);
+    const card = page.locator('[data-sku="flash"]');
+    const figure = (name) => card.locator(`[data-figure="${name}"]`);
+    await eventually(async () => (await figure("stock").textContent()) === "60", { what: "the full stock shown" });
+    // A few readings before the rush, so that the chart shows the stock standing first.
+    await page.waitForTimeout(1500);
+
+    const statuses = await buyOut(gateway, "flash");
+    assert.equal(statuses[201], 60, JSON.stringify(statuses));
+    const sale = await (await gateway.request("/seckill/flash", { admin: true })).json();
+    assert.equal(sale.stock, 0);
+    for (const reason of ["sold_out", "limit_exceeded", "rate_limited"]) {
+      assert.ok(sale.refused[reason] > 0, `some purchases refused as ${reason}: ${JSON.stringify(sale)}`);
+    }
+
+    await eventually(async () => (await figure("stock").textContent()) === "0", { what: "stock 0 shown", timeoutMs: 2000 });
+    await card.locator(".chip.sold-out").getByText("Sold out").waitFor();
+    assert.equal(await figure("sold").textContent(), "60");
+    for (const reason of ["sold_out", "limit_exceeded", "rate_limited"]) {
+      await eventually(async () => (await figure(reason).textContent()) === String(sale.refused[reason]), {
+        what: `${reason} counted as the gateway counts it`,
+        timeoutMs: 2000,
+      });
+    }
+    // The hand-off stores every order; none is left pending.
+    await eventually(async () => (await figure("stored").textContent()) === "60", { what: "60 orders stored", timeoutMs: 5000 });
+    assert.equal(await figure("pending").textContent(), "0");
+    const summary = await card.locator(".chart-summary").textContent();
+    assert.match(summary, /Stock went from 60 to 0/);
+    const peak = Number(/orders peak ([\d.]+)\/s/.exec(summary)?.[1]);
+    assert.ok(peak > 0, summary);
+    assert.equal(await card.locator("canvas").count(), 1, "the chart is drawn");
+    // The legend's checkboxes hide and show a series.
+    const stockSeries = card.getByRole("checkbox", { name: /Stock/ });
+    await stockSeries.uncheck();
+    await stockSeries.check();
+
+    await inspectAtBothSizes(page, "sales", assert, () => page.waitForTimeout(600));
+  });
+
+  test("a page that loses the gateway says so and recovers by itself when it is back", async () => {
+    const watched = "restart:1";
+    const list = await open("#/locks?prefix=restart:", { expectedErrors: [FAILED_REQUEST] });
+    const lockPage = await open(`#/locks/${encodeURIComponent(watched)}`, { expectedErrors: [FAILED_REQUEST] });
+    await lockPage.locator('.timeline [data-event="snapshot"]').waitFor();
+    await list.locator('.link[data-state="live"]').waitFor();
+
+    await gateway.kill();
+    for (const page of [list, lockPage]) {
+      await page.locator('.link[data-state="lost"]').getByText(/Lost the gateway/).waitFor({ timeout: 5000 });
+    }
+    await inspectAtBothSizes(list, "lost", assert);
+
+    await gateway.run();
+    for (const page of [list, lockPage]) {
+      await page.locator('.link[data-state="live"]').waitFor({ timeout: 10_000 });
+    }
+    // Both read again: the list shows a new lock, the event stream (resumed) its grant.
+    const grant = await gateway.acquire({ key: watched, ttl_ms: 30_000 });
+    await list.locator(`[data-key="${watched}"]`).waitFor({ timeout: 2000 });
+    await lockPage.locator('.timeline [data-event="acquired"]').getByText(`#${grant.fencing_token}`).waitFor({ timeout: 10_000 });
+    await gateway.release(watched, grant.token);
+  });
+
+  test("with API keys on the lock routes, the admin token typed once opens them, and a missing or wrong one is said so", async () => {
+    const guarded = await Lockgate.start(redis, { adminToken: ADMIN_TOKEN, args: ["--api-keys", "console-test-api-key"] });
+    try {
+      const page = await open("#/locks?prefix=guarded:", { on: guarded, expectedErrors: [FAILED_REQUEST] });
+      await page.getByText("401 Unauthorized").waitFor();
+      await page.getByText("Enter the admin token at the top of the page.").waitFor();
+
+      await typeAdminToken(page, "not-the-token");
+      await page.getByText("403 Forbidden").waitFor();
+      await page.getByRole("button", { name: "Forget" }).click();
+
+      await typeAdminToken(page, ADMIN_TOKEN);
+      await page.getByText("No held lock starting with “guarded:”").waitFor();
+      assert.equal(await page.locator(".problem").count(), 0);
+
+      // Kept for the tab only: not in the URL, not in localStorage or cookies.
+      assert.doesNotMatch(page.url(), new RegExp(ADMIN_TOKEN));
+      assert.equal(await page.evaluate(() => sessionStorage.getItem("lockgate.admin-token")), ADMIN_TOKEN);
+      assert.equal(await page.evaluate(() => localStorage.length), 0);
+      assert.deepEqual(await browser.context.cookies(), []);
+      // A new tab starts without it.
+      const other = await browser.open(`${guarded.url}/console#/locks`);
+      opened.push({ ...other, expectedErrors: [FAILED_REQUEST] });
+      await other.page.getByText("401 Unauthorized").waitFor();
+    } finally {
+        await guarded.stop();
+    }
+  });
+});

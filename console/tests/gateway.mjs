@@ -1,0 +1,219 @@
+// The real things the browser tests run against: a redis-server and a
+// lockgate gateway, each on a free loopback port, started by the test and
+// stopped after it; and the plain HTTP clients (holders, waiters, buyers)
+// that change what the console shows.
+
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const repo = path.resolve(here, "..", "..");
+export const lockgateBin = process.env.LOCKGATE_BIN ?? path.join(repo, "target", "release", "lockgate");
+
+/** A port nobody listens on now. */
+export async function freePort() {
+  const server = net.createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Waits until `check` returns something truthy, or fails after `timeoutMs`. */
+export async function eventually(check, { timeoutMs = 5000, everyMs = 50, what = "the condition" } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value;
+    } catch (error) {
+      last = error;
+    }
+    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${timeoutMs} ms${last ? `: ${last.message}` : ""}`);
+    await sleep(everyMs);
+  }
+}
+
+function started(child, name) {
+  const output = [];
+  child.stdout?.on("data", (chunk) => output.push(chunk));
+  child.stderr?.on("data", (chunk) => output.push(chunk));
+  child.output = () => Buffer.concat(output).toString();
+  child.on("error", (error) => output.push(Buffer.from(`${name}: ${error.message}\n`)));
+  return child;
+}
+
+async function stopped(child, signal = "SIGTERM") {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exit = new Promise((resolve) => child.once("exit", resolve));
+  child.kill(signal);
+  const late = setTimeout(() => child.kill("SIGKILL"), 5000);
+  await exit;
+  clearTimeout(late);
+  // A grandchild that outlived it may still hold these pipes open, and an
+  // open pipe would keep the test process alive.
+  child.stdout?.destroy();
+  child.stderr?.destroy();
+}
+
+/** A private redis-server: no persistence, its files in a temp dir. */
+export class RedisServer {
+  static async start() {
+    const dir = mkdtempSync(path.join(tmpdir(), "lockgate-console-redis-"));
+    const port = await freePort();
+    const child = started(
+      spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], {
+        stdio: ["ignore", "pipe", "pipe"],
+      }),
+      "redis-server",
+    );
+    const redis = new RedisServer(child, port, dir);
+    await eventually(() => redis.ping(), { timeoutMs: 10_000, what: "redis-server answering PING" });
+    return redis;
+  }
+
+  constructor(child, port, dir) {
+    this.child = child;
+    this.port = port;
+    this.dir = dir;
+    this.url = `redis://127.0.0.1:${port}`;
+  }
+
+  ping() {
+    return new Promise((resolve) => {
+      const socket = net.connect(this.port, "127.0.0.1");
+      socket.on("connect", () => socket.write("PING\r\n"));
+      socket.on("data", (data) => {
+        socket.destroy();
+        resolve(data.toString().startsWith("+PONG"));
+      });
+      socket.on("error", () => resolve(false));
+    });
+  }
+
+  async stop() {
+    await stopped(this.child);
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** A `lockgate serve` process; `restart` brings it back on the same port. */
+export class Lockgate {
+  static async start(redis, { adminToken, args = [] } = {}) {
+    const gateway = new Lockgate(redis, await freePort(), adminToken, args);
+    await gateway.run();
+    return gateway;
+  }
+
+  constructor(redis, port, adminToken, args) {
+    this.redis = redis;
+    this.port = port;
+    this.adminToken = adminToken;
+    this.args = args;
+    this.url = `http://127.0.0.1:${port}`;
+  }
+
+  async run() {
+    const args = ["serve", "--listen", `127.0.0.1:${this.port}`, "--redis-url", this.redis.url, "--instance-id", `console-test-${this.port}`];
+    if (this.adminToken) args.push("--admin-token", this.adminToken);
+    this.child = started(
+      spawn(lockgateBin, [...args, ...this.args], {
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { ...process.env, RUST_LOG: "warn", NO_COLOR: "1" },
+      }),
+      "lockgate",
+    );
+    await eventually(
+      async () => {
+        if (this.child.exitCode !== null) throw new Error(`lockgate exited:\n${this.child.output()}`);
+        return (await fetch(`${this.url}/healthz`)).ok;
+      },
+      { timeoutMs: 10_000, what: "lockgate answering /healthz" },
+    );
+  }
+
+  /** Stops the process (SIGKILL: as if the host died). */
+  async kill() {
+    await stopped(this.child, "SIGKILL");
+  }
+
+  async stop() {
+    await stopped(this.child);
+  }
+
+  /** `fetch` against the gateway; `admin` adds the admin token. */
+  request(route, { admin = false, headers = {}, ...init } = {}) {
+    const all = { ...headers };
+    if (admin) all.authorization = `Bearer ${this.adminToken}`;
+    return fetch(`${this.url}${route}`, { ...init, headers: all });
+  }
+
+  /** `POST /locks`; the answer with its fencing token as the exact text the gateway sent. */
+  async acquire(body, init = {}) {
+    const response = await this.request("/locks", {
+      method: "POST",
+      headers: { "content-type": "application/json", ...(init.headers ?? {}) },
+      body: JSON.stringify(body),
+      signal: init.signal,
+    });
+    const text = await response.text();
+    if (response.status !== 201) throw new Error(`POST /locks answered ${response.status}: ${text}`);
+    return { ...JSON.parse(text), fencing_token: /"fencing_token":(\d+)/.exec(text)[1] };
+  }
+
+  async release(key, token) {
+    const response = await this.request(`/locks/${key}`, { method: "DELETE", headers: { "lock-token": token } });
+    if (response.status !== 204) throw new Error(`DELETE /locks/${key} answered ${response.status}`);
+  }
+
+  /** `GET /locks/{key}` as JSON, or null when nobody holds it. */
+  async inspect(key) {
+    const response = await this.request(`/locks/${key}`);
+    if (response.status === 404) return null;
+    return response.json();
+  }
+
+  /**
+   * A streamed lock (`POST /locks` with `Accept: text/event-stream`): the
+   * events as they come, and `ended`, which resolves with them all when
+   * the gateway closes the stream.
+   */
+  async holdStreamed(body) {
+    const controller = new AbortController();
+    const response = await this.request("/locks", {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "text/event-stream" },
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    });
+    if (response.status !== 200) throw new Error(`streamed POST /locks answered ${response.status}: ${await response.text()}`);
+    const events = [];
+    const ended = (async () => {
+      const decoder = new TextDecoder();
+      let pending = "";
+      try {
+        for await (const chunk of response.body) {
+          pending += decoder.decode(chunk, { stream: true });
+          let end;
+          while ((end = pending.indexOf("\n\n")) >= 0) {
+            const block = pending.slice(0, end);
+            pending = pending.slice(end + 2);
+            const name = /^event: (.*)$/m.exec(block)?.[1];
+            const data = /^data: (.*)$/m.exec(block)?.[1];
+            if (name) events.push({ event: name, data: JSON.parse(data ?? "null") });
+          }
+        }
+      } catch (error) {
+        if (!controller.signal.aborted) throw error;
+      }
+      return events;
+    })();
+    return { events, ended, close: () => controller.abort() };
+  }
+}
