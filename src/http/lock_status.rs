@@ -11,6 +11,7 @@ use super::error::ApiError;
 use super::extract::KeyPath;
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockModeText};
+use crate::locks::MAX_LIST;
 use crate::locks::{
     LeaseView, ListCursor, LockError, LockKey, LockSight, LockView, Locks, WaiterView,
 };
@@ -140,8 +141,6 @@ pub struct ListParams {
     cursor: Option<String>,
 }
 
-/// The most locks one page of `GET /locks` asks for.
-pub const MAX_LIST: usize = 1000;
 const DEFAULT_LIST: usize = 100;
 
 problem_responses!(

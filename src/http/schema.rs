@@ -12,10 +12,9 @@ use utoipa::openapi::schema::{Object, Schema};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{Modify, Number, ToSchema};
 
-use super::lock_status::MAX_LIST;
 use crate::locks::{
-    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MAX_LIMIT, MIN_TTL_MS, Token, idempotency_key_pattern,
-    key_pattern,
+    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MAX_LIMIT, MAX_LIST, MIN_TTL_MS, Token,
+    idempotency_key_pattern, key_pattern,
 };
 use crate::seckill::{MAX_PAGE, MAX_QUANTITY, MAX_STOCK, name_pattern};
 

@@ -4,6 +4,8 @@ use super::{LockError, LockKey, LockView, Locks};
 use crate::redis::locks::view::{self, LockSight};
 use crate::redis::scan::{self, ScanCursor};
 
+/// The most locks one page of `GET /locks` asks for.
+pub const MAX_LIST: usize = 1000;
 /// Where a listing's next page begins (the `next_cursor` a page gave).
 pub type ListCursor = ScanCursor;
 

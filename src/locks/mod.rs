@@ -27,7 +27,7 @@ pub use inputs::{
     MAX_KEY_LEN, MAX_LIMIT, MAX_VALUE_BYTES, MIN_TTL_MS, OutOfRange, Token, Ttl, ValueTooLong,
     WaitTime, idempotency_key_pattern, key_pattern, lock_kind,
 };
-pub use listing::{ListCursor, LockPage};
+pub use listing::{ListCursor, LockPage, MAX_LIST};
 pub use streams::{LostReason, StreamEnd, StreamEvent, StreamedLock, Streams};
 pub use waiting::{WaitRefused, Waiting};
 pub use watch::{WatchEvent, Watcher, Watches};

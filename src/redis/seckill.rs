@@ -199,7 +199,8 @@ pub async fn purchase(
     })
 }
 
-/// Runs `reset_sale.lua`.
+/// Runs `reset_sale.lua`; `group` is the order hand-off's consumer group,
+/// `handoff` whether a hand-off works on this Redis.
 pub async fn reset(
     conn: &mut Connection,
     keys: &SaleKeys,
@@ -207,6 +208,7 @@ pub async fn reset(
     per_user_limit: u64,
     channel: &str,
     sku: &str,
+    group: &str,
     handoff: bool,
 ) -> Result<ResetReply, BackendError> {
     let reply = RESET_SALE
@@ -217,7 +219,7 @@ pub async fn reset(
                 .arg(per_user_limit)
                 .arg(channel)
                 .arg(sku)
-                .arg(super::orders::GROUP)
+                .arg(group)
                 .arg(if handoff { "1" } else { "0" }),
             conn,
         )

@@ -180,6 +180,7 @@ impl Sales {
                 terms.per_user_limit(),
                 channel,
                 sku.as_str(),
+                handoff::GROUP,
                 handoff,
             )
             .await?;

@@ -6,10 +6,19 @@
  */
 
 import { GatewayUnavailableError, InvalidRequestError, LockHeldError } from "./errors.js";
-import type { Gateway } from "./gateway.js";
 import type { Lock } from "./lock.js";
 import { backoffMs, sleep } from "./sleep.js";
-import type { LeaseView } from "./types.js";
+import type { LeaseView, LockOptions, LockStatus } from "./types.js";
+import type { LockWatch, WatchOptions } from "./watch.js";
+
+/** What an election asks of its gateway (a `Gateway`, named by shape so
+ * that the gateway, which makes elections, and the election do not import
+ * each other). */
+export interface ElectionGateway {
+  acquire(key: string, options?: LockOptions): Promise<Lock>;
+  inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockStatus | null>;
+  watch(key: string, options?: WatchOptions): LockWatch;
+}
 
 export interface ElectionOptions {
   /**
@@ -83,7 +92,7 @@ export class Leadership implements AsyncDisposable {
 export class Election {
   /** @internal Made by `Gateway.election`. */
   constructor(
-    private readonly gateway: Gateway,
+    private readonly gateway: ElectionGateway,
     readonly key: string,
     private readonly options: ElectionOptions,
   ) {}
