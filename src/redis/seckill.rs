@@ -128,6 +128,14 @@ impl Refused {
     }
 }
 
+/// What a reset must know of the order hand-off: its consumer group, and
+/// whether a hand-off works on this Redis (so orders are kept for it).
+#[derive(Debug, Clone, Copy)]
+pub struct HandoffTerms<'a> {
+    pub group: &'a str,
+    pub in_use: bool,
+}
+
 /// What a reset did: the new epoch, and whether a hand-off reads the sale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResetReply {
@@ -199,8 +207,7 @@ pub async fn purchase(
     })
 }
 
-/// Runs `reset_sale.lua`; `group` is the order hand-off's consumer group,
-/// `handoff` whether a hand-off works on this Redis.
+/// Runs `reset_sale.lua`.
 pub async fn reset(
     conn: &mut Connection,
     keys: &SaleKeys,
@@ -208,8 +215,7 @@ pub async fn reset(
     per_user_limit: u64,
     channel: &str,
     sku: &str,
-    group: &str,
-    handoff: bool,
+    handoff: HandoffTerms<'_>,
 ) -> Result<ResetReply, BackendError> {
     let reply = RESET_SALE
         .run(
@@ -219,8 +225,8 @@ pub async fn reset(
                 .arg(per_user_limit)
                 .arg(channel)
                 .arg(sku)
-                .arg(group)
-                .arg(if handoff { "1" } else { "0" }),
+                .arg(handoff.group)
+                .arg(if handoff.in_use { "1" } else { "0" }),
             conn,
         )
         .await?;

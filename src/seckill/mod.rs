@@ -47,7 +47,9 @@ use crate::locks::{
 use crate::metrics::Metrics;
 use crate::redis::orders as handoff;
 use crate::redis::pubsub::Subscriber;
-use crate::redis::seckill::{self as scripts, PurchaseMode, PurchaseReply, Refused, SaleKeys};
+use crate::redis::seckill::{
+    self as scripts, HandoffTerms, PurchaseMode, PurchaseReply, Refused, SaleKeys,
+};
 use crate::redis::{BackendError, Redis};
 // Read from Redis as they are and handed on unchanged: one type each, not a
 // domain copy joined to the Redis one field by field.
@@ -172,7 +174,7 @@ impl Sales {
             let mut conn = self.redis.connection().await?;
             // Listed before it exists, so the order hand-off finds every sale.
             handoff::register(&mut conn, &self.prefix, sku.as_str()).await?;
-            let handoff = handoff::is_in_use(&mut conn, &self.prefix).await?;
+            let in_use = handoff::is_in_use(&mut conn, &self.prefix).await?;
             let reply = scripts::reset(
                 &mut conn,
                 &keys,
@@ -180,8 +182,10 @@ impl Sales {
                 terms.per_user_limit(),
                 channel,
                 sku.as_str(),
-                handoff::GROUP,
-                handoff,
+                HandoffTerms {
+                    group: handoff::GROUP,
+                    in_use,
+                },
             )
             .await?;
             Ok::<_, SaleError>(reply)
