@@ -130,7 +130,7 @@ floor_ratio="$(python3 -c "print(f'{$(field "$cycles" per_second) / $(field "$fl
 echo "the same scripts by redis-benchmark..." >&2
 # The functions of the lock library the gateway loaded into this Redis.
 function_named() {
-  redis-cli -p "$redis_port" --raw FUNCTION LIST LIBRARYNAME lockgate_ | grep -m1 "^lockgate_.*_$1\$"
+  redis-cli -p "$redis_port" --raw FUNCTION LIST LIBRARYNAME 'lockgate_*' | grep -m1 "^lockgate_.*_$1\$"
 }
 acquire_function="$(function_named acquire)"
 release_function="$(function_named release)"
