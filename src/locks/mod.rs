@@ -256,8 +256,8 @@ impl Locks {
         let mut handover = Handover::new(self.clone(), request.key.clone(), token, keep_if_left);
         let request_hash = match &request.idempotency_key {
             Some(idempotency_key) => {
-                self.claim_idempotency_key(&request, idempotency_key)
-                    .await?;
+                // Boxed, like every round trip here: see `Acquisition::run`.
+                Box::pin(self.claim_idempotency_key(&request, idempotency_key)).await?;
                 request.request_hash()
             }
             None => String::new(),
