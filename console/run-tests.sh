@@ -9,21 +9,10 @@
 #
 # Installs what is missing: the npm packages from the committed lockfile
 # (npm ci, only when the lockfile changed since the last install) and, on
-# Debian or Ubuntu, Chromium with apt-get. Screenshots go to .run/console/.
+# Debian or Ubuntu, Chromium with apt-get (scripts/ensure-tools.sh). Screenshots go to .run/console/.
 set -euo pipefail
 
 say() { printf 'console tests: %s\n' "$*" >&2; }
-
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then
-    "$@"
-  elif command -v sudo >/dev/null 2>&1; then
-    sudo -n "$@" || sudo "$@"
-  else
-    say "need root to run: $*"
-    return 1
-  fi
-}
 
 cd "$(dirname "$0")"
 repo=$(cd .. && pwd)
@@ -46,14 +35,8 @@ if ! cmp -s package-lock.json "$stamp" 2>/dev/null; then
 fi
 
 if [ ! -x "$CHROMIUM" ]; then
-  if command -v apt-get >/dev/null 2>&1; then
-    say "installing chromium with apt-get"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
-  else
-    say "Chromium is missing: install it, or set CHROMIUM to its executable"
-    exit 1
-  fi
+  # The project's installer (apt-get on Debian and Ubuntu).
+  "$repo/scripts/ensure-tools.sh" chromium
 fi
 
 # One file at a time: the browser tests and the build would fight over two cores.

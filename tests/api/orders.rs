@@ -134,35 +134,8 @@ async fn a_worker_killed_before_its_commit_loses_nothing_and_another_takes_over(
     let app = TestApp::spawn_sale(&redis, &[]).await;
     app.reset_sale("phone", 100, 5).await;
     let mut first = Worker::spawn(&redis, &database, "first", &[]);
-    // The worker creates the group; then PostgreSQL freezes.
     let conn = redis.connection().await;
-    let joined = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move {
-            redis::cmd("XINFO")
-                .arg("GROUPS")
-                .arg(stream("phone"))
-                .query_async::<Vec<redis::Value>>(&mut conn)
-                .await
-                .is_ok_and(|groups| !groups.is_empty())
-        }
-    })
-    .await;
-    assert!(joined, "the worker never joined:\n{}", first.logs());
-    // Let the migrations finish before the freeze.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    postgres.signal_all("-STOP");
-    buy_many(&app, "phone", 6).await;
-    let read = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move { pending(&mut conn, "phone").await == 6 }
-    })
-    .await;
-    assert!(
-        read,
-        "the worker did not read the orders:\n{}",
-        first.logs()
-    );
+    read_while_postgres_is_frozen(&app, &conn, &postgres, &first, 6).await;
     first.kill();
     postgres.signal_all("-CONT");
     assert_eq!(
@@ -202,32 +175,7 @@ async fn a_worker_killed_after_its_commit_stores_nothing_twice() {
     ];
     let mut worker = Worker::spawn_through(&through_proxy, &database, "solo", &[]);
     let conn = redis.connection().await;
-    let joined = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move {
-            redis::cmd("HEXISTS")
-                .arg("lockgate:sale:{phone}")
-                .arg("stored")
-                .query_async::<bool>(&mut conn)
-                .await
-                .unwrap_or(false)
-        }
-    })
-    .await;
-    assert!(joined, "the worker never joined:\n{}", worker.logs());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    postgres.signal_all("-STOP");
-    buy_many(&app, "phone", 4).await;
-    let read = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move { pending(&mut conn, "phone").await == 4 }
-    })
-    .await;
-    assert!(
-        read,
-        "the worker did not read the orders:\n{}",
-        worker.logs()
-    );
+    read_while_postgres_is_frozen(&app, &conn, &postgres, &worker, 4).await;
     // Nothing the worker sends reaches Redis any more; the database thaws:
     // the commit goes through, the acknowledgement is lost on the way.
     proxy.drop_client_bytes();
@@ -361,28 +309,7 @@ async fn a_trimmed_pending_entry_is_counted_as_lost() {
     app.reset_sale("phone", 100, 5).await;
     let mut first = Worker::spawn(&redis, &database, "first", &[]);
     let conn = redis.connection().await;
-    let joined = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move {
-            redis::cmd("HEXISTS")
-                .arg("lockgate:sale:{phone}")
-                .arg("stored")
-                .query_async::<bool>(&mut conn)
-                .await
-                .unwrap_or(false)
-        }
-    })
-    .await;
-    assert!(joined, "{}", first.logs());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    postgres.signal_all("-STOP");
-    buy_many(&app, "phone", 3).await;
-    let read = eventually(Duration::from_secs(10), || {
-        let mut conn = conn.clone();
-        async move { pending(&mut conn, "phone").await == 3 }
-    })
-    .await;
-    assert!(read, "{}", first.logs());
+    read_while_postgres_is_frozen(&app, &conn, &postgres, &first, 3).await;
     first.kill();
     postgres.signal_all("-CONT");
     // An operator trims the stream with MAXLEN, pending entries and all.
@@ -465,6 +392,46 @@ async fn a_reset_keeps_the_old_epochs_unstored_orders() {
         "{report}"
     );
     app.stop().await;
+}
+
+/// Waits until `worker` joined sale `phone` (its `stored` count is set),
+/// freezes PostgreSQL (SIGSTOP), buys `count` units and waits until the
+/// worker has read them all: they are pending in its hands, their insert
+/// hanging on the frozen database.
+async fn read_while_postgres_is_frozen(
+    app: &TestApp,
+    conn: &TestConnection,
+    postgres: &Postgres,
+    worker: &Worker,
+    count: u64,
+) {
+    let joined = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("HEXISTS")
+                .arg("lockgate:sale:{phone}")
+                .arg("stored")
+                .query_async::<bool>(&mut conn)
+                .await
+                .unwrap_or(false)
+        }
+    })
+    .await;
+    assert!(joined, "the worker never joined:\n{}", worker.logs());
+    // Let the migrations finish before the freeze.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    postgres.signal_all("-STOP");
+    buy_many(app, "phone", count as usize).await;
+    let read = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move { pending(&mut conn, "phone").await == count }
+    })
+    .await;
+    assert!(
+        read,
+        "the worker did not read the orders:\n{}",
+        worker.logs()
+    );
 }
 
 /// Entries of `sku`'s stream delivered and not yet acknowledged.
