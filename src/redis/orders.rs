@@ -16,13 +16,13 @@ pub const GROUP: &str = "lockgate-orders";
 
 /// The set of every sale's sku, written before a sale is created, so a
 /// worker finds sales created while it runs.
-pub fn registry(prefix: &str) -> String {
+fn registry(prefix: &str) -> String {
     format!("{prefix}sales")
 }
 
 /// The key a hand-off worker sets when it starts: from then on, a sale's
 /// reset keeps orders not yet stored, even of a sale no worker has joined.
-pub fn in_use(prefix: &str) -> String {
+fn in_use(prefix: &str) -> String {
     format!("{prefix}orders-handoff")
 }
 
@@ -341,7 +341,6 @@ pub struct Tidied {
     pub length: u64,
     /// The oldest entry left.
     pub first: Option<String>,
-    pub trimmed: u64,
     /// Consumers removed (gone, with nothing pending).
     pub removed: u64,
 }
@@ -376,7 +375,6 @@ pub async fn tidy(
         "tidied" => Some(Some(Tidied {
             length: reply.number("length")?,
             first: Some(reply.text("first")?.to_owned()).filter(|id| !id.is_empty()),
-            trimmed: reply.number("trimmed")?,
             removed: reply.number("removed")?,
         })),
         _ => None,
