@@ -14,9 +14,14 @@ use crate::redis::Redis;
 use crate::seckill::Sales;
 
 /// The router's state. Handlers take the parts they need (`State<Locks>`,
-/// `State<Sales>`, ...), each cloned out of it by the derived `FromRef`.
-#[derive(Clone, FromRef)]
-pub struct AppState {
+/// `State<Sales>`, ...), each cloned out of it by `FromRef`. axum clones
+/// the state itself for every request, so it is one shared allocation:
+/// one count to raise, not one per part.
+#[derive(Clone)]
+pub struct AppState(Arc<Parts>);
+
+/// What the state holds.
+pub struct Parts {
     pub locks: Locks,
     pub streams: Streams,
     pub watches: Watches,
@@ -29,6 +34,40 @@ pub struct AppState {
     pub api_keys: ApiKeys,
     pub buyer_tokens: BuyerTokens,
     pub trusted_proxies: TrustedProxies,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
+/// `State<T>` for each part, by field.
+macro_rules! parts_from_ref {
+    ($($field:ident: $part:ty),* $(,)?) => {$(
+        impl FromRef<AppState> for $part {
+            fn from_ref(state: &AppState) -> Self {
+                state.0.$field.clone()
+            }
+        }
+    )*};
+}
+
+parts_from_ref! {
+    locks: Locks,
+    streams: Streams,
+    watches: Watches,
+    sales: Sales,
+    redis: Redis,
+    metrics: Arc<Metrics>,
+    limits: LockLimits,
+    stream_keep_alive: StreamKeepAlive,
+    admin_token: AdminToken,
+    api_keys: ApiKeys,
+    buyer_tokens: BuyerTokens,
+    trusted_proxies: TrustedProxies,
 }
 
 /// The settings the routes enforce: bounds on leases and waits, and who
@@ -71,7 +110,7 @@ impl AppState {
             buyer_tokens,
             trusted_proxies,
         } = settings;
-        Self {
+        Self(Arc::new(Parts {
             locks,
             streams,
             watches,
@@ -84,6 +123,6 @@ impl AppState {
             api_keys,
             buyer_tokens,
             trusted_proxies,
-        }
+        }))
     }
 }

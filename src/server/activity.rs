@@ -2,7 +2,6 @@
 
 use std::sync::Mutex;
 use std::sync::MutexGuard;
-use std::time::Duration;
 
 use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
@@ -138,7 +137,7 @@ impl Activity {
             let phase = *self.phase();
             match phase {
                 Phase::Busy => tokio::select! {
-                    gone = peer_closed_after(stream, PEEK_DELAY) => {
+                    gone = peer_closed(stream) => {
                         if gone {
                             return Closing::Gone;
                         }
@@ -162,17 +161,12 @@ impl Activity {
     }
 }
 
-/// How long a request runs before its connection is watched for the
-/// client leaving. Most requests are answered sooner, and never pay for the
-/// look (a system call each); a client that leaves a waiting request is
-/// noticed this much later.
-const PEEK_DELAY: Duration = Duration::from_millis(20);
-
-/// Completes, once `delay` has passed, when the socket has something to
-/// read: true if that is its end (the client closed it, or reset it), false
-/// if it is data.
-async fn peer_closed_after(stream: &TcpStream, delay: Duration) -> bool {
-    tokio::time::sleep(delay).await;
+/// Completes when the socket has something to read: true if that is its
+/// end (the client closed it, or reset it), false if it is data. A request
+/// read whole left the socket's readiness cleared (see
+/// `socket::read_draining`), so this waits for the client's next bytes, or
+/// its leaving, without a system call of its own.
+async fn peer_closed(stream: &TcpStream) -> bool {
     let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
     let peeked =
         std::future::poll_fn(|cx| stream.poll_peek(cx, &mut ReadBuf::uninit(&mut byte))).await;

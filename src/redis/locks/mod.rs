@@ -9,7 +9,6 @@
 pub mod grant;
 pub mod view;
 
-use std::fmt::Write;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -88,8 +87,14 @@ impl LockKeys {
         let mut name = String::with_capacity(self.prefix.len() + self.key.len() + 12);
         call.arg(KEY_NAMES.len());
         for what in KEY_NAMES {
+            // `<prefix><what>:{<key>}`, without the formatting machinery:
+            // eight of these are built for every lock call.
             name.clear();
-            let _ = write!(name, "{}{what}:{{{}}}", self.prefix, self.key);
+            name.push_str(&self.prefix);
+            name.push_str(what);
+            name.push_str(":{");
+            name.push_str(&self.key);
+            name.push('}');
             call.arg(name.as_str());
         }
         call.arg(publish).arg(&*self.prefix).arg(&self.key);
