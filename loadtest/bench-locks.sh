@@ -14,11 +14,15 @@
 # one: its uncontended cycles, contention and hand-off across three
 # instances, built from BENCH_BASELINE (a commit; default 7072f5d, the last
 # of the round before the fair queue; empty skips it).
+# The gateway, the floor and last round's gateway run the uncontended load
+# in turn, BENCH_ROUNDS times (default 3); each figure is the median of the
+# rounds, each ratio the median of the rounds' own ratios.
 # BENCH_SECONDS sets each run's length (default 10).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${BENCH_SECONDS:-10}"
+rounds="${BENCH_ROUNDS:-3}"
 work="$(mktemp -d)"
 baseline_rev="${BENCH_BASELINE-7072f5d}"
 pids=()
@@ -76,18 +80,18 @@ requests="$(field "$cycles" requests)"
 gateway_us=$(( (g1 - g0) * 1000 / requests ))
 redis_us=$(( (r1 - r0) * 1000 / requests ))
 
-# Uncontended cycles against a server started by "$@" on $port: cycles/s
-# and the server's CPU per request (µs), as JSON.
+# Uncontended cycles against a server started by "$@" on $port: cycles/s,
+# the server's and Redis's CPU per request (µs), as JSON.
 measure_cycles() {
   local port; port="$(free_port)"
   "$@" >"$work/measured.log" 2>&1 &
   local pid=$!
   wait_for curl -s -o /dev/null "http://127.0.0.1:$port/locks"
-  local c0; c0=$(cpu_ms "$pid")
+  local c0 r0; c0=$(cpu_ms "$pid"); r0=$(cpu_ms "$redis_pid")
   local run; run="$("$lockbench" cycles --url "http://127.0.0.1:$port" --clients 50 --seconds "$seconds")"
-  local c1; c1=$(cpu_ms "$pid")
+  local c1 r1; c1=$(cpu_ms "$pid"); r1=$(cpu_ms "$redis_pid")
   kill "$pid"; wait "$pid" 2>/dev/null || true
-  python3 -c "import json, sys; r = json.loads(sys.argv[1]); print(json.dumps({'per_second': r['per_second'], 'cpu_us': round(($c1 - $c0) * 1000 / r['requests'])}))" "$run"
+  python3 -c "import json, sys; r = json.loads(sys.argv[1]); print(json.dumps({'per_second': r['per_second'], 'cpu_us': round(($c1 - $c0) * 1000 / r['requests'], 1), 'redis_us': round(($r1 - $r0) * 1000 / r['requests'], 1)}))" "$run"
 }
 # Servers for measure_cycles, on the $port it chose; exec, so that the pid
 # it measures is the server's own.
@@ -117,15 +121,41 @@ stop_gateways() {
   kill "${started[@]}"; wait "${started[@]}" 2>/dev/null || true
 }
 
-echo "the floor: the same stack and scripts with nothing of the gateway's (${seconds}s)..." >&2
-floor_run="$(measure_cycles floor_server)"
+echo "uncontended cycles: the gateway, the floor${baseline:+ and the last round gateway} in turn, $rounds rounds of ${seconds}s..." >&2
+paired=""
+for _ in $(seq "$rounds"); do
+  now_run="$(measure_cycles gateway_with)"
+  floor_run="$(measure_cycles floor_server)"
+  last_run="null"
+  [ -n "$baseline" ] && last_run="$(measure_cycles baseline_with)"
+  paired+="{\"gateway\": $now_run, \"floor\": $floor_run, \"last\": $last_run}"$'\n'
+done
+# Medians of the rounds: each figure, and each ratio of a round's own pair.
+# Prints the table's rows, gateway against the floor and against last round.
+python3 - "$paired" "$baseline_rev" >"$work/paired.md" <<'PY'
+import json, statistics, sys
+rounds = [json.loads(line) for line in sys.argv[1].splitlines() if line]
+med = lambda values: statistics.median(values)
+def row(name, field, against, label, target, fmt="{:,.0f}"):
+    ours = med([r["gateway"][field] for r in rounds])
+    theirs = med([r[against][field] for r in rounds])
+    ratio = med([r["gateway"][field] / r[against][field] for r in rounds])
+    each = ", ".join(f'{r["gateway"][field] / r[against][field]:.2f}' for r in rounds)
+    print(f"| {name} | {fmt.format(ours)} | {label}: {fmt.format(theirs)} | {ratio:.2f} (rounds {each}){target} |")
+row("uncontended lock cycles/s, beside the floor (loadtest/floor.rs: axum, hyper, tokio, redis-rs, the same scripts and connection, nothing else)", "per_second", "floor", "floor", "; target at least 0.85")
+row("server CPU per uncontended request (µs), beside the floor", "cpu_us", "floor", "floor", "; target at most 1.25", "{:.1f}")
+row("Redis CPU per uncontended request (µs), beside the floor's", "redis_us", "floor", "floor", "; target at most 1.1", "{:.1f}")
+if rounds[0]["last"]:
+    row("uncontended lock cycles/s, beside last round's gateway", "per_second", "last", f"last round ({sys.argv[2]})", "")
+    row("server CPU per uncontended request (µs), beside last round's gateway", "cpu_us", "last", f"last round ({sys.argv[2]})", "", "{:.1f}")
+PY
+paired_rows="$(cat "$work/paired.md")"
 echo "the ways to reach Redis (${seconds}s each)..." >&2
 pool_shared="$(measure_cycles gateway_with --redis-pool shared)"
 pool_checkout="$(measure_cycles gateway_with --redis-pool checkout)"
 # deadpool-redis as it ships, measured in the floor: the same stack with
 # nothing of the gateway's but that pool.
 pool_deadpool="$(measure_cycles floor_server --pool deadpool-redis)"
-floor_ratio="$(python3 -c "print(f'{$(field "$cycles" per_second) / $(field "$floor_run" per_second):.0%}')")"
 
 echo "the same scripts by redis-benchmark..." >&2
 # The functions of the lock library the gateway loaded into this Redis.
@@ -187,33 +217,41 @@ on_cluster="$("$lockbench" cycles --url "http://127.0.0.1:$cluster_gateway_port"
 kill "${pids[-1]}"
 "$root/scripts/redis-cluster.sh" stop "$work/redis-cluster"
 
-echo "hand-off: 100 waiters over three gateways, 5 rounds..." >&2
+echo "hand-off: 100 waiters over three gateways, then on one, 5 rounds each..." >&2
 start_gateways "$lockgate" 3
 handoff="$("$lockbench" handoff --urls "$urls" --waiters 100 --rounds 5)"
 stop_gateways
-handoff_row="| hand-off from a release to the next holder, 100 waiters over three gateways: p50 / p99 (ms), granted out of arrival order | $(field "$handoff" handoff_p50_ms) / $(field "$handoff" handoff_p99_ms), $(field "$handoff" out_of_order) of $(field "$handoff" done) | |"
+start_gateways "$lockgate" 1
+handoff_one="$("$lockbench" handoff --urls "$urls" --waiters 100 --rounds 5)"
+stop_gateways
+handoff_row="| hand-off from a release to the next holder, 100 waiters over three gateways: p50 / p99 (ms), granted out of arrival order | $(field "$handoff" handoff_p50_ms) / $(field "$handoff" handoff_p99_ms), $(field "$handoff" out_of_order) of $(field "$handoff" done) | the same 100 waiters on one gateway: $(field "$handoff_one" handoff_p50_ms) / $(field "$handoff_one" handoff_p99_ms), $(field "$handoff_one" out_of_order) of $(field "$handoff_one" done) | |"
 baseline_rows="" baseline_results=""
 if [ -n "$baseline" ]; then
-  echo "last round's gateway ($baseline_rev): cycles, contention, hand-off (${seconds}s each)..." >&2
-  baseline_cycles="$(measure_cycles baseline_with)"
-  now_cycles="$(measure_cycles gateway_with)"
+  echo "last round's gateway ($baseline_rev): contention, hand-off (${seconds}s each)..." >&2
   start_gateways "$baseline" 1
   baseline_contended="$("$lockbench" contended --url "$urls" --clients 8 --hold-ms 1 --work-ms 5 --seconds "$seconds")"
   stop_gateways
   start_gateways "$baseline" 3
   baseline_handoff="$("$lockbench" handoff --urls "$urls" --waiters 100 --rounds 5)"
   stop_gateways
-  baseline_rows="| this round beside last round ($baseline_rev), same run: uncontended cycles/s (server CPU per request, µs) | $(field "$now_cycles" per_second) ($(field "$now_cycles" cpu_us)) | $(field "$baseline_cycles" per_second) ($(field "$baseline_cycles" cpu_us)) |
-| this round beside last round: contended acquisitions/s, wait p50 / p99 (ms) | $(field "$contended" per_second), $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | $(field "$baseline_contended" per_second), $(field "$baseline_contended" wait_p50_ms) / $(field "$baseline_contended" wait_p99_ms) |
-| this round beside last round: hand-off p50 / p99 (ms), out of arrival order | $(field "$handoff" handoff_p50_ms) / $(field "$handoff" handoff_p99_ms), $(field "$handoff" out_of_order) | $(field "$baseline_handoff" handoff_p50_ms) / $(field "$baseline_handoff" handoff_p99_ms), $(field "$baseline_handoff" out_of_order) |"
-  baseline_results="last round: cycles $baseline_cycles, this round again: $now_cycles
-$baseline_contended
+  baseline_rows="| this round beside last round ($baseline_rev): contended acquisitions/s, wait p50 / p99 (ms) | $(field "$contended" per_second), $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | last round: $(field "$baseline_contended" per_second), $(field "$baseline_contended" wait_p50_ms) / $(field "$baseline_contended" wait_p99_ms) | |
+| this round beside last round: hand-off over three gateways, p50 / p99 (ms), out of arrival order | $(field "$handoff" handoff_p50_ms) / $(field "$handoff" handoff_p99_ms), $(field "$handoff" out_of_order) | last round: $(field "$baseline_handoff" handoff_p50_ms) / $(field "$baseline_handoff" handoff_p99_ms), $(field "$baseline_handoff" out_of_order) | |"
+  baseline_results="$baseline_contended
 $baseline_handoff"
 fi
 
 echo "10 000 waiters..." >&2
 waiters="$("$lockbench" waiters --url "$gateway" --clients 10000 --pid "$gateway_pid")"
 rss_waiting="$(python3 -c "print(round($(field "$waiters" rss_waiting_kib) / 1024, 1))")"
+echo "10 000 waiters on axum's own serve, a handler that only waits (the floor)..." >&2
+port="$(free_port)"
+"$floor" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$redis_port" >"$work/floor-waiters.log" 2>&1 &
+floor_pid=$!
+wait_for curl -s -o /dev/null "http://127.0.0.1:$port/locks"
+floor_waiters="$("$lockbench" waiters --url "http://127.0.0.1:$port" --clients 10000 --pid "$floor_pid")"
+kill "$floor_pid"; wait "$floor_pid" 2>/dev/null || true
+floor_rss_waiting="$(python3 -c "print(round($(field "$floor_waiters" rss_waiting_kib) / 1024, 1))")"
+waiters_ratio="$(python3 -c "print(f'{$rss_waiting / $floor_rss_waiting:.2f}')")"
 
 echo "streamed locks, ttl_ms 3000 (${seconds}s each)..." >&2
 # Each count against a fresh gateway, so one run's memory is not the next's.
@@ -249,23 +287,22 @@ cat <<EOF
 
 lockgate lock benchmark: $(nproc) cores, $(date -u +%Y-%m-%d), ${seconds}s per run, Redis without persistence
 
-| measurement | lockgate | comparison |
-|---|---|---|
-| uncontended lock cycles/s (acquire + release, 50 clients, distinct keys) | $(field "$cycles" per_second) | redis-benchmark, the same functions by FCALL: $raw_cycles |
-| the same against the floor (loadtest/floor.rs: axum, hyper, tokio, redis-rs, the same scripts and connections, nothing else) | $floor_ratio of the floor | floor: $(field "$floor_run" per_second) cycles/s |
-| CPU per uncontended request (µs), gateway / floor | $gateway_us / $(field "$floor_run" cpu_us) | |
-| uncontended cycles/s by way to Redis (server CPU per request, µs) | gateway, shared connections (the default): $(field "$pool_shared" per_second) ($(field "$pool_shared" cpu_us)); gateway, checkout pool: $(field "$pool_checkout" per_second) ($(field "$pool_checkout" cpu_us)) | floor, shared connection: $(field "$floor_run" per_second) ($(field "$floor_run" cpu_us)); floor, deadpool-redis as it ships: $(field "$pool_deadpool" per_second) ($(field "$pool_deadpool" cpu_us)) |
-| the same, one gateway on a three-master Redis Cluster on the same machine | $(field "$on_cluster" per_second) | |
-| contended acquisitions/s (8 clients, one key, hold 1 ms, work 5 ms) | $(field "$contended" per_second) | 20 ms sleep-and-poll SETNX lock: $(field "$poll" per_second) |
-| contended wait p50 / p99 (ms) | $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | $(field "$poll" wait_p50_ms) / $(field "$poll" wait_p99_ms) |
-| the same 8 clients on a read-write lock, 6 readers and 2 writers: acquisitions/s | $(field "$read_write" per_second) ($(field "$read_write" reads) reads, $(field "$read_write" writes) writes) | the plain lock above: $(field "$contended" per_second) |
-| read-write wait p50 / p99 (ms), readers; writers | $(field "$read_write" read_wait_p50_ms) / $(field "$read_write" read_wait_p99_ms); $(field "$read_write" write_wait_p50_ms) / $(field "$read_write" write_wait_p99_ms) | |
-| the same 8 clients on a counting lock of 3 places: acquisitions/s, wait p50 / p99 (ms) | $(field "$counted" per_second), $(field "$counted" wait_p50_ms) / $(field "$counted" wait_p99_ms) | |
-| etcd HTTP lock API, same uncontended load | | $etcd_line |
+| measurement | lockgate | comparison in the same run | ratio |
+|---|---|---|---|
+| uncontended lock cycles/s (acquire + release, 50 clients, distinct keys), one run | $(field "$cycles" per_second) | redis-benchmark, the same functions by FCALL: $raw_cycles | $(python3 -c "print(f'{$(field "$cycles" per_second) / $raw_cycles:.2f}')") |
+$paired_rows
+| uncontended cycles/s by way to Redis (server CPU per request, µs) | gateway, shared connections (the default): $(field "$pool_shared" per_second) ($(field "$pool_shared" cpu_us)); gateway, checkout pool: $(field "$pool_checkout" per_second) ($(field "$pool_checkout" cpu_us)) | floor, deadpool-redis as it ships: $(field "$pool_deadpool" per_second) ($(field "$pool_deadpool" cpu_us)) | |
+| the same, one gateway on a three-master Redis Cluster on the same machine | $(field "$on_cluster" per_second) | | |
+| contended acquisitions/s (8 clients, one key, hold 1 ms, work 5 ms) | $(field "$contended" per_second) | 20 ms sleep-and-poll SETNX lock: $(field "$poll" per_second) | |
+| contended wait p50 / p99 (ms) | $(field "$contended" wait_p50_ms) / $(field "$contended" wait_p99_ms) | $(field "$poll" wait_p50_ms) / $(field "$poll" wait_p99_ms) | |
+| the same 8 clients on a read-write lock, 6 readers and 2 writers: acquisitions/s | $(field "$read_write" per_second) ($(field "$read_write" reads) reads, $(field "$read_write" writes) writes) | the plain lock above: $(field "$contended" per_second) | |
+| read-write wait p50 / p99 (ms), readers; writers | $(field "$read_write" read_wait_p50_ms) / $(field "$read_write" read_wait_p99_ms); $(field "$read_write" write_wait_p50_ms) / $(field "$read_write" write_wait_p99_ms) | | |
+| the same 8 clients on a counting lock of 3 places: acquisitions/s, wait p50 / p99 (ms) | $(field "$counted" per_second), $(field "$counted" wait_p50_ms) / $(field "$counted" wait_p99_ms) | | |
+| etcd HTTP lock API, same uncontended load | | $etcd_line | |
 $handoff_row
 $baseline_rows
-| gateway RSS idle / with 10 000 waiters (MiB) | $rss_idle / $rss_waiting | ($(field "$waiters" ended_early) of 10 000 waiters refused) |
-| CPU per uncontended request (µs): gateway / Redis / load generator | $gateway_us / $redis_us / $(python3 -c "print(round($(field "$cycles" generator_cpu_ms_per_request) * 1000))") | |
+| RSS with 10 000 waiting requests (MiB; idle: $rss_idle) | $rss_waiting | axum's own serve, a handler that only waits: $floor_rss_waiting | $waiters_ratio; target at most 0.75 |
+| CPU per uncontended request (µs), one run: gateway / Redis / load generator | $gateway_us / $redis_us / $(python3 -c "print(round($(field "$cycles" generator_cpu_ms_per_request) * 1000))") | | |
 
 Streamed locks (ttl_ms 3000, renewed every second by one gateway; held ${seconds}s once all
 are granted): the most kept renewed on time, with nothing lost, is $kept.
@@ -275,7 +312,7 @@ are granted): the most kept renewed on time, with nothing lost, is $kept.
 $stream_rows
 raw lockbench results:
 $cycles
-floor $floor_run
+$paired
 pools: gateway shared $pool_shared, gateway checkout $pool_checkout, floor deadpool-redis $pool_deadpool
 $on_cluster
 $contended
@@ -283,7 +320,9 @@ $poll
 $read_write
 $counted
 $handoff
+$handoff_one
 $baseline_results
 $waiters
+floor $floor_waiters
 $stream_results
 EOF

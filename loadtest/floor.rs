@@ -109,9 +109,17 @@ fn code_and_fence(reply: &redis::Value) -> Option<(String, Option<i64>)> {
 struct Acquire {
     key: String,
     ttl_ms: u64,
+    /// Given, the request only waits this long and answers `409`: the
+    /// floor of a waiting request's memory (`lockbench waiters`), axum's
+    /// own `serve` with a handler that does nothing else.
+    wait_ms: Option<u64>,
 }
 
 async fn acquire(State(floor): State<Arc<Floor>>, body: axum::Json<Acquire>) -> Response {
+    if let Some(wait) = body.wait_ms {
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+        return StatusCode::CONFLICT.into_response();
+    }
     let token = uuid::Uuid::new_v4().simple().to_string();
     let key = &body.key;
     let mut invocation = lock_call("floor_acquire", key);

@@ -70,6 +70,8 @@ struct StreamState {
     /// Whether to read this worker's own pending entries (at start, and
     /// after an entry could not be stored) before new ones.
     own_pending: bool,
+    /// New entries read while the last batch was stored, handled next.
+    read_ahead: Option<Result<Vec<Delivery>, BackendError>>,
 }
 
 /// A worker, run until it is told to stop.
@@ -203,6 +205,7 @@ impl Handoff {
                 current,
                 epoch,
                 own_pending: true,
+                read_ahead: None,
             });
             state.epoch = epoch;
         }
@@ -215,24 +218,20 @@ impl Handoff {
         let mut worked = 0;
         let names: Vec<String> = self.streams.keys().cloned().collect();
         for stream in names {
-            let Some(state) = self.streams.get(&stream) else {
+            let Some(state) = self.streams.get_mut(&stream) else {
                 continue;
             };
-            let from = if state.own_pending {
-                ReadFrom::OwnPending
-            } else {
-                ReadFrom::New
+            let (read, from) = match state.read_ahead.take() {
+                Some(read) => (read, ReadFrom::New),
+                None => {
+                    let from = if state.own_pending {
+                        ReadFrom::OwnPending
+                    } else {
+                        ReadFrom::New
+                    };
+                    (self.read(&stream, from).await, from)
+                }
             };
-            let mut conn = self.redis.connection().await?;
-            let read = streams::read(
-                &mut conn,
-                &stream,
-                &self.settings.consumer,
-                from,
-                self.settings.batch,
-            )
-            .await;
-            drop(conn);
             let deliveries = match read {
                 Err(err) if no_group(&err) => {
                     // Deleted with its group (the sale's keys were lost):
@@ -249,9 +248,35 @@ impl Handoff {
                 continue;
             }
             worked += deliveries.len();
-            self.handle(&stream, deliveries, stop).await?;
+            if from == ReadFrom::New && deliveries.len() >= self.settings.batch {
+                // A full batch of new entries: more are likely waiting, so
+                // the next batch is read while this one is stored. Read, it
+                // is this worker's pending entries until stored, like any.
+                let next = self.read(&stream, ReadFrom::New);
+                let (handled, next) = tokio::join!(self.handle(&stream, deliveries, stop), next);
+                handled?;
+                if let Some(state) = self.streams.get_mut(&stream) {
+                    state.read_ahead = Some(next);
+                }
+            } else {
+                self.handle(&stream, deliveries, stop).await?;
+            }
         }
         Ok(worked)
+    }
+
+    /// One read of `stream`'s entries, up to a batch.
+    fn read(
+        &self,
+        stream: &str,
+        from: ReadFrom,
+    ) -> impl Future<Output = Result<Vec<Delivery>, BackendError>> + use<> {
+        let (redis, stream) = (self.redis.clone(), stream.to_owned());
+        let (consumer, batch) = (self.settings.consumer.clone(), self.settings.batch);
+        async move {
+            let mut conn = redis.connection().await?;
+            streams::read(&mut conn, &stream, &consumer, from, batch).await
+        }
     }
 
     /// Takes over the entries of workers that stopped (idle past

@@ -58,7 +58,9 @@ async fn every_sales_orders_reach_sqlite_once_and_reconcile() {
     let skus = ["phone", "laptop", "watch", "tablet"];
     let redis = RedisServer::start().await;
     let (_dir, database) = sqlite();
-    let app = TestApp::spawn_sale(&redis, &["--orders-database", &database]).await;
+    // Batches of two, so that most are full and the next is read while
+    // the last is stored.
+    let app = TestApp::spawn_sale(&redis, &["--orders-database", &database, "--batch", "2"]).await;
     for (n, sku) in skus.iter().enumerate() {
         app.reset_sale(sku, 100, 5).await;
         buy_many(&app, sku, 5 + n).await;
