@@ -14,16 +14,15 @@ use lockgate::{http, telemetry};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's settings, read when it starts (`_RJEM_MALLOC_CONF` in the
-/// environment still overrides them): a background thread gives freed
-/// pages back to the system a second after they were freed, and what was
-/// muzzy (given back lazily) goes back at once. Measured with `lockbench`
-/// (`make bench`'s loads) against the alternatives: giving pages back at
-/// once (`dirty_decay_ms:0`) keeps 10 000 waiting requests smallest (127
-/// MiB, against 164 MiB here) but costs a `madvise` every few requests,
-/// each a TLB shootdown across the runtime's threads, about 5 µs of the
-/// gateway's CPU per request (33 against 28 µs); jemalloc's default (ten
-/// seconds, no thread) costs as little CPU but keeps 167 MiB, and pages
-/// freed before a quiet spell stay until the next burst of work.
+/// environment still overrides them): background threads give freed pages
+/// back to the system over about a second, with no muzzy stage. Measured
+/// with `lockbench` (`make bench`'s loads) against the alternatives: giving
+/// pages back at once (`dirty_decay_ms:0`) keeps 10 000 waiting requests
+/// smallest (127 MiB, against 156-164 MiB here) but costs a `madvise` every
+/// few requests, each a TLB shootdown across the runtime's threads, about 5
+/// µs of the gateway's CPU per request (33 against 28 µs); jemalloc's
+/// default (ten seconds, no thread) keeps 167 MiB, and pages freed before a
+/// quiet spell stay until the next burst of work.
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 

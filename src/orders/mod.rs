@@ -242,7 +242,11 @@ impl Handoff {
                 read => read?,
             };
             if deliveries.is_empty() {
-                if let Some(state) = self.streams.get_mut(&stream) {
+                // Only a read of its own pending entries that finds none
+                // says they are all stored.
+                if from == ReadFrom::OwnPending
+                    && let Some(state) = self.streams.get_mut(&stream)
+                {
                     state.own_pending = false;
                 }
                 continue;
@@ -254,10 +258,12 @@ impl Handoff {
                 // is this worker's pending entries until stored, like any.
                 let next = self.read(&stream, ReadFrom::New);
                 let (handled, next) = tokio::join!(self.handle(&stream, deliveries, stop), next);
-                handled?;
+                // Kept even when storing failed: what was read is handled
+                // at the next round, not left to a claim.
                 if let Some(state) = self.streams.get_mut(&stream) {
                     state.read_ahead = Some(next);
                 }
+                handled?;
             } else {
                 self.handle(&stream, deliveries, stop).await?;
             }

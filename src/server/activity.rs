@@ -2,6 +2,7 @@
 
 use std::sync::Mutex;
 use std::sync::MutexGuard;
+use std::time::Duration;
 
 use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
@@ -138,13 +139,19 @@ impl Activity {
             match phase {
                 Phase::Busy => tokio::select! {
                     gone = peer_closed(stream) => {
-                        if gone {
-                            return Closing::Gone;
+                        // Looked at again after `LOOK_AGAIN`, unless the
+                        // request is answered first. The end may be only
+                        // the client's half (it sent its request and shut
+                        // its side): an answer ready by then is still
+                        // written. Bytes may be the request's own body,
+                        // read by then, or the next request: the client's
+                        // leaving is seen once they are read.
+                        tokio::select! {
+                            () = tokio::time::sleep(LOOK_AGAIN) => if gone {
+                                return Closing::Gone;
+                            },
+                            () = self.changed.notified() => {}
                         }
-                        // The next request's bytes came already: the end
-                        // cannot be seen past them, so wait for this one to
-                        // be answered.
-                        self.changed.notified().await;
                     }
                     () = self.changed.notified() => {}
                 },
@@ -160,6 +167,10 @@ impl Activity {
         }
     }
 }
+
+/// How long after the socket showed its end (or more bytes) a request
+/// being answered is looked at again.
+const LOOK_AGAIN: Duration = Duration::from_millis(20);
 
 /// Completes when the socket has something to read: true if that is its
 /// end (the client closed it, or reset it), false if it is data. A request

@@ -66,10 +66,10 @@ impl AsyncRead for WatchedIo {
 
 /// Reads what the socket has into `buf`, as tokio's own `TcpStream` reads:
 /// a read that fills less than `buf` had room for has drained the socket,
-/// so its readiness is cleared then. Without that, hyper's next read (it
-/// reads again while a request is answered, to see the client leave) is a
-/// system call that finds nothing (`EAGAIN`): a third of a call per request
-/// under load. The clearing is `try_io`'s, which only clears the readiness
+/// so its readiness is cleared then. Without that, the next read (hyper's,
+/// for the next request's head once this one is answered, or the
+/// connection's watch's peek) is a system call that finds nothing
+/// (`EAGAIN`): most of a call per request under load. The clearing is `try_io`'s, which only clears the readiness
 /// the read began with, so data that arrived meanwhile still wakes the
 /// reader.
 fn read_draining(stream: &TcpStream, buf: &mut ReadBuf<'_>) -> io::Result<()> {

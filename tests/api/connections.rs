@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::{EventStream, RedisServer, TestApp};
+use crate::helpers::{EventStream, RedisServer, TestApp, eventually};
 
 /// Reads until the server closes the connection (or `within` runs out);
 /// returns what it sent, or `None` if it kept the connection open.
@@ -253,4 +253,70 @@ async fn made_up_methods_add_no_metric_series() {
         ),
         "{text}"
     );
+}
+
+/// `POST /locks` with `body`, as raw bytes: the head, then the body.
+fn acquire_request(body: &str) -> (String, String) {
+    let head = format!(
+        "POST /locks HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    (head, body.to_owned())
+}
+
+#[tokio::test]
+async fn a_client_that_shuts_its_side_after_its_request_still_gets_the_answer() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    let (head, body) = acquire_request(r#"{"key":"half-closed","ttl_ms":5000}"#);
+    stream
+        .write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    // Like `printf ... | nc -N`: the request, then the client's side shut.
+    stream.shutdown().await.unwrap();
+
+    let answer = until_closed(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("the connection was kept open");
+
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 201"), "answered: {answer:?}");
+}
+
+#[tokio::test]
+async fn a_waiter_whose_body_came_after_its_head_is_still_seen_leaving() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let held = app.acquire(json!({"key": "split", "ttl_ms": 30_000})).await;
+    assert_eq!(held.status(), StatusCode::CREATED);
+    // Several, since which of the connection's reader and its watch sees
+    // the body first is up to the scheduler.
+    let mut waiters = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(app.addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let (head, body) = acquire_request(r#"{"key":"split","ttl_ms":5000,"wait_ms":30000}"#);
+        stream.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        stream.write_all(body.as_bytes()).await.unwrap();
+        waiters.push(stream);
+    }
+    let queued = eventually(Duration::from_secs(5), || async {
+        let status: Value = app.get("/locks/split").await.json().await.unwrap();
+        status["waiters"].as_array().is_some_and(|w| w.len() == 4)
+    })
+    .await;
+    assert!(queued, "the four requests are not all waiting");
+
+    drop(waiters);
+
+    let left = eventually(Duration::from_secs(2), || async {
+        let status: Value = app.get("/locks/split").await.json().await.unwrap();
+        status["waiters"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    assert!(left, "waiters whose clients left are still queued");
 }
