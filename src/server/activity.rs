@@ -139,17 +139,16 @@ impl Activity {
             match phase {
                 Phase::Busy => tokio::select! {
                     gone = peer_closed(stream) => {
-                        // Looked at again after `LOOK_AGAIN`, unless the
-                        // request is answered first. The end may be only
-                        // the client's half (it sent its request and shut
-                        // its side): an answer ready by then is still
-                        // written. Bytes may be the request's own body,
-                        // read by then, or the next request: the client's
-                        // leaving is seen once they are read.
+                        // The client's end, even of its side only, is its
+                        // leaving (as hyper has it by default). Bytes may
+                        // be the request's own body, or the next request:
+                        // looked at again after `LOOK_AGAIN`, by when a
+                        // body has been read.
+                        if gone {
+                            return Closing::Gone;
+                        }
                         tokio::select! {
-                            () = tokio::time::sleep(LOOK_AGAIN) => if gone {
-                                return Closing::Gone;
-                            },
+                            () = tokio::time::sleep(LOOK_AGAIN) => {}
                             () = self.changed.notified() => {}
                         }
                     }
@@ -168,8 +167,8 @@ impl Activity {
     }
 }
 
-/// How long after the socket showed its end (or more bytes) a request
-/// being answered is looked at again.
+/// How long after more bytes showed up a request being answered is looked
+/// at again.
 const LOOK_AGAIN: Duration = Duration::from_millis(20);
 
 /// Completes when the socket has something to read: true if that is its

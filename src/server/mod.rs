@@ -23,7 +23,8 @@
 //! closed.
 //!
 //! While a request is answered, the watch also notices the client leaving
-//! (a zero-byte peek at the socket), and drops the request, which releases
+//! (a peek at the socket that finds its end; a client that shut only its
+//! sending side has left too), and drops the request, which releases
 //! whatever it was granted. hyper could notice too, but only by reading
 //! into a fresh 8 KiB buffer per connection, which 10 000 waiting requests
 //! would turn into 80 MiB; it is told not to (`half_close`).
