@@ -37,7 +37,6 @@ trap cleanup EXIT
 
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
-cpu_ms() { awk '{print ($14 + $15) * 10}' "/proc/$1/stat"; }
 rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
 "$root/scripts/ensure-tools.sh" rust redis

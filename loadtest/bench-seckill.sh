@@ -58,12 +58,10 @@ purchases() {
     --clients "$clients" --seconds "$seconds"
 }
 
-# CPU (ms) of every process named $1, children included.
+# CPU (ms) of every process named $1.
 cpu_of() {
   local total=0 pid
-  for pid in $(pgrep -x "$1"); do
-    total=$(( total + $(awk '{print ($14 + $15) * 10}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
-  done
+  for pid in $(pgrep -x "$1"); do total=$(( total + $(cpu_ms "$pid") )); done
   echo "$total"
 }
 parts="nginx lockgate redis-server"

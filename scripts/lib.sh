@@ -30,6 +30,10 @@ free_port() { python3 "$lib_dir/free-ports.py" 1; }
 # field JSON NAME: one field of a JSON object.
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 
+# cpu_ms PID: the CPU the process has used so far, in milliseconds (0 once
+# it is gone).
+cpu_ms() { awk '{print ($14 + $15) * 10}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
 # start_postgres DIR: a throwaway PostgreSQL (Debian's initdb and pg_ctl,
 # run as the postgres user when root) with its data in DIR (whose parent
 # that user can enter), on a free port; sets pg_port and pg_url, and
