@@ -1,15 +1,27 @@
-//! Prometheus metrics: counters and histograms kept in atomics, rendered as text for `GET /metrics`.
+//! Prometheus metrics: counters, gauges and histograms of the Prometheus project's own crate (`prometheus-client`), rendered in the text format for `GET /metrics`.
 //!
 //! One [`Metrics`] per gateway instance (not a global), so several instances
-//! in one test process keep their own counts.
+//! in one test process keep their own counts. Label values on the hot path
+//! (routes, outcomes, Redis operations) are `&'static str`, interned once,
+//! so counting a request allocates nothing.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use crate::sync::lock;
-use std::time::Duration;
+
+/// The content type of what [`Metrics::render`] writes.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Histogram bucket bounds, in seconds: from half a millisecond (a Redis
 /// round trip) to a minute (the longest lock wait).
@@ -18,147 +30,72 @@ const BUCKETS: [f64; 16] = [
     60.0,
 ];
 
-/// A Prometheus histogram (cumulative buckets, sum and count).
-#[derive(Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
+/// Makes each histogram of a family with [`BUCKETS`].
+#[derive(Clone, Copy)]
+struct Buckets;
 
-impl Histogram {
-    pub fn observe(&self, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
-        if let Some(index) = BUCKETS.iter().position(|bound| seconds <= *bound) {
-            self.buckets[index].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let separator = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{separator}le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{{labels}{separator}le=\"+Inf\"}} {count}"
-        );
-        let braces = |labels: &str| {
-            if labels.is_empty() {
-                String::new()
-            } else {
-                format!("{{{labels}}}")
-            }
-        };
-        let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels));
-        let _ = writeln!(out, "{name}_count{} {count}", braces(labels));
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(BUCKETS)
     }
 }
 
-/// Counters keyed by a label value, created on first use.
-#[derive(Default)]
-struct LabelledCounters(Mutex<BTreeMap<String, u64>>);
+fn histogram() -> Histogram {
+    Buckets.new_metric()
+}
 
-impl LabelledCounters {
-    fn add(&self, label: &str) {
-        self.add_n(label, 1);
-    }
-
-    fn add_n(&self, label: &str, n: u64) {
-        let mut counters = lock(&self.0);
-        match counters.get_mut(label) {
-            Some(count) => *count += n,
-            None => {
-                counters.insert(label.to_owned(), n);
-            }
-        }
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str, label: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        let counters = lock(&self.0);
-        for (value, count) in counters.iter() {
-            let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
+/// The same `&'static str` for equal label values: the hot path's labels
+/// (route templates, methods, Redis operations, event kinds) come from a
+/// small, fixed set, each kept once for the life of the process.
+fn interned(value: &str) -> &'static str {
+    static VALUES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut values = lock(VALUES.get_or_init(Mutex::default));
+    match values.get(value) {
+        Some(kept) => kept,
+        None => {
+            let kept: &'static str = Box::leak(value.to_owned().into_boxed_str());
+            values.insert(kept);
+            kept
         }
     }
 }
 
-/// Histograms keyed by a label value, created on first use. Looked up by
-/// `&str`, so observing allocates only for a new series.
-#[derive(Default)]
-struct LabelledHistograms(Mutex<BTreeMap<String, Histogram>>);
-
-impl LabelledHistograms {
-    fn observe(&self, label: &str, elapsed: Duration) {
-        let mut histograms = lock(&self.0);
-        match histograms.get(label) {
-            Some(histogram) => histogram.observe(elapsed),
-            None => histograms
-                .entry(label.to_owned())
-                .or_default()
-                .observe(elapsed),
-        }
-    }
-
-    /// Renders each series with `labels_of(value)` as its labels.
-    fn render(&self, out: &mut String, name: &str, labels_of: impl Fn(&str) -> String) {
-        let histograms = lock(&self.0);
-        for (value, histogram) in histograms.iter() {
-            histogram.render(out, name, &labels_of(value));
-        }
-    }
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: &'static str,
+    method: &'static str,
+    status: u16,
 }
 
-/// Request histograms by route, then method and status. Looked up by
-/// `&str`, so observing allocates only for a new series.
-#[derive(Default)]
-struct RequestHistograms(Mutex<BTreeMap<String, Answers>>);
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
 
-/// One route's histograms by method and status.
-type Answers = Vec<(String, u16, Histogram)>;
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabel {
+    event: &'static str,
+}
 
-impl RequestHistograms {
-    fn observe(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
-        let mut routes = lock(&self.0);
-        if !routes.contains_key(route) {
-            routes.insert(route.to_owned(), Vec::new());
-        }
-        let Some(answers) = routes.get_mut(route) else {
-            return;
-        };
-        // A route sees a handful of (method, status) pairs: a scan is cheapest.
-        match answers
-            .iter()
-            .find(|(known, code, _)| known == method && *code == status)
-        {
-            Some((_, _, histogram)) => histogram.observe(elapsed),
-            None => {
-                let histogram = Histogram::default();
-                histogram.observe(elapsed);
-                answers.push((method.to_owned(), status, histogram));
-            }
-        }
-    }
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScopeLabel {
+    scope: &'static str,
+}
 
-    fn render(&self, out: &mut String, name: &str) {
-        let routes = lock(&self.0);
-        for (route, answers) in routes.iter() {
-            for (method, status, histogram) in answers {
-                let labels = format!("route=\"{route}\",method=\"{method}\",status=\"{status}\"");
-                histogram.render(out, name, &labels);
-            }
-        }
-    }
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabel {
+    operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+/// A sale's series: one per sale the hand-off stores, so not interned.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkuLabel {
+    sku: String,
 }
 
 /// What happened to a lock request, as `lockgate_lock_outcomes_total` counts it.
@@ -230,228 +167,293 @@ pub struct Gauges {
     pub queued: u64,
 }
 
-/// Every metric of one gateway instance.
+/// The gauges [`Gauges`] are copied into when rendering.
 #[derive(Default)]
+struct NowGauges {
+    waiters: Gauge,
+    streamed_locks: Gauge,
+    watchers: Gauge,
+    queued: Gauge,
+}
+
+impl NowGauges {
+    fn set(&self, now: Gauges) {
+        let whole = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.waiters.set(whole(now.waiters as u64));
+        self.streamed_locks.set(whole(now.streamed_locks as u64));
+        self.watchers.set(whole(now.watchers as u64));
+        self.queued.set(whole(now.queued));
+    }
+}
+
+/// The order hand-off's series, rendered only where a hand-off runs.
+#[derive(Default)]
+struct Handoff {
+    stored: Family<SkuLabel, Counter>,
+    dead_lettered: Family<SkuLabel, Counter>,
+    lost: Family<SkuLabel, Counter>,
+    pending: Family<SkuLabel, Gauge>,
+    lag_seconds: Family<SkuLabel, Gauge<f64, AtomicU64>>,
+    /// Whether a hand-off has reported here.
+    reported: AtomicBool,
+}
+
+/// Every metric of one gateway instance.
 pub struct Metrics {
-    requests: RequestHistograms,
-    lock_outcomes: LabelledCounters,
-    renewals: LabelledCounters,
+    registry: Registry,
+    handoff_registry: Registry,
+    requests: Family<RequestLabels, Histogram, Buckets>,
+    lock_outcomes: Family<OutcomeLabel, Counter>,
+    renewals: Family<OutcomeLabel, Counter>,
     lock_wait: Histogram,
-    sale_outcomes: LabelledCounters,
-    rate_limited: LabelledCounters,
-    redis_commands: LabelledHistograms,
-    redis_errors: LabelledCounters,
-    lock_events: LabelledCounters,
-    orders_stored: LabelledCounters,
-    orders_dead_lettered: LabelledCounters,
-    orders_lost: LabelledCounters,
-    /// Per sale: orders in Redis not yet stored, and the age (ms) of the
-    /// oldest, as the hand-off last read them.
-    handoff: Mutex<BTreeMap<String, (u64, u64)>>,
+    lock_events: Family<EventLabel, Counter>,
+    sale_outcomes: Family<OutcomeLabel, Counter>,
+    rate_limited: Family<ScopeLabel, Counter>,
+    redis_commands: Family<OperationLabel, Histogram, Buckets>,
+    redis_errors: Family<KindLabel, Counter>,
+    now: NowGauges,
+    handoff: Handoff,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let metrics = Self {
+            registry: Registry::default(),
+            handoff_registry: Registry::default(),
+            requests: Family::new_with_constructor(Buckets),
+            lock_outcomes: Family::default(),
+            renewals: Family::default(),
+            lock_wait: histogram(),
+            lock_events: Family::default(),
+            sale_outcomes: Family::default(),
+            rate_limited: Family::default(),
+            redis_commands: Family::new_with_constructor(Buckets),
+            redis_errors: Family::default(),
+            now: NowGauges::default(),
+            handoff: Handoff::default(),
+        };
+        metrics.registered()
+    }
 }
 
 impl Metrics {
+    /// Registers every series under its name and help (the registry keeps
+    /// handles to the same atomics the methods below count with).
+    fn registered(mut self) -> Self {
+        let r = &mut self.registry;
+        r.register(
+            "lockgate_http_request_duration_seconds",
+            "HTTP requests by route, method and status, and how long they took",
+            self.requests.clone(),
+        );
+        r.register(
+            "lockgate_lock_outcomes",
+            "Lock requests by outcome",
+            self.lock_outcomes.clone(),
+        );
+        r.register(
+            "lockgate_lock_wait_seconds",
+            "How long lock requests waited for another owner",
+            self.lock_wait.clone(),
+        );
+        r.register(
+            "lockgate_lock_waiters",
+            "Requests waiting for a lock on this instance now",
+            self.now.waiters.clone(),
+        );
+        r.register(
+            "lockgate_streamed_locks",
+            "Streamed locks held on this instance now",
+            self.now.streamed_locks.clone(),
+        );
+        r.register(
+            "lockgate_lock_watchers",
+            "Watchers of locks open on this instance now",
+            self.now.watchers.clone(),
+        );
+        r.register(
+            "lockgate_lock_queue_length",
+            "Requests waiting in the queues of the locks this instance has waiters on, on every instance",
+            self.now.queued.clone(),
+        );
+        r.register(
+            "lockgate_lock_events",
+            "Events of the locks watched on this instance, as heard, by event",
+            self.lock_events.clone(),
+        );
+        r.register(
+            "lockgate_stream_renewals",
+            "Renewals of streamed locks by outcome",
+            self.renewals.clone(),
+        );
+        r.register(
+            "lockgate_seckill_outcomes",
+            "Flash-sale purchase requests by outcome",
+            self.sale_outcomes.clone(),
+        );
+        r.register(
+            "lockgate_rate_limited",
+            "Requests refused by a rate limit, by scope",
+            self.rate_limited.clone(),
+        );
+        r.register(
+            "lockgate_redis_command_duration_seconds",
+            "Redis commands and scripts by operation, and how long they took",
+            self.redis_commands.clone(),
+        );
+        r.register(
+            "lockgate_redis_errors",
+            "Failed Redis operations by kind",
+            self.redis_errors.clone(),
+        );
+        let (h, handoff) = (&mut self.handoff_registry, &self.handoff);
+        h.register(
+            "lockgate_orders_stored",
+            "Orders the hand-off stored in the database, by sale",
+            handoff.stored.clone(),
+        );
+        h.register(
+            "lockgate_orders_dead_letters",
+            "Orders moved to a sale's dead-letter stream after their last delivery, by sale",
+            handoff.dead_lettered.clone(),
+        );
+        h.register(
+            "lockgate_orders_lost",
+            "Pending orders whose stream entries were gone before they were stored, by sale",
+            handoff.lost.clone(),
+        );
+        h.register(
+            "lockgate_orders_pending",
+            "Orders recorded in Redis and not yet stored, by sale",
+            handoff.pending.clone(),
+        );
+        h.register(
+            "lockgate_orders_handoff_lag_seconds",
+            "Age of a sale's oldest order not yet stored",
+            handoff.lag_seconds.clone(),
+        );
+        self
+    }
+
     /// A finished request: its route template (or `unmatched`), method and status.
     pub fn request(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
-        self.requests.observe(route, method, status, elapsed);
+        let labels = RequestLabels {
+            route: interned(route),
+            method: interned(method),
+            status,
+        };
+        self.requests
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
     }
 
     pub fn lock(&self, outcome: LockOutcome) {
-        self.lock_outcomes.add(outcome.label());
+        let outcome = outcome.label();
+        self.lock_outcomes
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     /// A streamed lock's renewal and what became of it.
     pub fn renewal(&self, outcome: RenewalOutcome) {
-        self.renewals.add(outcome.label());
+        let outcome = outcome.label();
+        self.renewals.get_or_create(&OutcomeLabel { outcome }).inc();
     }
 
     /// How long a request waited for a lock (granted or not).
     pub fn lock_wait(&self, waited: Duration) {
-        self.lock_wait.observe(waited);
+        self.lock_wait.observe(waited.as_secs_f64());
     }
 
     /// An event of a lock watched here, heard once: `acquired`, `released`, ...
     pub fn lock_event(&self, kind: &str) {
-        self.lock_events.add(kind);
+        let event = interned(kind);
+        self.lock_events.get_or_create(&EventLabel { event }).inc();
     }
 
     /// A purchase's outcome: `created`, `replayed`, `sold_out`, ...
     pub fn sale(&self, outcome: &str) {
-        self.sale_outcomes.add(outcome);
+        let outcome = interned(outcome);
+        self.sale_outcomes
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     /// A request refused by a rate limit (`user` or `client`).
     pub fn rate_limited(&self, scope: &str) {
-        self.rate_limited.add(scope);
+        let scope = interned(scope);
+        self.rate_limited.get_or_create(&ScopeLabel { scope }).inc();
     }
 
     /// A Redis command (or script, by its name) and how long it took.
     pub fn redis_command(&self, operation: &str, elapsed: Duration) {
-        self.redis_commands.observe(operation, elapsed);
+        let operation = interned(operation);
+        self.redis_commands
+            .get_or_create(&OperationLabel { operation })
+            .observe(elapsed.as_secs_f64());
     }
 
     /// A failed Redis operation: `connection`, `timeout`, `server` or `pool`.
     pub fn redis_error(&self, kind: &str) {
-        self.redis_errors.add(kind);
+        let kind = interned(kind);
+        self.redis_errors.get_or_create(&KindLabel { kind }).inc();
     }
 
     /// Orders of a sale the hand-off stored (and acknowledged).
     pub fn orders_stored(&self, sku: &str, stored: u64) {
         if stored > 0 {
-            self.orders_stored.add_n(sku, stored);
+            self.handoff
+                .stored
+                .get_or_create(&sku_label(sku))
+                .inc_by(stored);
         }
     }
 
     /// An order of a sale moved to its dead letters.
     pub fn orders_dead_lettered(&self, sku: &str) {
-        self.orders_dead_lettered.add(sku);
+        self.handoff
+            .dead_lettered
+            .get_or_create(&sku_label(sku))
+            .inc();
     }
 
     /// Orders of a sale that were pending but whose stream entries were gone.
     pub fn orders_lost(&self, sku: &str, lost: u64) {
-        self.orders_lost.add_n(sku, lost);
+        self.handoff
+            .lost
+            .get_or_create(&sku_label(sku))
+            .inc_by(lost);
     }
 
     /// A sale's orders not yet stored, and how old the oldest is.
     pub fn handoff_gauges(&self, sku: &str, pending: u64, lag_ms: u64) {
-        lock(&self.handoff).insert(sku.to_owned(), (pending, lag_ms));
+        let sku = sku_label(sku);
+        let pending = i64::try_from(pending).unwrap_or(i64::MAX);
+        self.handoff.pending.get_or_create(&sku).set(pending);
+        self.handoff
+            .lag_seconds
+            .get_or_create(&sku)
+            .set(lag_ms as f64 / 1000.0);
+        self.handoff.reported.store(true, Ordering::Relaxed);
     }
 
-    /// The Prometheus text exposition of everything, with the gauges read now.
+    /// The Prometheus text exposition of everything, with the gauges read
+    /// now; the hand-off's series only once a hand-off reported.
     pub fn render(&self, gauges: Gauges) -> String {
+        self.now.set(gauges);
         let mut out = String::with_capacity(16 * 1024);
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_http_request_duration_seconds HTTP requests by route, method and status, and how long they took.\n\
-             # TYPE lockgate_http_request_duration_seconds histogram"
-        );
-        self.requests
-            .render(&mut out, "lockgate_http_request_duration_seconds");
-        self.lock_outcomes.render(
-            &mut out,
-            "lockgate_lock_outcomes_total",
-            "Lock requests by outcome.",
-            "outcome",
-        );
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_lock_wait_seconds How long lock requests waited for another owner.\n\
-             # TYPE lockgate_lock_wait_seconds histogram"
-        );
-        self.lock_wait
-            .render(&mut out, "lockgate_lock_wait_seconds", "");
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_lock_waiters Requests waiting for a lock on this instance now.\n\
-             # TYPE lockgate_lock_waiters gauge\nlockgate_lock_waiters {}",
-            gauges.waiters
-        );
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_streamed_locks Streamed locks held on this instance now.\n\
-             # TYPE lockgate_streamed_locks gauge\nlockgate_streamed_locks {}",
-            gauges.streamed_locks
-        );
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_lock_watchers Watchers of locks open on this instance now.\n\
-             # TYPE lockgate_lock_watchers gauge\nlockgate_lock_watchers {}",
-            gauges.watchers
-        );
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_lock_queue_length Requests waiting in the queues of the locks this instance has waiters on, on every instance.\n\
-             # TYPE lockgate_lock_queue_length gauge\nlockgate_lock_queue_length {}",
-            gauges.queued
-        );
-        self.lock_events.render(
-            &mut out,
-            "lockgate_lock_events_total",
-            "Events of the locks watched on this instance, as heard, by event.",
-            "event",
-        );
-        self.renewals.render(
-            &mut out,
-            "lockgate_stream_renewals_total",
-            "Renewals of streamed locks by outcome.",
-            "outcome",
-        );
-        self.sale_outcomes.render(
-            &mut out,
-            "lockgate_seckill_outcomes_total",
-            "Flash-sale purchase requests by outcome.",
-            "outcome",
-        );
-        self.rate_limited.render(
-            &mut out,
-            "lockgate_rate_limited_total",
-            "Requests refused by a rate limit, by scope.",
-            "scope",
-        );
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_redis_command_duration_seconds Redis commands and scripts by operation, and how long they took.\n\
-             # TYPE lockgate_redis_command_duration_seconds histogram"
-        );
-        self.redis_commands.render(
-            &mut out,
-            "lockgate_redis_command_duration_seconds",
-            |operation| format!("operation=\"{operation}\""),
-        );
-        self.redis_errors.render(
-            &mut out,
-            "lockgate_redis_errors_total",
-            "Failed Redis operations by kind.",
-            "kind",
-        );
-        self.render_handoff(&mut out);
+        // Writing to a String cannot fail.
+        let _ = prometheus_text::encode(&mut out, &self.registry);
+        if self.handoff.reported.load(Ordering::Relaxed) {
+            let _ = prometheus_text::encode(&mut out, &self.handoff_registry);
+        }
         out
     }
+}
 
-    /// The order hand-off's metrics (only where a hand-off runs).
-    fn render_handoff(&self, out: &mut String) {
-        let handoff = lock(&self.handoff);
-        if handoff.is_empty() {
-            return;
-        }
-        self.orders_stored.render(
-            out,
-            "lockgate_orders_stored_total",
-            "Orders the hand-off stored in the database, by sale.",
-            "sku",
-        );
-        self.orders_dead_lettered.render(
-            out,
-            "lockgate_orders_dead_letters_total",
-            "Orders moved to a sale's dead-letter stream after their last delivery, by sale.",
-            "sku",
-        );
-        self.orders_lost.render(
-            out,
-            "lockgate_orders_lost_total",
-            "Pending orders whose stream entries were gone before they were stored, by sale.",
-            "sku",
-        );
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_orders_pending Orders recorded in Redis and not yet stored, by sale.
-             # TYPE lockgate_orders_pending gauge"
-        );
-        for (sku, (pending, _)) in handoff.iter() {
-            let _ = writeln!(out, "lockgate_orders_pending{{sku=\"{sku}\"}} {pending}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP lockgate_orders_handoff_lag_seconds Age of a sale's oldest order not yet stored.
-             # TYPE lockgate_orders_handoff_lag_seconds gauge"
-        );
-        for (sku, (_, lag_ms)) in handoff.iter() {
-            let _ = writeln!(
-                out,
-                "lockgate_orders_handoff_lag_seconds{{sku=\"{sku}\"}} {}",
-                *lag_ms as f64 / 1000.0
-            );
-        }
+fn sku_label(sku: &str) -> SkuLabel {
+    SkuLabel {
+        sku: sku.to_owned(),
     }
 }
 
@@ -470,30 +472,24 @@ mod tests {
             watchers: 3,
             queued: 4,
         });
-        assert!(
-            text.contains("lockgate_lock_wait_seconds_bucket{le=\"0.001\"} 0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("lockgate_lock_wait_seconds_bucket{le=\"0.005\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("lockgate_lock_wait_seconds_bucket{le=\"0.05\"} 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("lockgate_lock_wait_seconds_bucket{le=\"+Inf\"} 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("lockgate_lock_wait_seconds_sum 0.043\n"),
-            "{text}"
-        );
-        assert!(text.contains("lockgate_lock_waiters 7\n"), "{text}");
-        assert!(text.contains("lockgate_streamed_locks 2\n"), "{text}");
-        assert!(text.contains("lockgate_lock_watchers 3\n"), "{text}");
-        assert!(text.contains("lockgate_lock_queue_length 4\n"), "{text}");
+        for series in [
+            "lockgate_lock_wait_seconds_bucket{le=\"0.001\"} 0\n",
+            "lockgate_lock_wait_seconds_bucket{le=\"0.005\"} 1\n",
+            "lockgate_lock_wait_seconds_bucket{le=\"0.05\"} 2\n",
+            "lockgate_lock_wait_seconds_bucket{le=\"+Inf\"} 2\n",
+            "lockgate_lock_wait_seconds_count 2\n",
+            "lockgate_lock_waiters 7\n",
+            "lockgate_streamed_locks 2\n",
+            "lockgate_lock_watchers 3\n",
+            "lockgate_lock_queue_length 4\n",
+        ] {
+            assert!(text.contains(series), "{series} missing from {text}");
+        }
+        let sum = text
+            .lines()
+            .find_map(|line| line.strip_prefix("lockgate_lock_wait_seconds_sum "))
+            .and_then(|sum| sum.parse::<f64>().ok());
+        assert!(sum.is_some_and(|sum| (sum - 0.043).abs() < 1e-9), "{text}");
     }
 
     #[test]
@@ -504,10 +500,39 @@ mod tests {
         metrics.lock(LockOutcome::Conflict);
         metrics.request("/locks", "POST", 201, Duration::from_millis(1));
         let text = metrics.render(Gauges::default());
+        assert!(
+            text.contains("# TYPE lockgate_lock_outcomes_total counter\n"),
+            "{text}"
+        );
         assert!(text.contains("lockgate_lock_outcomes_total{outcome=\"acquired\"} 2\n"));
         assert!(text.contains("lockgate_lock_outcomes_total{outcome=\"conflict\"} 1\n"));
         assert!(text.contains(
             "lockgate_http_request_duration_seconds_count{route=\"/locks\",method=\"POST\",status=\"201\"} 1\n"
         ));
+    }
+
+    #[test]
+    fn the_handoff_series_show_once_a_handoff_reported() {
+        let metrics = Metrics::default();
+        assert!(
+            !metrics
+                .render(Gauges::default())
+                .contains("lockgate_orders")
+        );
+        metrics.handoff_gauges("phone", 3, 1500);
+        metrics.orders_stored("phone", 2);
+        let text = metrics.render(Gauges::default());
+        assert!(
+            text.contains("lockgate_orders_pending{sku=\"phone\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lockgate_orders_handoff_lag_seconds{sku=\"phone\"} 1.5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lockgate_orders_stored_total{sku=\"phone\"} 2\n"),
+            "{text}"
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::error::{ApiError, ProblemType};
 use super::responses::problem_responses;
-use crate::locks::{Locks, Streams, Watches};
+use crate::locks::{Locks, StreamedLocks, Watches};
 use crate::metrics::{Gauges, Metrics};
 use crate::redis::Redis;
 
@@ -59,20 +59,17 @@ pub async fn readyz(State(redis): State<Redis>) -> Result<Json<Health>, ApiError
 pub async fn metrics(
     State(metrics): State<Arc<Metrics>>,
     State(locks): State<Locks>,
-    State(streams): State<Streams>,
+    State(streamed): State<StreamedLocks>,
     State(watches): State<Watches>,
 ) -> impl IntoResponse {
     let gauges = Gauges {
         waiters: locks.waiters(),
-        streamed_locks: streams.held(),
+        streamed_locks: streamed.held(),
         watchers: watches.open(),
         queued: locks.queued(),
     };
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         metrics.render(gauges),
     )
 }
