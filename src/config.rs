@@ -8,11 +8,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use axum::http::HeaderValue;
 
+use crate::handoff::HandoffSettings;
 use crate::http::{
     AdminToken, ApiKeys, BuyerKey, BuyerTokens, RouteSettings, StreamKeepAlive, TrustedProxies,
 };
 use crate::locks::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, LockLimits, MIN_TTL_MS};
-use crate::orders::HandoffSettings;
 use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
@@ -434,10 +434,18 @@ impl Config {
                 .seckill_client_rate
                 .zip(client_burst)
                 .and_then(|(rate, burst)| RatePolicy::new(rate, burst)),
-            #[cfg(feature = "bench")]
-            user_lock: self.seckill_user_lock,
+            user_lock: self.user_lock(),
             lock_wait: Duration::from_millis(self.seckill_lock_wait_ms),
         }
+    }
+
+    /// Whether purchases take the per-user lock: always, but in a build
+    /// with the `bench` feature, where a setting can turn it off.
+    fn user_lock(&self) -> bool {
+        #[cfg(feature = "bench")]
+        return self.seckill_user_lock;
+        #[cfg(not(feature = "bench"))]
+        true
     }
 
     /// The instance's id: the configured one, or `<hostname>:<port>`.

@@ -9,7 +9,7 @@
 //! * [`http`]: routes, extractors, the router's state, problem responses and
 //!   the OpenAPI document.
 //! * [`seckill`]: the flash-sale demo, built on the locks and its own Lua;
-//!   beside it [`orders`], the hand-off of the sale's orders into a database.
+//!   beside it [`handoff`], the hand-off of the sale's orders into a database.
 //! * [`locks`]: the lock domain, with typed inputs that can only be made by
 //!   parsing ([`locks::LockKey`], [`locks::Token`], [`locks::Ttl`]), and
 //!   event-driven waiting.
@@ -24,10 +24,10 @@
 pub mod app;
 pub mod config;
 pub mod duration;
+pub mod handoff;
 pub mod http;
 pub mod locks;
 pub mod metrics;
-pub mod orders;
 pub mod redis;
 pub mod run;
 pub mod seckill;

@@ -49,7 +49,7 @@ async fn main() -> ExitCode {
             if args.command.is_none() {
                 telemetry::init(args.worker.log_format);
             }
-            lockgate::app::orders(*args).await
+            lockgate::app::orders_command(*args).await
         }
         Command::Openapi => {
             print!("{}", http::openapi_json());

@@ -1,4 +1,10 @@
 //! Start-up and shutdown: build the gateway from the config in named steps, bind, serve until the shutdown signal, drain.
+//!
+//! The parts: `domains` (the domains of one instance, built from the
+//! settings) and `handoff` (`lockgate orders`, the hand-off on its own).
+
+mod domains;
+mod handoff;
 
 use std::future::Future;
 use std::io;
@@ -11,18 +17,16 @@ use axum::http::HeaderValue;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use std::process::ExitCode;
+use domains::Domains;
+pub use handoff::orders_command;
 
-use crate::config::{Config, OrdersArgs, OrdersCommand, RedisArgs};
+use crate::config::Config;
+use crate::handoff::Handoff;
+use crate::handoff::store::OrderStore;
 use crate::http::{self, AppState};
-use crate::locks::{Locks, Streams, Waiting, Watches};
 use crate::metrics::Metrics;
-use crate::orders::reconcile::reconcile;
-use crate::orders::store::OrderStore;
-use crate::orders::{Handoff, HandoffSettings};
 use crate::redis::pubsub::Subscriber;
-use crate::redis::{BackendError, PoolKind, Redis, RedisSettings};
-use crate::seckill::Sales;
+use crate::redis::{BackendError, Redis};
 use crate::server::{self, ConnectionLimits};
 
 /// Why the gateway could not start.
@@ -55,17 +59,6 @@ pub struct Gateway {
     drain_timeout: Duration,
     /// The order hand-off worker run beside the gateway, when configured.
     handoff: Option<Handoff>,
-}
-
-/// The domains of one instance, built in one place: the locks clients
-/// take, the streamed locks it renews, the watchers it serves, the sales,
-/// and the waiting room they share.
-struct Domains {
-    locks: Locks,
-    streams: Streams,
-    watches: Watches,
-    sales: Sales,
-    waiting: Waiting,
 }
 
 impl Gateway {
@@ -144,7 +137,7 @@ impl Gateway {
         stopping.cancel();
         self.domains.waiting.close();
         self.domains.watches.close();
-        self.domains.streams.close().await;
+        self.domains.streamed.close().await;
         let drain_limit = self.drain_timeout;
         if tokio::time::timeout(drain_limit, serving).await.is_err() {
             tracing::warn!(
@@ -186,159 +179,6 @@ async fn listen(config: &Config) -> Result<(TcpListener, SocketAddr), StartError
     let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
     let addr = listener.local_addr().map_err(bind_error)?;
     Ok((listener, addr))
-}
-
-impl Domains {
-    fn build(
-        config: &Config,
-        instance_id: &str,
-        redis: &Redis,
-        subscriber: &Subscriber,
-        metrics: &Arc<Metrics>,
-    ) -> Self {
-        let waiting = Waiting::new(subscriber.clone(), instance_id, config.max_waiters);
-        waiting.start_tending(redis.clone());
-        let locks = Locks::new(
-            redis.clone(),
-            &config.redis.key_prefix,
-            waiting.clone(),
-            metrics.clone(),
-            config.lock_limits(),
-        );
-        let watches = Watches::new(
-            redis.clone(),
-            &config.redis.key_prefix,
-            waiting.clone(),
-            subscriber.clone(),
-            metrics.clone(),
-        );
-        let streams = Streams::new(locks.clone(), subscriber.clone(), metrics.clone());
-        // The sale's own locks live in a namespace of their own, which no
-        // client can name through /locks (and so cannot hold).
-        let sale_locks = Locks::new(
-            redis.clone(),
-            &format!("{}internal:", config.redis.key_prefix),
-            waiting.clone(),
-            metrics.clone(),
-            config.lock_limits(),
-        );
-        let sales = Sales::new(
-            redis.clone(),
-            sale_locks,
-            &config.redis.key_prefix,
-            subscriber,
-            config.sale_settings(),
-            metrics.clone(),
-        );
-        Self {
-            locks,
-            streams,
-            watches,
-            sales,
-            waiting,
-        }
-    }
-
-    /// What the routes are given of the domains.
-    fn handed_to_routes(&self, redis: &Redis, metrics: Arc<Metrics>) -> http::Domains {
-        http::Domains {
-            locks: self.locks.clone(),
-            streams: self.streams.clone(),
-            watches: self.watches.clone(),
-            sales: self.sales.clone(),
-            redis: redis.clone(),
-            metrics,
-        }
-    }
-}
-
-/// `lockgate orders`: a hand-off worker until Ctrl-C or SIGTERM, or with
-/// `reconcile` the check of the database against Redis.
-pub async fn orders(args: OrdersArgs) -> ExitCode {
-    match args.command {
-        Some(OrdersCommand::Reconcile(reconcile_args)) => {
-            let run = async {
-                let redis = plain_redis(&reconcile_args.redis)?;
-                let store = OrderStore::existing(&reconcile_args.database)?;
-                let lines = reconcile(
-                    &redis,
-                    &store,
-                    &reconcile_args.redis.key_prefix,
-                    reconcile_args.sku.as_deref(),
-                )
-                .await
-                .map_err(|err| err.to_string())?;
-                store.close().await;
-                Ok::<_, String>(lines)
-            };
-            match run.await {
-                Ok(lines) => {
-                    for line in &lines {
-                        println!("{}", line.render());
-                    }
-                    if lines.iter().any(|line| line.matches() == Some(false)) {
-                        ExitCode::FAILURE
-                    } else {
-                        ExitCode::SUCCESS
-                    }
-                }
-                Err(err) => {
-                    eprintln!("lockgate orders reconcile: {err}");
-                    ExitCode::from(2)
-                }
-            }
-        }
-        None => {
-            let worker = args.worker;
-            let started = async {
-                let redis = plain_redis(&worker.redis)?;
-                if let Err(err) = redis.load_scripts().await {
-                    if err.is_script_rejection() {
-                        return Err(err.to_string());
-                    }
-                    tracing::warn!(error = %err, "Redis is not ready yet; retrying");
-                }
-                let store = OrderStore::new(worker.database.as_deref().unwrap_or_default())?;
-                let hostname = gethostname::gethostname().to_string_lossy().into_owned();
-                let settings: HandoffSettings = worker.handoff.settings(&hostname);
-                Ok(Handoff::new(
-                    redis,
-                    store,
-                    &worker.redis.key_prefix,
-                    settings,
-                    Arc::new(Metrics::default()),
-                ))
-            };
-            match started.await {
-                Ok(handoff) => {
-                    let stop = CancellationToken::new();
-                    let stopping = stop.clone();
-                    tokio::spawn(async move {
-                        shutdown_signal().await;
-                        stopping.cancel();
-                    });
-                    handoff.run(stop).await;
-                    ExitCode::SUCCESS
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "the order hand-off cannot run");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-    }
-}
-
-/// A Redis handle for a command-line tool: one shared connection.
-fn plain_redis(args: &RedisArgs) -> Result<Redis, String> {
-    let settings = RedisSettings {
-        topology: args.topology(),
-        pool: PoolKind::Shared,
-        pool_size: 1,
-        timeout: args.timeout(),
-        replication: None,
-    };
-    Redis::new(&settings, Arc::new(Metrics::default())).map_err(|err| err.to_string())
 }
 
 /// Says at start-up which doors the settings leave open.

@@ -9,7 +9,7 @@
 //! new. On start a worker first reads its own pending entries. Entries
 //! whose stream entry is gone are counted and logged as lost; an entry that
 //! cannot be stored after `max_deliveries` deliveries goes to the sale's
-//! dead-letter stream. Streams are trimmed once stored, never below the
+//! dead-letter stream. StreamedLocks are trimmed once stored, never below the
 //! lowest pending entry; a reset keeps the old epoch's stream until it is
 //! drained ([`reconcile`] checks the result).
 
@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::redis::orders::{self as streams, Delivery, ReadFrom};
+use crate::redis::handoff::{self as streams, Delivery, ReadFrom};
 use crate::redis::seckill::SaleKeys;
 use crate::redis::{BackendError, Redis};
 use entry::{entry_ms, order_row};

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::store::{EpochRows, OrderStore, StoreError};
-use crate::redis::orders as streams;
+use crate::redis::handoff as streams;
 use crate::redis::seckill::SaleKeys;
 use crate::redis::{BackendError, Redis};
 

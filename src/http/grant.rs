@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiError;
 use crate::duration::millis;
-use crate::locks::{Handover, Lease};
+use crate::locks::{GrantGuard, Lease};
 
 /// The header that marks a grant answered again for its Idempotency-Key.
 static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -58,7 +58,7 @@ impl From<&Lease> for LockGrant {
 }
 
 /// The answer to `POST /locks` that made (or re-entered, or replayed) a
-/// grant: `201` with `Location` for a new grant (its handover completed
+/// grant: `201` with `Location` for a new grant (its guard completed
 /// when the body is written), `201` with `Idempotent-Replayed: true` for a
 /// replay, `200` for a re-entry.
 pub fn granted(mut lease: Lease) -> Result<Response, ApiError> {
@@ -74,14 +74,14 @@ pub fn granted(mut lease: Lease) -> Result<Response, ApiError> {
         );
         return Ok((StatusCode::CREATED, [json_type, replayed], json).into_response());
     }
-    let Some(handover) = lease.handover.take() else {
+    let Some(guard) = lease.guard.take() else {
         return Ok(([json_type], json).into_response());
     };
     let location =
         HeaderValue::try_from(format!("/locks/{}", lease.key)).map_err(|_| ApiError::Internal)?;
     let body = GrantBody {
         json: Some(Bytes::from(json)),
-        handover: Some(handover),
+        guard: Some(guard),
     };
     Ok((
         StatusCode::CREATED,
@@ -92,12 +92,12 @@ pub fn granted(mut lease: Lease) -> Result<Response, ApiError> {
 }
 
 /// The body of a new grant. Hyper polls a body only to write it to a live
-/// connection, so the first poll completes the handover; a body dropped
+/// connection, so the first poll completes the guard; a body dropped
 /// unpolled (the client left while the grant was being made) releases the
 /// grant instead of leaving it held by nobody.
 struct GrantBody {
     json: Option<Bytes>,
-    handover: Option<Handover>,
+    guard: Option<GrantGuard>,
 }
 
 impl http_body::Body for GrantBody {
@@ -109,8 +109,8 @@ impl http_body::Body for GrantBody {
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let body = self.get_mut();
-        if let Some(handover) = body.handover.take() {
-            handover.complete();
+        if let Some(guard) = body.guard.take() {
+            guard.complete();
         }
         Poll::Ready(body.json.take().map(|json| Ok(Frame::data(json))))
     }

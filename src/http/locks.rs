@@ -17,10 +17,10 @@ use super::extract::{
 use super::grant::{LockGrant, granted};
 use super::responses::problem_responses;
 use super::schema::{IdempotencyKeyText, LockKeyText, LockModeText, LockStreamEvent, TokenText};
-use super::stream::{self, StreamKeepAlive, WantsStream};
+use super::streamed::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
     AcquireRequest, EXAMPLE_TOKEN, IdempotencyKey, InvalidKind, LockKey, LockKind, LockLimits,
-    LockValue, Locks, Released, Streams, Token, Ttl, WaitTime, lock_kind,
+    LockValue, Locks, Released, StreamedLocks, Token, Ttl, WaitTime, lock_kind,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -205,7 +205,7 @@ problem_responses!(
 pub async fn acquire(
     _access: ApiKeyAccess,
     State(locks): State<Locks>,
-    State(streams): State<Streams>,
+    State(streamed_locks): State<StreamedLocks>,
     State(limits): State<LockLimits>,
     State(keep_alive): State<StreamKeepAlive>,
     headers: AcquireHeaders,
@@ -234,7 +234,7 @@ pub async fn acquire(
     if streamed {
         // Boxed: a streamed lock's state would otherwise enlarge every
         // plain request waiting for a lock.
-        return Box::pin(stream::respond(streams, request, keep_alive)).await;
+        return Box::pin(streamed::respond(streamed_locks, request, keep_alive)).await;
     }
     granted(locks.acquire(request).await?)
 }

@@ -14,7 +14,7 @@ mod responses;
 mod schema;
 mod seckill;
 mod state;
-mod stream;
+mod streamed;
 mod watch;
 
 use std::sync::LazyLock;
@@ -34,8 +34,8 @@ pub use auth::{AdminToken, ApiKeys};
 pub use buyer::{BuyerKey, BuyerTokens};
 pub use error::{ApiError, FailureCause, PROBLEM_JSON};
 pub use extract::TrustedProxies;
-pub use state::{AppState, Domains, RouteSettings};
-pub use stream::StreamKeepAlive;
+pub use state::{AppState, RouteDomains, RouteSettings};
+pub use streamed::StreamKeepAlive;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -50,7 +50,7 @@ pub use stream::StreamKeepAlive;
     ),
     components(schemas(
         Problem, LockKeyText, TokenText, NameText, IdempotencyKeyText,
-        stream::RenewedEvent, stream::ReleasedEvent, stream::LostEvent, stream::QueuedEvent,
+        streamed::RenewedEvent, streamed::ReleasedEvent, streamed::LostEvent, streamed::QueuedEvent,
         watch::FreeLock, watch::AcquiredEvent, watch::ValueEvent, watch::EndedEvent,
     )),
     modifiers(&SecuritySchemes),

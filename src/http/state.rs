@@ -7,8 +7,8 @@ use axum::extract::FromRef;
 use super::auth::{AdminToken, ApiKeys};
 use super::buyer::BuyerTokens;
 use super::extract::TrustedProxies;
-use super::stream::StreamKeepAlive;
-use crate::locks::{LockLimits, Locks, Streams, Watches};
+use super::streamed::StreamKeepAlive;
+use crate::locks::{LockLimits, Locks, StreamedLocks, Watches};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
 use crate::seckill::Sales;
@@ -23,7 +23,7 @@ pub struct AppState(Arc<Parts>);
 /// What the state holds.
 pub struct Parts {
     pub locks: Locks,
-    pub streams: Streams,
+    pub streamed: StreamedLocks,
     pub watches: Watches,
     pub sales: Sales,
     pub redis: Redis,
@@ -57,7 +57,7 @@ macro_rules! parts_from_ref {
 
 parts_from_ref! {
     locks: Locks,
-    streams: Streams,
+    streamed: StreamedLocks,
     watches: Watches,
     sales: Sales,
     redis: Redis,
@@ -83,9 +83,9 @@ pub struct RouteSettings {
 }
 
 /// The domains (and the Redis handle `/readyz` pings) that serve the routes.
-pub struct Domains {
+pub struct RouteDomains {
     pub locks: Locks,
-    pub streams: Streams,
+    pub streamed: StreamedLocks,
     pub watches: Watches,
     pub sales: Sales,
     pub redis: Redis,
@@ -93,10 +93,10 @@ pub struct Domains {
 }
 
 impl AppState {
-    pub fn new(domains: Domains, settings: RouteSettings) -> Self {
-        let Domains {
+    pub fn new(domains: RouteDomains, settings: RouteSettings) -> Self {
+        let RouteDomains {
             locks,
-            streams,
+            streamed,
             watches,
             sales,
             redis,
@@ -112,7 +112,7 @@ impl AppState {
         } = settings;
         Self(Arc::new(Parts {
             locks,
-            streams,
+            streamed,
             watches,
             sales,
             redis,

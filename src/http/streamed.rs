@@ -16,7 +16,9 @@ use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::grant::LockGrant;
-use crate::locks::{AcquireRequest, LockError, StreamEnd, StreamEvent, StreamedLock, Streams};
+use crate::locks::{
+    AcquireRequest, LockError, StreamEnd, StreamEvent, StreamedLock, StreamedLocks,
+};
 
 /// How often an idle event stream gets a comment, so that proxies keep it
 /// open (renewals count: a stream renewed more often gets none).
@@ -103,7 +105,7 @@ enum Phase {
 /// A request granted or refused before it joins the queue gets the
 /// ordinary answer: a refusal is then a plain problem response.
 pub async fn respond(
-    streams: Streams,
+    streamed: StreamedLocks,
     mut request: AcquireRequest,
     keep_alive: StreamKeepAlive,
 ) -> Result<Response, ApiError> {
@@ -115,7 +117,7 @@ pub async fn respond(
     }
     let (told, mut positions) = watch::channel(0);
     request.positions = Some(told);
-    let mut holding: Holding = Box::pin(async move { streams.hold(request).await });
+    let mut holding: Holding = Box::pin(async move { streamed.hold(request).await });
     let phase = tokio::select! {
         biased;
         held = &mut holding => Phase::Granted(held?),

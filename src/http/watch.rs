@@ -16,7 +16,7 @@ use super::extract::KeyPath;
 use super::lock_status::{LockStatus, WaiterEntry};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockWatchEvent};
-use super::stream::StreamKeepAlive;
+use super::streamed::StreamKeepAlive;
 use crate::locks::{LockKey, LockSight, WatchEvent, Watches};
 
 /// The header an `EventSource` resends on reconnecting.

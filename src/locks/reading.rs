@@ -1,7 +1,9 @@
-//! The held locks whose key starts with a prefix, a page at a time, across every master of a Redis Cluster.
+//! Reading locks without holding them: one lock's holders and waiters, and the held locks whose key starts with a prefix, a page at a time, across every master of a Redis Cluster.
 
-use super::{LockError, LockKey, LockView, Locks};
-use crate::redis::locks::view::{self, LockSight};
+use super::error::LockError;
+use super::inputs::LockKey;
+use super::shared::Locks;
+use crate::redis::locks::view::{self, LockSight, LockView};
 use crate::redis::scan::{self, ScanCursor};
 
 /// The most locks one page of `GET /locks` asks for.
@@ -17,6 +19,12 @@ pub struct LockPage {
 }
 
 impl Locks {
+    /// Reads the lock's state, holders and waiters; never a token.
+    pub async fn inspect(&self, key: &LockKey) -> Result<LockSight, LockError> {
+        let mut conn = self.redis().connection().await?;
+        Ok(view::inspect(&mut conn, &self.keys(key), self.publish()).await?)
+    }
+
     /// About `limit` held locks whose key starts with `prefix` (any text of
     /// the key alphabet, empty for all), from `cursor` on.
     pub async fn list(
@@ -25,9 +33,9 @@ impl Locks {
         cursor: Option<ListCursor>,
         limit: usize,
     ) -> Result<LockPage, LockError> {
-        let stem = format!("{}lock:{{", self.0.prefix);
+        let stem = format!("{}lock:{{", self.prefix());
         let pattern = format!("{}{}*}}", scan::escape(&stem), scan::escape(prefix));
-        let mut conn = self.0.redis.connection().await?;
+        let mut conn = self.redis().connection().await?;
         let (names, next) =
             scan::keys(&mut conn, &pattern, cursor.unwrap_or_default(), limit).await?;
         drop(conn);
@@ -36,7 +44,7 @@ impl Locks {
             let key = name.strip_prefix(&stem)?.strip_suffix('}')?;
             let key = LockKey::parse(key).ok()?;
             Some(async move {
-                let mut conn = self.0.redis.connection().await?;
+                let mut conn = self.redis().connection().await?;
                 let sight = view::inspect(&mut conn, &self.keys(&key), publish).await?;
                 Ok::<_, LockError>((key, sight))
             })

@@ -17,12 +17,13 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::error::LockError;
+use super::inputs::LockKey;
 use super::waiting::{WaitRefused, Waiting};
-use super::{LockError, LockKey, LockSight};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
 use crate::redis::locks::LockKeys;
-use crate::redis::locks::view::{self, History};
+use crate::redis::locks::view::{self, History, LockSight};
 use crate::redis::pubsub::{Listener, Subscriber};
 use crate::sync::lock;
 

@@ -1,8 +1,8 @@
 //! Redis access: one Redis through a pool, or a Redis Cluster; the Lua scripts, and one typed wrapper per script.
 
 mod connection;
+pub mod handoff;
 pub mod locks;
-pub mod orders;
 mod pool;
 pub mod pubsub;
 pub mod scan;

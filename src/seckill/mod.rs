@@ -45,7 +45,7 @@ use crate::locks::{
     AcquireRequest, IdempotencyKey, Lease, LockError, LockKey, LockKind, Locks, Ttl, WaitTime,
 };
 use crate::metrics::Metrics;
-use crate::redis::orders as handoff;
+use crate::redis::handoff;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::seckill::{
     self as scripts, HandoffTerms, PurchaseMode, PurchaseReply, Refused, SaleKeys,
@@ -67,9 +67,9 @@ const RESET_LOCK_WAIT: Duration = Duration::from_secs(5);
 pub struct SaleSettings {
     pub per_user: Option<RatePolicy>,
     pub per_client: Option<RatePolicy>,
-    /// Whether purchases run under the per-(sku, user) lock (only a `bench`
-    /// build can turn it off, to measure what it costs).
-    #[cfg(feature = "bench")]
+    /// Whether purchases run under the per-(sku, user) lock: always, but
+    /// where a benchmark measures what the lock costs (only a build with the
+    /// `bench` feature has the setting that turns it off).
     pub user_lock: bool,
     /// How long a purchase waits for its user's lock.
     pub lock_wait: Duration,
@@ -241,7 +241,7 @@ impl Sales {
 
     /// Buys, or replays an earlier purchase with the same Idempotency-Key.
     pub async fn buy(&self, order: OrderRequest, client: Option<IpAddr>) -> PurchaseAnswer {
-        let answer = self.try_buying(&order, client).await;
+        let answer = self.answer(&order, client).await;
         self.metrics.sale(outcome(&answer.result));
         let refused = match &answer.result {
             Err(SaleError::Refused(Refusal::SoldOut { .. })) => Some(RefusalKind::SoldOut),
@@ -257,23 +257,35 @@ impl Sales {
         answer
     }
 
-    async fn try_buying(&self, order: &OrderRequest, client: Option<IpAddr>) -> PurchaseAnswer {
+    /// The answer to an order: from the sold-out flag when it is up, else
+    /// from the purchase script, under the user's lock.
+    async fn answer(&self, order: &OrderRequest, client: Option<IpAddr>) -> PurchaseAnswer {
         if self.flags.is_sold_out(order.sku.as_str()) {
             return PurchaseAnswer {
                 result: self.answer_sold_out(order).await,
                 rate: None,
             };
         }
-        #[cfg(feature = "bench")]
-        if !self.settings.user_lock {
-            let rate = match PurchaseAnswer::admitted(self.rates.admit(&order.user, client).await) {
-                ControlFlow::Continue(rate) => rate,
-                ControlFlow::Break(refused) => return refused,
-            };
-            let result = self.purchase(&order, PurchaseMode::Buy).await;
-            return PurchaseAnswer { result, rate };
+        if self.settings.user_lock {
+            self.under_user_lock(order, client).await
+        } else {
+            self.without_user_lock(order, client).await
         }
-        self.buy_under_user_lock(order, client).await
+    }
+
+    /// A purchase with its rate check and no lock: what a benchmark sets
+    /// beside the locked path to measure the lock's cost.
+    async fn without_user_lock(
+        &self,
+        order: &OrderRequest,
+        client: Option<IpAddr>,
+    ) -> PurchaseAnswer {
+        let rate = match PurchaseAnswer::admitted(self.rates.admit(&order.user, client).await) {
+            ControlFlow::Continue(rate) => rate,
+            ControlFlow::Break(refused) => return refused,
+        };
+        let result = self.run_purchase_script(order, PurchaseMode::Buy).await;
+        PurchaseAnswer { result, rate }
     }
 
     /// A purchase under its user's lock, in two Redis round trips where it
@@ -282,10 +294,10 @@ impl Sales {
     /// runs once both allow it, and the lock is released after the answer
     /// is ready instead of before. A request the rate limit refuses never
     /// waits for the lock: its attempt is dropped, and a grant it got is
-    /// released (the handover's guarantee). Nothing reads the sale between
+    /// released (the guard's guarantee). Nothing reads the sale between
     /// the purchase and the release, so answering first changes no outcome;
     /// the user's next request waits for that release like any waiter.
-    async fn buy_under_user_lock(
+    async fn under_user_lock(
         &self,
         order: &OrderRequest,
         client: Option<IpAddr>,
@@ -295,7 +307,7 @@ impl Sales {
             pin!(self.sale_lock(order.lock_key(), WaitTime::fixed(self.settings.lock_wait)));
         let (rate, lease) = match select(admit, acquire).await {
             Either::Left((admitted, acquire)) => match PurchaseAnswer::admitted(admitted) {
-                // Dropping the attempt releases a grant it got (its handover).
+                // Dropping the attempt releases a grant it got (its guard).
                 ControlFlow::Break(refused) => return refused,
                 ControlFlow::Continue(rate) => (rate, acquire.await),
             },
@@ -311,14 +323,14 @@ impl Sales {
             Ok(lease) => lease,
             Err(err) => return PurchaseAnswer::refused(err.into(), rate),
         };
-        let result = self.purchase(order, PurchaseMode::Buy).await;
+        let result = self.run_purchase_script(order, PurchaseMode::Buy).await;
         self.give_back_later(Some(lease));
         PurchaseAnswer { result, rate }
     }
 
     /// Runs `purchase.lua` (confirmed by replicas when they must confirm)
     /// and maps its reply to the purchase or the refusal.
-    async fn purchase(
+    async fn run_purchase_script(
         &self,
         order: &OrderRequest,
         mode: PurchaseMode,
@@ -361,12 +373,16 @@ impl Sales {
             }
             .into());
         }
-        self.purchased(order, reply)
+        self.read_purchase_reply(order, reply)
     }
 
     /// What a purchase script's reply means for the order, noting a sale
     /// that has sold out.
-    fn purchased(&self, order: &OrderRequest, reply: PurchaseReply) -> Result<Purchase, SaleError> {
+    fn read_purchase_reply(
+        &self,
+        order: &OrderRequest,
+        reply: PurchaseReply,
+    ) -> Result<Purchase, SaleError> {
         let sku = order.sku.clone();
         let refusal = match reply {
             PurchaseReply::Ordered(recorded) => {
@@ -407,12 +423,13 @@ impl Sales {
             }
             .into());
         }
-        self.purchase(order, PurchaseMode::ReplayOnly).await
+        self.run_purchase_script(order, PurchaseMode::ReplayOnly)
+            .await
     }
 
     /// Takes one of the sale's own locks (a reset's, or a purchase's
     /// per-user lock) through the lock domain, like any client's. If the
-    /// caller is dropped before [`Sales::give_back`], the lease's handover
+    /// caller is dropped before [`Sales::give_back`], the lease's guard
     /// releases it.
     async fn sale_lock(&self, key: LockKey, wait: WaitTime) -> Result<Lease, LockError> {
         self.locks.acquire(sale_lock_request(key, wait)).await
@@ -429,13 +446,13 @@ impl Sales {
 
     /// Releases a sale lock; if that fails, its short lease ends it.
     async fn give_back(&self, mut lease: Lease) {
-        let handover = lease.handover.take();
+        let guard = lease.guard.take();
         if let Err(err) = self.locks.release(&lease.key, &lease.token).await {
             let key = &lease.key;
             tracing::warn!(%key, error = %err, "could not release a sale lock; its lease will expire");
         }
-        if let Some(handover) = handover {
-            handover.complete();
+        if let Some(guard) = guard {
+            guard.complete();
         }
     }
 }

@@ -16,7 +16,7 @@ const LAYERS: [(&str, u8); 13] = [
     ("locks", 3),
     ("seckill", 4),
     // The hand-off of the sale's orders into a database.
-    ("orders", 4),
+    ("handoff", 4),
     // The API surface, then the transport that serves it.
     ("http", 5),
     ("server", 6),

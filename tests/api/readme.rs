@@ -114,16 +114,81 @@ fn the_readme_and_the_docs_link_only_to_files_that_exist() {
             .skip(1)
             .filter_map(|rest| rest.split(')').next())
         {
-            if target.starts_with("http") || target.starts_with('#') {
+            if target.starts_with("http") {
                 continue;
             }
-            let file = target.split('#').next().unwrap();
-            let resolved = page.parent().unwrap().join(file);
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let resolved = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
             assert!(
                 resolved.exists(),
                 "{} links {target}, which does not exist",
                 page.display()
             );
+            if !anchor.is_empty() && resolved.extension().is_some_and(|ext| ext == "md") {
+                let linked = std::fs::read_to_string(&resolved).unwrap();
+                assert!(
+                    headings(&linked).any(|heading| anchor_of(&heading) == anchor),
+                    "{} links {target}, whose page has no such section",
+                    page.display()
+                );
+            }
         }
     }
+}
+
+/// The headings of a Markdown page, without their `#`s (none inside code blocks).
+fn headings(page: &str) -> impl Iterator<Item = String> + '_ {
+    let mut in_code = false;
+    page.lines().filter_map(move |line| {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        (!in_code && line.starts_with('#')).then(|| line.trim_start_matches('#').trim().to_owned())
+    })
+}
+
+/// The anchor GitHub gives a heading: lower case, spaces as hyphens, and
+/// only letters, digits, hyphens and underscores kept.
+fn anchor_of(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The architecture page's map names every file of `src/`, so a newcomer
+/// finds where each behaviour lives.
+#[test]
+fn every_file_of_src_is_in_the_architecture_map() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut missing = Vec::new();
+    let mut folders = vec![root.join("src")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let name = path.strip_prefix(root).unwrap().display().to_string();
+                if !map.contains(&format!("`{name}`")) {
+                    missing.push(name);
+                }
+            }
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's map leaves out {missing:?}"
+    );
 }

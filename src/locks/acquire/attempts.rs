@@ -10,13 +10,15 @@
 
 use std::time::{Duration, Instant};
 
-use super::waiting::{Standing, Ticket, WaitRefused};
-use super::{AcquireRequest, LockState, Locks, Token};
+use super::AcquireRequest;
 use crate::duration::millis;
+use crate::locks::inputs::Token;
+use crate::locks::shared::Locks;
+use crate::locks::waiting::{Standing, Ticket, WaitRefused};
 use crate::metrics::LockOutcome;
 use crate::redis::BackendError;
-use crate::redis::locks::LockKeys;
 use crate::redis::locks::grant::{self as scripts, AcquireReply, Attempt, ExtendReply, LeaveReply};
+use crate::redis::locks::{LockKeys, LockState};
 
 /// What one acquisition wants, for every attempt it makes.
 #[derive(Clone, Copy)]
@@ -116,7 +118,7 @@ impl<'a> Acquisition<'a> {
         }
         self.refused_at = Some(Instant::now());
         let reports_position = self.terms.request.positions.is_some();
-        let waiting = &self.locks.0.waiting;
+        let waiting = &self.locks.waiting();
         let mut ticket = waiting.enter(self.terms.keys, self.terms.waiter_id, reports_position)?;
         let _ = tokio::time::timeout_at(self.terms.deadline.into(), ticket.subscribed()).await;
         self.wait(&mut ticket).await
@@ -148,7 +150,7 @@ impl<'a> Acquisition<'a> {
                     };
                 }
                 () = closing.cancelled() => {
-                    // Whatever was granted meanwhile goes back with the handover.
+                    // Whatever was granted meanwhile goes back with the guard.
                     let _ = Box::pin(self.leave(ticket)).await;
                     return Err(WaitRefused::ShuttingDown.into());
                 }
@@ -186,12 +188,11 @@ impl<'a> Acquisition<'a> {
     /// streamed lock) is told, and the lock is tended when its lease ends.
     fn joined(&self, ticket: &Ticket, position: u64, free_in_ms: u64) {
         ticket.joined(position);
-        self.locks.0.metrics.lock(LockOutcome::Queued);
+        self.locks.metrics().lock(LockOutcome::Queued);
         self.report(position);
         if free_in_ms > 0 {
             self.locks
-                .0
-                .waiting
+                .waiting()
                 .due(self.terms.keys, Duration::from_millis(free_in_ms));
         }
     }
@@ -205,7 +206,7 @@ impl<'a> Acquisition<'a> {
     /// Leaves the queue: the place it was granted meanwhile, or when a
     /// place frees as the lock stands now (ms).
     async fn leave(&self, ticket: &Ticket) -> Result<Result<Granted, u64>, NoGrant> {
-        let mut conn = self.locks.0.redis.connection().await?;
+        let mut conn = self.locks.redis().connection().await?;
         let left = scripts::leave(
             &mut conn,
             self.terms.keys,
@@ -235,8 +236,7 @@ impl<'a> Acquisition<'a> {
         let sent = Instant::now();
         let (reply, confirmed) = self
             .locks
-            .0
-            .redis
+            .redis()
             .write(
                 &keys.lock(),
                 request.confirmed,
@@ -266,7 +266,7 @@ impl<'a> Acquisition<'a> {
     async fn attempt(&self, waiter_id: Option<&str>) -> Result<Outcome, NoGrant> {
         let terms = self.terms;
         let request = terms.request;
-        let instance = self.locks.0.waiting.instance();
+        let instance = self.locks.waiting().instance();
         let idempotency = request.idempotency_key.as_ref();
         let attempt = Attempt {
             token: &self.token,
@@ -276,15 +276,17 @@ impl<'a> Acquisition<'a> {
             wait_left_ms: millis(terms.deadline.saturating_duration_since(Instant::now())),
             waiter: waiter_id.map(|id| scripts::Waiter { id, instance }),
             streamed: request.streamed,
-            value: request.value.as_ref().map(super::LockValue::as_str),
+            value: request
+                .value
+                .as_ref()
+                .map(crate::locks::inputs::LockValue::as_str),
             idempotency: idempotency.map(|key| (key.as_str(), terms.request_hash)),
         };
         let publish = self.locks.publish();
         let sent = Instant::now();
         let (reply, confirmed) = self
             .locks
-            .0
-            .redis
+            .redis()
             .write(
                 &terms.keys.lock(),
                 request.confirmed,
@@ -295,7 +297,7 @@ impl<'a> Acquisition<'a> {
         Ok(match reply {
             AcquireReply::Granted(_) if !confirmed => Outcome::Refused(NoGrant::NotReplicated),
             AcquireReply::Granted(state) => Outcome::Granted(self.granted(state, sent, None)),
-            AcquireReply::Replayed { token, state } => match super::Token::parse(&token) {
+            AcquireReply::Replayed { token, state } => match Token::parse(&token) {
                 Ok(token) => Outcome::Granted(self.granted(state, sent, Some(token))),
                 Err(_) => Outcome::Refused(NoGrant::KeyReused),
             },

@@ -1,8 +1,9 @@
-//! Handing a new grant to its client: a grant whose client went away is released (and its place in the queue left), not left held.
+//! The guard of a new grant until its client has it: a grant whose client went away is released (and its place in the queue left), not left held.
 
 use std::fmt;
 
-use super::{LockKey, Locks, Token};
+use crate::locks::inputs::{LockKey, Token};
+use crate::locks::shared::Locks;
 use crate::redis::locks::grant;
 
 /// Guards a new grant until its client has it. Dropped while armed (the
@@ -16,7 +17,7 @@ use crate::redis::locks::grant;
 /// its whole lease before its client left: the client's retry gets it (and
 /// its lease ends it if no retry comes). A place offered from the queue but
 /// not yet claimed goes back either way.
-pub struct Handover {
+pub struct GrantGuard {
     armed: Option<(Locks, LockKey, Token)>,
     keep_if_left: bool,
     /// Whether the grant was made for its whole lease.
@@ -25,7 +26,7 @@ pub struct Handover {
     queued_as: Option<String>,
 }
 
-impl Handover {
+impl GrantGuard {
     pub(super) fn new(locks: Locks, key: LockKey, token: Token, keep_if_left: bool) -> Self {
         Self {
             armed: Some((locks, key, token)),
@@ -53,7 +54,7 @@ impl Handover {
     }
 }
 
-impl Drop for Handover {
+impl Drop for GrantGuard {
     fn drop(&mut self) {
         let Some((locks, key, token)) = self.armed.take() else {
             return;
@@ -89,9 +90,9 @@ impl Drop for Handover {
     }
 }
 
-impl fmt::Debug for Handover {
+impl fmt::Debug for GrantGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Handover")
+        f.debug_struct("GrantGuard")
             .field("armed", &self.armed.is_some())
             .field("claimed", &self.claimed)
             .field("queued_as", &self.queued_as)

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::StreamEnd;
-use crate::locks::{LockKey, Token, Ttl};
+use crate::locks::inputs::{LockKey, Token, Ttl};
 use crate::redis::locks::LockKeys;
 use crate::sync::lock;
 

@@ -27,7 +27,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{AcquireRequest, Lease, LockError, Locks, WaitRefused};
+use super::acquire::{AcquireRequest, Lease};
+use super::error::LockError;
+use super::shared::Locks;
+use super::waiting::WaitRefused;
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use holder::{Holder, Progress};
@@ -83,9 +86,9 @@ pub enum StreamEvent {
 
 /// Every streamed lock of one gateway instance, and their renewal scheduler.
 #[derive(Clone)]
-pub struct Streams(Arc<Renewals>);
+pub struct StreamedLocks(Arc<Renewals>);
 
-impl Streams {
+impl StreamedLocks {
     /// Starts the renewal scheduler and listens for release messages.
     pub fn new(locks: Locks, subscriber: Subscriber, metrics: Arc<Metrics>) -> Self {
         Self(Renewals::start(locks, subscriber, metrics))
@@ -109,7 +112,7 @@ impl Streams {
             ..request
         };
         let mut lease = self.0.locks.acquire(request).await?;
-        let handover = lease.handover.take();
+        let guard = lease.guard.take();
         let (progress, watched) = watch::channel(Progress {
             expires_at_ms: lease.state.expires_at_ms,
             renewals: 0,
@@ -127,7 +130,7 @@ impl Streams {
         });
         let subscribed = self.0.register(&holder);
         // From here the stream's guard releases the lock if this future is
-        // dropped; the grant's handover has nothing left to do.
+        // dropped; the grant's guard has nothing left to do.
         let streamed = StreamedLock {
             lease,
             holder,
@@ -136,12 +139,12 @@ impl Streams {
             finished: false,
             streams: self.clone(),
         };
-        if let Some(handover) = handover {
-            handover.complete();
+        if let Some(guard) = guard {
+            guard.complete();
         }
         // Confirmed before the client hears of the grant, so a `DELETE` it
         // sends at once is heard as the release it is.
-        let timeout = self.0.locks.0.redis.timeout();
+        let timeout = self.0.locks.redis().timeout();
         let _ = tokio::time::timeout(timeout, subscribed).await;
         Ok(streamed)
     }
@@ -172,7 +175,7 @@ pub struct StreamedLock {
     progress: watch::Receiver<Progress>,
     seen_renewals: u64,
     finished: bool,
-    streams: Streams,
+    streams: StreamedLocks,
 }
 
 impl StreamedLock {

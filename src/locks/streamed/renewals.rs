@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::holder::Holder;
 use super::{LostReason, StreamEnd};
-use crate::locks::{Locks, Ttl};
+use crate::locks::inputs::Ttl;
+use crate::locks::shared::Locks;
 use crate::metrics::{Metrics, RenewalOutcome};
 use crate::redis::BackendError;
 use crate::redis::locks::LockKeys;
@@ -277,8 +278,8 @@ impl Renewals {
         &self,
         releases: &[(LockKeys, String)],
     ) -> Result<(), BackendError> {
-        let mut conn = self.locks.0.redis.connection().await?;
-        let publish = self.locks.0.redis.publish_command();
+        let mut conn = self.locks.redis().connection().await?;
+        let publish = self.locks.publish();
         let items: Vec<(&LockKeys, &str)> = releases
             .iter()
             .map(|(keys, token)| (keys, token.as_str()))
@@ -286,12 +287,12 @@ impl Renewals {
         scripts::release_many(&mut conn, &items, publish).await
     }
 
-    /// Renews many leases in one round trip (see [`Streams`]).
+    /// Renews many leases in one round trip (see [`StreamedLocks`]).
     async fn extend_many(
         &self,
         renewals: &[(LockKeys, String, Ttl)],
     ) -> Result<Vec<Result<ExtendReply, BackendError>>, BackendError> {
-        let mut conn = self.locks.0.redis.connection().await?;
+        let mut conn = self.locks.redis().connection().await?;
         let items: Vec<scripts::Renewal<'_>> = renewals
             .iter()
             .map(|(keys, token, ttl)| (keys, token.as_str(), ttl.as_millis()))

@@ -1,0 +1,90 @@
+//! The domains of one gateway instance, built in one place from the settings: the locks clients take, the streamed locks it renews, the watchers it serves, the sales, and the waiting room they share.
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::http;
+use crate::locks::{Locks, StreamedLocks, Waiting, Watches};
+use crate::metrics::Metrics;
+use crate::redis::Redis;
+use crate::redis::pubsub::Subscriber;
+use crate::seckill::Sales;
+
+/// The domains of one instance, built in one place: the locks clients
+/// take, the streamed locks it renews, the watchers it serves, the sales,
+/// and the waiting room they share.
+pub(super) struct Domains {
+    pub(super) locks: Locks,
+    pub(super) streamed: StreamedLocks,
+    pub(super) watches: Watches,
+    pub(super) sales: Sales,
+    pub(super) waiting: Waiting,
+}
+
+impl Domains {
+    pub(super) fn build(
+        config: &Config,
+        instance_id: &str,
+        redis: &Redis,
+        subscriber: &Subscriber,
+        metrics: &Arc<Metrics>,
+    ) -> Self {
+        let waiting = Waiting::new(subscriber.clone(), instance_id, config.max_waiters);
+        waiting.start_tending(redis.clone());
+        let locks = Locks::new(
+            redis.clone(),
+            &config.redis.key_prefix,
+            waiting.clone(),
+            metrics.clone(),
+            config.lock_limits(),
+        );
+        let watches = Watches::new(
+            redis.clone(),
+            &config.redis.key_prefix,
+            waiting.clone(),
+            subscriber.clone(),
+            metrics.clone(),
+        );
+        let streamed = StreamedLocks::new(locks.clone(), subscriber.clone(), metrics.clone());
+        // The sale's own locks live in a namespace of their own, which no
+        // client can name through /locks (and so cannot hold).
+        let sale_locks = Locks::new(
+            redis.clone(),
+            &format!("{}internal:", config.redis.key_prefix),
+            waiting.clone(),
+            metrics.clone(),
+            config.lock_limits(),
+        );
+        let sales = Sales::new(
+            redis.clone(),
+            sale_locks,
+            &config.redis.key_prefix,
+            subscriber,
+            config.sale_settings(),
+            metrics.clone(),
+        );
+        Self {
+            locks,
+            streamed,
+            watches,
+            sales,
+            waiting,
+        }
+    }
+
+    /// What the routes are given of the domains.
+    pub(super) fn handed_to_routes(
+        &self,
+        redis: &Redis,
+        metrics: Arc<Metrics>,
+    ) -> http::RouteDomains {
+        http::RouteDomains {
+            locks: self.locks.clone(),
+            streamed: self.streamed.clone(),
+            watches: self.watches.clone(),
+            sales: self.sales.clone(),
+            redis: redis.clone(),
+            metrics,
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! Acquisition: a new grant (tried once, or waited for in the lock's fair queue), re-entry by the holder's token, an Idempotency-Key's grant answered again, and the guard that undoes a new grant whose client went away.
+//!
+//! The parts: [`attempts`] (one request's attempts and its wait in the
+//! queue) and [`guard`] (a grant whose client went away is undone).
+
+mod attempts;
+mod guard;
+
+use std::time::{Duration, Instant};
+
+use attempts::{AcquireTerms, Acquisition, NoGrant};
+pub use guard::GrantGuard;
+
+use super::error::LockError;
+use super::inputs::{IdempotencyKey, LockKey, LockValue, Token, Ttl, WaitTime};
+use super::shared::Locks;
+use crate::metrics::LockOutcome;
+use crate::redis::locks::grant::{self as scripts};
+use crate::redis::locks::{LockKind, LockState};
+
+/// A request to take (or re-enter) a lock.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    pub key: LockKey,
+    /// Exclusive (alone, or one of a counting lock's places) or shared.
+    pub kind: LockKind,
+    pub ttl: Ttl,
+    pub wait: WaitTime,
+    /// Present when the client re-enters a lock it holds.
+    pub token: Option<Token>,
+    /// Whether the configured replicas must confirm the grant. Clients'
+    /// requests do; the sale's own short locks need not, since the purchase
+    /// they guard is confirmed itself.
+    pub confirmed: bool,
+    /// Whether it is a streamed lock's grant, whose release Redis notes so
+    /// that a renewal on its way learns of it (the streams set it).
+    pub streamed: bool,
+    /// The holder's public value.
+    pub value: Option<LockValue>,
+    /// The client's Idempotency-Key: a retry of the same request while the
+    /// grant lives gets that grant again.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Told the request's place in the queue while it waits (a streamed
+    /// lock's `queued` events).
+    pub positions: Option<tokio::sync::watch::Sender<u64>>,
+}
+
+impl AcquireRequest {
+    /// A request of `kind` for `key`, with nothing optional.
+    pub fn new(key: LockKey, kind: LockKind, ttl: Ttl, wait: WaitTime) -> Self {
+        Self {
+            key,
+            kind,
+            ttl,
+            wait,
+            token: None,
+            confirmed: true,
+            streamed: false,
+            value: None,
+            idempotency_key: None,
+            positions: None,
+        }
+    }
+
+    /// What makes two requests under one Idempotency-Key the same request:
+    /// a stable hash (FNV-1a, the same on every instance and build) of the
+    /// lock, its kind, lease, wait and value.
+    fn request_hash(&self) -> String {
+        let described = format!(
+            "{}\u{1f}{}\u{1f}{:?}\u{1f}{}\u{1f}{}\u{1f}{}",
+            self.key,
+            self.kind.mode(),
+            self.kind.limit(),
+            self.ttl.as_millis(),
+            self.wait.as_millis(),
+            self.value.as_ref().map_or("\u{0}", LockValue::as_str),
+        );
+        let hash = described
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        format!("{hash:016x}")
+    }
+}
+
+/// A held lease, as acquisition reports it.
+#[derive(Debug)]
+pub struct Lease {
+    pub key: LockKey,
+    pub token: Token,
+    pub state: LockState,
+    /// When the script that set the lease's end was sent: the lease lasts
+    /// at least its length from then, by this instance's clock.
+    pub lease_from: Instant,
+    /// How long the request waited for the lock.
+    pub waited: Duration,
+    /// Present for a new grant (absent for re-entry): complete it once the
+    /// client has the lease, or the grant is released when it is dropped.
+    pub guard: Option<GrantGuard>,
+    /// The grant an Idempotency-Key made earlier, answered again.
+    pub replayed: bool,
+}
+
+impl Locks {
+    /// Takes the lock for a new holder, waiting in its queue up to
+    /// `request.wait` while there is no place, or re-enters it with the
+    /// holder's token.
+    ///
+    /// A new grant is guarded by its [`GrantGuard`] from before the first
+    /// attempt: if this future is dropped (the client disconnected while
+    /// waiting) or the lease is dropped before the guard completes, the
+    /// grant is released, so a client that went away holds nothing (unless
+    /// it sent an Idempotency-Key: its retry gets the grant).
+    pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, LockError> {
+        if let Some(token) = request.token {
+            // Boxed, like every round trip here: see `Acquisition::run`.
+            return Box::pin(self.reenter(request, token)).await;
+        }
+        let started = Instant::now();
+        let keys = self.keys(&request.key);
+        let token = Token::generate();
+        let keep_if_left = request.idempotency_key.is_some();
+        let mut guard = GrantGuard::new(self.clone(), request.key.clone(), token, keep_if_left);
+        let request_hash = match &request.idempotency_key {
+            Some(idempotency_key) => {
+                // Boxed, like every round trip here: see `Acquisition::run`.
+                Box::pin(self.claim_idempotency_key(&request, idempotency_key)).await?;
+                request.request_hash()
+            }
+            None => String::new(),
+        };
+        // Named up front, so that a request dropped while it waits (its
+        // client left) leaves the queue by it.
+        let waiter_id = if request.wait.is_zero() {
+            String::new()
+        } else {
+            let id = uuid::Uuid::new_v4().to_string();
+            guard.queued_as(Some(&id));
+            id
+        };
+        let terms = AcquireTerms {
+            keys: &keys,
+            request: &request,
+            request_hash: &request_hash,
+            waiter_id: &waiter_id,
+            deadline: started + request.wait.as_duration(),
+        };
+        match Acquisition::new(self, terms, &token).run().await {
+            Ok(granted) => {
+                let waited = granted.waited;
+                let replayed = granted.replayed_token.is_some();
+                if !replayed {
+                    self.metrics().lock(LockOutcome::Acquired);
+                    if !waited.is_zero() {
+                        self.metrics().lock(LockOutcome::Waited);
+                        self.metrics().lock_wait(waited);
+                    }
+                }
+                let guard = if replayed {
+                    // The grant is the earlier request's, and stays.
+                    guard.complete();
+                    None
+                } else {
+                    guard.claimed();
+                    Some(guard)
+                };
+                Ok(Lease {
+                    key: request.key,
+                    token: granted.replayed_token.unwrap_or(token),
+                    state: granted.state,
+                    lease_from: granted.sent,
+                    waited,
+                    guard,
+                    replayed,
+                })
+            }
+            Err(refused) => {
+                let waited = (!request.wait.is_zero()).then(|| started.elapsed());
+                let grant = (request.key, token, guard);
+                Err(self.not_granted(refused, grant, waited).await)
+            }
+        }
+    }
+
+    /// Ties an Idempotency-Key to the lock it first named, for as long as
+    /// that request's grant could live (its wait and lease), on every
+    /// instance: the same key naming another lock is `KeyReused`. (Within
+    /// one lock, the acquire script tells a retry from a different request.)
+    async fn claim_idempotency_key(
+        &self,
+        request: &AcquireRequest,
+        idempotency_key: &IdempotencyKey,
+    ) -> Result<(), LockError> {
+        let lives_ms = request.ttl.as_millis() + request.wait.as_millis();
+        let mut conn = self.redis().connection().await?;
+        let named = scripts::claim_idempotency_key(
+            &mut conn,
+            self.prefix(),
+            idempotency_key.as_str(),
+            request.key.as_str(),
+            lives_ms.max(1),
+        )
+        .await?;
+        match named {
+            Some(lock) if lock != request.key.as_str() => Err(LockError::KeyReused {
+                key: request.key.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error for an acquisition that ended without a grant, once what
+    /// it left behind is undone: a grant too few replicas confirmed.
+    async fn not_granted(
+        &self,
+        refused: NoGrant,
+        (key, token, guard): (LockKey, Token, GrantGuard),
+        waited: Option<Duration>,
+    ) -> LockError {
+        match refused {
+            NoGrant::Held { free_in_ms } => {
+                guard.complete();
+                self.metrics().lock(LockOutcome::Conflict);
+                if let Some(waited) = waited {
+                    self.metrics().lock_wait(waited);
+                }
+                LockError::Held {
+                    key,
+                    retry_after_ms: free_in_ms,
+                }
+            }
+            NoGrant::LimitMismatch { limit } => {
+                guard.complete();
+                LockError::LimitMismatch { key, limit }
+            }
+            NoGrant::KeyReused => {
+                guard.complete();
+                LockError::KeyReused { key }
+            }
+            NoGrant::CannotWait(err) => {
+                guard.complete();
+                err.into()
+            }
+            NoGrant::NotReplicated => {
+                // Undo the grant now, so the answer is true when it is read;
+                // if that fails, the guard keeps trying in the background.
+                if Box::pin(self.release(&key, &token)).await.is_ok() {
+                    guard.complete();
+                }
+                LockError::NotReplicated { key, undone: true }
+            }
+            // Not completed: the script may have run before the failure.
+            NoGrant::Backend(err) => err.into(),
+        }
+    }
+
+    /// Re-enters a lock its holder's `token` holds: one hold more, the lease
+    /// renewed. A re-entry too few replicas confirm is given back.
+    async fn reenter(&self, request: AcquireRequest, token: Token) -> Result<Lease, LockError> {
+        let keys = self.keys(&request.key);
+        let text = token.expose();
+        let attempt = scripts::Attempt {
+            token: &text,
+            kind: request.kind,
+            ttl_ms: request.ttl.as_millis(),
+            reenter: true,
+            wait_left_ms: 0,
+            waiter: None,
+            streamed: false,
+            value: None,
+            idempotency: None,
+        };
+        let publish = self.publish();
+        let sent = Instant::now();
+        let (reply, confirmed) = self
+            .redis()
+            .write(
+                &keys.lock(),
+                request.confirmed,
+                async |conn| scripts::acquire(conn, &keys, publish, attempt).await,
+                |reply| matches!(reply, scripts::AcquireReply::Reentered(_)),
+            )
+            .await?;
+        let key = request.key;
+        match reply {
+            scripts::AcquireReply::Reentered(_) if !confirmed => {
+                // Give the hold just taken back.
+                self.release(&key, &token).await?;
+                Err(LockError::NotReplicated { key, undone: true })
+            }
+            scripts::AcquireReply::Reentered(state) => {
+                self.metrics().lock(LockOutcome::Reentered);
+                Ok(Lease {
+                    key,
+                    token,
+                    state,
+                    lease_from: sent,
+                    waited: Duration::ZERO,
+                    guard: None,
+                    replayed: false,
+                })
+            }
+            scripts::AcquireReply::LimitMismatch { limit } => {
+                Err(LockError::LimitMismatch { key, limit })
+            }
+            scripts::AcquireReply::ModeConflict => Err(LockError::ModeConflict { key }),
+            _ => Err(LockError::NotOwner { key }),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Changing a hold its holder's token names: release (one hold, or all), extend the lease, replace the public value; and revocation, which ends holds by the operator's word.
+
+use super::error::LockError;
+use super::inputs::{LockKey, LockValue, Token, Ttl};
+use super::shared::Locks;
+use crate::metrics::LockOutcome;
+use crate::redis::locks::LockState;
+use crate::redis::locks::grant::{
+    self as scripts, ExtendReply, Holds, LeaveReply, NoPlace, ReleaseReply, SetValueReply,
+};
+
+/// What releasing one hold left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// The lock is free (or granted to the next waiter).
+    Free,
+    /// Re-entrant holds remain.
+    HoldsLeft(u64),
+}
+
+impl Locks {
+    /// Gives up one hold; the last one frees the place, which goes to the
+    /// head of the queue.
+    pub async fn release(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
+        self.release_holds(key, token, Holds::One).await
+    }
+
+    /// Gives up every hold of `token` at once, freeing its place.
+    pub async fn release_all(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
+        self.release_holds(key, token, Holds::All).await
+    }
+
+    async fn release_holds(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        holds: Holds,
+    ) -> Result<Released, LockError> {
+        let mut conn = self.redis().connection().await?;
+        let keys = self.keys(key);
+        let reply =
+            scripts::release(&mut conn, &keys, self.publish(), &token.expose(), holds).await?;
+        let released = match reply {
+            ReleaseReply::Released => Released::Free,
+            ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),
+            ReleaseReply::NotFound => return Err(LockError::NotFound { key: key.clone() }),
+            ReleaseReply::NotOwner => return Err(LockError::NotOwner { key: key.clone() }),
+        };
+        self.metrics().lock(LockOutcome::Released);
+        Ok(released)
+    }
+
+    /// Takes waiter `id` (with `token`) out of the lock's queue; a grant it
+    /// was made meanwhile stands.
+    pub(super) async fn leave_queue(
+        &self,
+        key: &LockKey,
+        id: &str,
+        token: &Token,
+    ) -> Result<LeaveReply, LockError> {
+        let mut conn = self.redis().connection().await?;
+        let keys = self.keys(key);
+        Ok(scripts::leave(&mut conn, &keys, self.publish(), id, &token.expose()).await?)
+    }
+
+    /// Renews the lease so it ends `ttl` from now.
+    pub async fn extend(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        ttl: Ttl,
+    ) -> Result<LockState, LockError> {
+        let keys = self.keys(key);
+        let (text, publish) = (token.expose(), self.publish());
+        let (reply, confirmed) = self
+            .redis()
+            .write(
+                &keys.lock(),
+                true,
+                async |conn| scripts::extend(conn, &keys, publish, &text, ttl.as_millis()).await,
+                |reply| matches!(reply, ExtendReply::Extended(_)),
+            )
+            .await?;
+        match reply {
+            ExtendReply::Extended(_) if !confirmed => Err(LockError::NotReplicated {
+                key: key.clone(),
+                undone: false,
+            }),
+            ExtendReply::Extended(state) => Ok(state),
+            ExtendReply::Lost(why) => {
+                if why == NoPlace::NotFound {
+                    self.metrics().lock(LockOutcome::ExpiredOnExtend);
+                }
+                Err(LockError::lost(key, why))
+            }
+        }
+    }
+
+    /// Replaces the holder's public value (none removes it); the holder's
+    /// lease as it stands.
+    pub async fn set_value(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        value: Option<&LockValue>,
+    ) -> Result<LockState, LockError> {
+        let mut conn = self.redis().connection().await?;
+        let keys = self.keys(key);
+        let value = value.map(LockValue::as_str);
+        let reply =
+            scripts::set_value(&mut conn, &keys, self.publish(), &token.expose(), value).await?;
+        match reply {
+            SetValueReply::Set {
+                fencing_token,
+                holds,
+                expires_at_ms,
+                ttl_ms,
+            } => Ok(LockState {
+                fencing_token,
+                holds,
+                ttl_ms,
+                expires_at_ms,
+            }),
+            SetValueReply::Lost(why) => Err(LockError::lost(key, why)),
+        }
+    }
+
+    /// Ends every hold of the lock at once; the waiters are served, the
+    /// streamed holders told `revoked`. Returns how many places ended.
+    pub async fn revoke(&self, key: &LockKey) -> Result<u64, LockError> {
+        let mut conn = self.redis().connection().await?;
+        let keys = self.keys(key);
+        let revoked = scripts::revoke(&mut conn, &keys, self.publish(), self.max_ttl_ms())
+            .await?
+            .ok_or_else(|| LockError::NotFound { key: key.clone() })?;
+        self.metrics().lock(LockOutcome::Revoked);
+        tracing::info!(%key, holders = revoked, "a lock was revoked");
+        Ok(revoked)
+    }
+}
