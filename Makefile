@@ -13,7 +13,7 @@
 #                     foreground (Ctrl-C stops all); make cluster-down cleans
 #                     up after a crash
 #   make loadtest     the full k6 load tests (loadtest/run.sh)
-#   make bench        the benchmarks behind the README's Performance figures
+#   make bench        the benchmarks behind docs/performance.md
 #   make openapi      regenerate openapi/openapi.json from the code
 
 SHELL := /bin/bash
