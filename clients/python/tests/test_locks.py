@@ -7,10 +7,13 @@ import os
 import threading
 import time
 import uuid
+from typing import List
 
 import pytest
 
 from lockgate import Gateway, GatewayUnavailable, InvalidRequest, LockHeld, LockLost
+from lockgate._protocol import safety_margin
+from servers import wait_until
 
 
 def test_acquire_hold_and_release(gw: Gateway, key: str) -> None:
@@ -121,9 +124,45 @@ def test_frozen_gateway_is_lost_by_the_clients_own_deadline(make_stack, key: str
                 finally:
                     gateway.thaw()
         assert raised.value.reason == "lease-expired"
-        # No later than the lease could end; the last renewal was at most
-        # ttl/3 before the freeze.
-        assert ttl * 0.5 < noticed_after <= ttl + 1.0
+        # A safety margin before the lease could end after the last renewal,
+        # which came at most ttl/3 before the freeze: not before that.
+        assert ttl - safety_margin(ttl) - ttl / 3 - 0.1 < noticed_after <= ttl + 1.0
+
+
+def test_own_deadline_stops_the_holder_well_before_anyone_else_holds_it(make_stack, key: str) -> None:
+    """A frozen gateway renews nothing and says nothing: the holder's own
+    deadline must go off a safety margin (1 s for this lease) before the
+    lease ends, when another client may be granted the lock."""
+    redis, gateway_a = make_stack()
+    _, gateway_b = make_stack(redis)
+    ttl = 3.0
+    lost_at: List[float] = []
+    granted_at: List[float] = []
+    with Gateway(gateway_a.url) as gw_a, Gateway(gateway_b.url) as gw_b:
+
+        def wait_for_the_lock() -> None:
+            lease = gw_b.acquire(key, ttl=5, wait=ttl + 5)
+            granted_at.append(time.monotonic())
+            lease.release()
+
+        def someone_waits() -> bool:
+            info = gw_b.inspect(key)
+            return bool(info and info.waiters)
+
+        waiter = threading.Thread(target=wait_for_the_lock, daemon=True)
+        with pytest.raises(LockLost) as raised:
+            with gw_a.lock(key, ttl=ttl, on_lost=lambda lock: lost_at.append(time.monotonic())):
+                waiter.start()
+                wait_until(someone_waits, 5, "the waiter to queue")
+                gateway_a.freeze()  # its lease runs out in Redis; nobody tells the holder
+                try:
+                    waiter.join(ttl + 5)
+                finally:
+                    gateway_a.thaw()
+        assert raised.value.reason == "lease-expired"
+    assert lost_at and granted_at, "the holder never stopped, or the waiter was never granted"
+    # Without the margin the two are a few milliseconds apart, either way.
+    assert granted_at[0] - lost_at[0] > 0.5
 
 
 def test_release_on_exception_keeps_the_exception(gw: Gateway, key: str) -> None:

@@ -1,50 +1,49 @@
-"""The pieces without I/O: Server-Sent Events decoding, the lease clock,
-problem documents mapped to errors."""
+"""The pieces without I/O: the lease clock and its safety margin, problem
+documents mapped to errors, the leader an election's events name."""
 
 from __future__ import annotations
 
-from lockgate import GatewayUnavailable, InvalidRequest, LockHeld, LockLost, NotOwner
-from lockgate._protocol import LeaseClock, SSEDecoder
+import pytest
+
+from lockgate import GatewayUnavailable, InvalidRequest, LockEvent, LockHeld, LockLost, NotOwner
+from lockgate._protocol import LeaderTracker, LeaseClock, safety_margin
 from lockgate.errors import error_from_problem
-
-
-def _decode(text: str):
-    decoder = SSEDecoder()
-    events = []
-    for line in text.split("\n"):
-        event = decoder.feed(line)
-        if event is not None:
-            events.append(event)
-    return events
-
-
-def test_sse_decoding() -> None:
-    events = _decode(
-        ": keep-alive\n\n"
-        "id: 1-0\nevent: snapshot\ndata: {\"held\": false}\n\n"
-        "event: renewed\ndata: {\"a\":\ndata: 1}\n\n"
-        "event: gap\ndata: {}\n\n"
-    )
-    assert [(e.event, e.id) for e in events] == [("snapshot", "1-0"), ("renewed", None), ("gap", None)]
-    assert events[0].json() == {"held": False}
-    assert events[1].json() == {"a": 1}  # data lines joined with a newline
 
 
 def test_lease_clock_never_runs_past_the_lease() -> None:
     clock = LeaseClock(sent_at=100.0)
     # Granted after a 2 s wait, answered 0.5 s later still: the lease is
     # timed from the earliest moment the grant could have been made.
-    clock.granted({"ttl_ms": 3000, "expires_at_ms": 50_000, "waited_ms": 2000}, now=102.5)
-    assert clock.deadline == 105.0
+    clock.granted(_grant(ttl_ms=3000, expires_at_ms=50_000, waited_ms=2000), now=102.5)
+    assert clock.lease_end == 105.0
     # A renewal on the Redis clock 1 s after the grant ends 1 s later.
     clock.renewed(51_000, now=103.2)
-    assert clock.deadline == 106.0
+    assert clock.lease_end == 106.0
     # Whatever the Redis clock says, never past its arrival plus a lease.
     clock.renewed(90_000, now=103.4)
-    assert clock.deadline == 106.4
+    assert clock.lease_end == pytest.approx(106.4)
     # And a renewal never moves the end back.
     clock.renewed(40_000, now=103.5)
-    assert clock.deadline == 106.4
+    assert clock.lease_end == pytest.approx(106.4)
+
+
+def test_lost_is_declared_a_safety_margin_before_the_lease_ends() -> None:
+    clock = LeaseClock(sent_at=10.0)
+    clock.granted(_grant(ttl_ms=30_000, expires_at_ms=80_000, waited_ms=0), now=10.1)
+    assert clock.lease_end == 40.0
+    assert clock.deadline == pytest.approx(37.0)  # a tenth of 30 s
+    clock.renewed(90_000, now=20.05)
+    assert clock.deadline == pytest.approx(50.0 - 3.0)
+
+
+@pytest.mark.parametrize(
+    ("ttl", "margin"),
+    [(600.0, 60.0), (30.0, 3.0), (10.0, 1.0), (5.0, 1.0), (3.0, 1.0), (1.5, 0.5), (0.6, 0.2)],
+)
+def test_safety_margin(ttl: float, margin: float) -> None:
+    # A tenth of the lease, at least a second, at most a third of the lease
+    # (so a renewal, due every third, may come a third late).
+    assert safety_margin(ttl) == pytest.approx(margin)
 
 
 def test_problems_map_by_slug() -> None:
@@ -57,6 +56,34 @@ def test_problems_map_by_slug() -> None:
     assert isinstance(error("limit-mismatch", 409), InvalidRequest)
     assert isinstance(error("invalid-key", 422), InvalidRequest)
     assert isinstance(error("backend-unavailable", 503), GatewayUnavailable)
+    assert isinstance(error("rate-limited", 429), GatewayUnavailable)
+    assert isinstance(error("internal", 500), GatewayUnavailable)
     assert isinstance(error("something-new", 502), GatewayUnavailable)
     held = error_from_problem(409, {"type": "/problems/lock-held", "retry_after_ms": 1500, "key": "k"})
     assert held.slug == "lock-held" and held.retry_after == 1.5 and held.key == "k"
+
+
+def test_leader_tracker_follows_the_holder() -> None:
+    tracker = LeaderTracker()
+    assert tracker.update(LockEvent("snapshot", {"key": "k", "held": False, "waiters": []}, "1-0"))
+    assert tracker.leader is None
+    acquired = {"key": "k", "fencing_token": 7, "mode": "exclusive", "expires_at_ms": 5, "value": "a"}
+    assert tracker.update(LockEvent("acquired", acquired, "2-0"))
+    assert (tracker.leader and tracker.leader.value, tracker.leader and tracker.leader.term) == ("a", 7)
+    assert tracker.update(LockEvent("value", {"key": "k", "fencing_token": 7, "value": "b"}, "3-0"))
+    assert tracker.leader is not None and tracker.leader.value == "b"
+    assert not tracker.update(LockEvent("released", {"key": "k", "fencing_token": 6}, "4-0"))
+    assert tracker.update(LockEvent("expired", {"key": "k", "fencing_token": 7}, "5-0"))
+    assert tracker.leader is None
+
+
+def _grant(*, ttl_ms: int, expires_at_ms: int, waited_ms: int):
+    return {
+        "key": "k",
+        "token": "t",
+        "fencing_token": 1,
+        "ttl_ms": ttl_ms,
+        "expires_at_ms": expires_at_ms,
+        "holds": 1,
+        "waited_ms": waited_ms,
+    }

@@ -12,22 +12,35 @@ on Redis over HTTP.
 both hold locks through the gateway's streamed locks, so the gateway renews
 them for as long as the holder's connection stays open. Durations are
 seconds. Every error is a `LockgateError`.
+
+The map: `_async/` is the client, written once for asyncio (`gateway`,
+`lock`, `watch`); `_sync/` is the same written by scripts/unasync.py, each
+with its own `_concurrency` (tasks or threads); `_protocol` is what needs no
+I/O (request bodies, answers, the lease clock); `_api` the API's documents,
+checked against openapi/openapi.json; `sse` the Server-Sent Events reader;
+`errors` and `models` what callers see. The clients are imported on first
+use, so `lockgate.sse` and `lockgate.errors` need no httpx.
 """
 
 from __future__ import annotations
 
-from .aio import (
-    AsyncElection,
-    AsyncGateway,
-    AsyncLeaderObserver,
-    AsyncLeadership,
-    AsyncLease,
-    AsyncLock,
-    AsyncWatcher,
-)
-from .client import Election, Gateway, LeaderObserver, Leadership, Lease, Lock, Watcher
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import GatewayUnavailable, InvalidRequest, LockgateError, LockHeld, LockLost, NotOwner
 from .models import Leader, LeaseInfo, LockEvent, LockInfo
+
+if TYPE_CHECKING:
+    from .aio import (
+        AsyncElection,
+        AsyncGateway,
+        AsyncLeaderObserver,
+        AsyncLeadership,
+        AsyncLease,
+        AsyncLock,
+        AsyncWatcher,
+    )
+    from .client import Election, Gateway, LeaderObserver, Leadership, Lease, Lock, Watcher
 
 __version__ = "0.1.0"
 
@@ -57,3 +70,17 @@ __all__ = [
     "Leader",
     "LockEvent",
 ]
+
+def __getattr__(name: str) -> Any:
+    # Only the clients' classes are missing until then: they (and httpx)
+    # are imported on first use.
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = ".aio" if name.startswith("Async") else ".client"
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> "list[str]":
+    return sorted(set(globals()) | set(__all__))

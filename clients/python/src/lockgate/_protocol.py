@@ -1,23 +1,25 @@
-"""What the sync and asyncio clients share: request bodies, answers read
-into errors and models, Server-Sent Events decoding, and the local clock of
-a streamed lock's lease.
-
-Nothing here does I/O, so both clients use it as it is.
+"""What the sync and asyncio clients share without doing any I/O: request
+bodies and paths, answers read into errors, a streamed lock's lease clock
+and its safety margin, and the leader an election's events name.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import uuid
-from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, cast
 from urllib.parse import quote
 
 import httpx
 
+from ._api import AcquireBody, AcquiredEvent, LockGrant, LockMode, LockWatchEventName, ValueEvent
 from .errors import GatewayUnavailable, LockgateError, LockLost, error_from_problem
 from .models import Leader, LockEvent, LockInfo
+from .sse import Event
+
+log = logging.getLogger("lockgate")
 
 #: Transport errors raised before any byte of the request left: retrying
 #: them can never do anything twice.
@@ -25,11 +27,19 @@ UNSENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 STREAM_HEADERS = {
     "Accept": "text/event-stream",
-    # A streamed lock's connection is never handed back to the pool: the
-    # client may shut its socket down from another thread to end the hold,
-    # which must never hit a connection another request has taken over.
+    # A streamed connection is never handed back to the pool: the client
+    # may shut its socket down from another thread to end it, which must
+    # never hit a connection another request has taken over.
     "Connection": "close",
 }
+
+#: How long releasing a streamed lock waits for its reader to finish.
+JOIN_TIMEOUT = 2.0
+
+
+def backoff(attempt: int) -> float:
+    """The pause before sending a request again, in seconds."""
+    return min(0.05 * 2.0**attempt, 1.0)
 
 
 def millis(seconds: Optional[float], name: str, *, minimum: float = 0.0) -> Optional[int]:
@@ -48,13 +58,13 @@ def acquire_body(
     *,
     ttl: float,
     wait: float,
-    mode: Optional[str] = None,
+    mode: Optional[LockMode] = None,
     limit: Optional[int] = None,
     value: Optional[str] = None,
     token: Optional[str] = None,
-) -> Dict[str, Any]:
+) -> AcquireBody:
     """The JSON body of `POST /locks`."""
-    body: Dict[str, Any] = {"key": key, "ttl_ms": millis(ttl, "ttl"), "wait_ms": millis(wait, "wait")}
+    body: AcquireBody = {"key": key, "ttl_ms": millis(ttl, "ttl"), "wait_ms": millis(wait, "wait")}
     if mode is not None:
         body["mode"] = mode
     if limit is not None:
@@ -107,6 +117,16 @@ def problem_error(response: httpx.Response) -> LockgateError:
     return error_from_problem(response.status_code, problem)
 
 
+def answer(response: httpx.Response) -> Dict[str, Any]:
+    """The JSON document of a read answer, or the error it stands for."""
+    if response.status_code >= 400:
+        raise problem_error(response)
+    if not response.content:
+        return {}
+    data = response.json()
+    return data if isinstance(data, dict) else {"data": data}
+
+
 def is_lock_not_found(response: httpx.Response) -> bool:
     """Whether the answer is `404 lock-not-found` (a free lock), not some
     other 404 (a wrong URL)."""
@@ -132,67 +152,42 @@ def lost_error(key: str, reason: str) -> LockLost:
     )
 
 
-def attach_note(exc: BaseException, note: str) -> None:
-    """Adds `note` to an exception's traceback (PEP 678) where Python has it."""
+def note_failed_release(exc: BaseException, key: str, error: LockgateError) -> None:
+    """Tells of a release that failed as a block was left by `exc`, which
+    says more and is kept: a note on it (PEP 678, where Python has it) and a
+    warning in the log."""
     add_note = getattr(exc, "add_note", None)
     if add_note is not None:
-        add_note(note)
+        add_note(f"lockgate: releasing {key!r} also failed: {error!r}")
+    log.warning("releasing %r failed while the block raised: %r", key, error)
 
 
-@dataclass(frozen=True)
-class ServerSentEvent:
-    event: str
-    data: str
-    id: Optional[str]
-
-    def json(self) -> Dict[str, Any]:
-        if not self.data:
-            return {}
-        parsed = json.loads(self.data)
-        return parsed if isinstance(parsed, dict) else {"data": parsed}
+def event_json(event: Event) -> Dict[str, Any]:
+    """An event's data: a JSON object ({} when empty)."""
+    if not event.data:
+        return {}
+    parsed = json.loads(event.data)
+    return parsed if isinstance(parsed, dict) else {"data": parsed}
 
 
-class SSEDecoder:
-    """Server-Sent Events from lines (the WHATWG rules the gateway needs:
-    `event`, `data`, `id`, comments; `retry` is ignored)."""
+def safety_margin(ttl: float) -> float:
+    """How long before its lease could end the client counts a streamed lock
+    as lost: a tenth of the lease, at least 1 s, but at most a third of it.
 
-    def __init__(self) -> None:
-        self._event = ""
-        self._data: List[str] = []
-        self._id: Optional[str] = None
-        self._has_id = False
-
-    def feed(self, line: str) -> Optional[ServerSentEvent]:
-        """Takes one line (no line ending); returns an event when a blank
-        line completes one."""
-        if not line:
-            if not self._data and not self._event:
-                self._has_id = False
-                return None
-            event = ServerSentEvent(
-                self._event or "message",
-                "\n".join(self._data),
-                self._id if self._has_id else None,
-            )
-            self._event, self._data, self._has_id = "", [], False
-            return event
-        if line.startswith(":"):
-            return None  # a keep-alive comment
-        field, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if field == "event":
-            self._event = value
-        elif field == "data":
-            self._data.append(value)
-        elif field == "id" and "\0" not in value:
-            self._id, self._has_id = value, True
-        return None
+    The margin is there for what the client's clock cannot see: the time a
+    renewal took to arrive, the gateway's clock running apart from this
+    one, a thread or event loop that wakes late, and the work in flight
+    that must stop before another holder may start. The third keeps the
+    renewals, which come every third of the lease, from being outrun: a
+    renewal may come a third of the lease late before the lock is lost.
+    """
+    return min(max(1.0, ttl / 10.0), ttl / 3.0)
 
 
 class LeaseClock:
-    """When a streamed lock's lease could end at the earliest, on this
-    process's monotonic clock.
+    """When a streamed lock counts as lost unless a renewal comes first, on
+    this process's monotonic clock: the end of its lease, less a safety
+    margin (`safety_margin`).
 
     The gateway reports lease ends on the Redis clock (`expires_at_ms`). The
     grant is mapped to the local clock at the earliest moment it could have
@@ -207,19 +202,26 @@ class LeaseClock:
         self._anchor = sent_at
         self._granted_ms = 0
         self.ttl = 0.0
-        self.deadline = sent_at
+        self.margin = 0.0
+        #: The earliest the lease could end.
+        self.lease_end = sent_at
 
-    def granted(self, grant: Mapping[str, Any], now: float) -> None:
-        ttl_ms = int(grant.get("ttl_ms") or 0)
+    @property
+    def deadline(self) -> float:
+        """When the lock counts as lost."""
+        return self.lease_end - self.margin
+
+    def granted(self, grant: LockGrant, now: float) -> None:
+        ttl_ms = grant["ttl_ms"]
         self.ttl = ttl_ms / 1000.0
-        waited = float(grant.get("waited_ms") or 0) / 1000.0
-        self._anchor = min(now, self._sent_at + waited)
-        self._granted_ms = int(grant.get("expires_at_ms") or 0) - ttl_ms
-        self.deadline = self._anchor + self.ttl
+        self.margin = safety_margin(self.ttl)
+        self._anchor = min(now, self._sent_at + grant["waited_ms"] / 1000.0)
+        self._granted_ms = grant["expires_at_ms"] - ttl_ms
+        self.lease_end = self._anchor + self.ttl
 
     def renewed(self, expires_at_ms: int, now: float) -> None:
         mapped = self._anchor + (expires_at_ms - self._granted_ms) / 1000.0
-        self.deadline = max(self.deadline, min(mapped, now + self.ttl))
+        self.lease_end = max(self.lease_end, min(mapped, now + self.ttl))
 
 
 def leader_of(info: Optional[LockInfo]) -> Optional[Leader]:
@@ -241,24 +243,28 @@ class LeaderTracker:
         """Applies an event; True when the leader (or its value) changed,
         and always for the first snapshot."""
         before = self.leader
-        data = event.data
-        if event.type == "snapshot":
-            self.leader = leader_of(LockInfo.from_json(data)) if data.get("held") else None
-        elif event.type == "acquired":
+        # Typed as the contract's names, so each name compared is checked.
+        name = cast(LockWatchEventName, event.type)
+        if name == "snapshot":
+            info = LockInfo.from_json(event.data)
+            self.leader = leader_of(info) if info.held else None
+        elif name == "acquired":
+            acquired = cast(AcquiredEvent, event.data)
             if self.leader is None:
                 self.leader = Leader(
-                    value=data.get("value"),
-                    term=int(data.get("fencing_token") or 0),
-                    expires_at_ms=data.get("expires_at_ms"),
+                    value=acquired.get("value"),
+                    term=acquired["fencing_token"],
+                    expires_at_ms=acquired["expires_at_ms"],
                 )
-        elif event.type == "value":
-            if self.leader is not None and self.leader.term == data.get("fencing_token"):
-                self.leader = Leader(data.get("value"), self.leader.term, self.leader.expires_at_ms)
-        elif event.type in ("released", "expired", "revoked"):
+        elif name == "value":
+            changed = cast(ValueEvent, event.data)
+            if self.leader is not None and self.leader.term == changed["fencing_token"]:
+                self.leader = Leader(changed.get("value"), self.leader.term, self.leader.expires_at_ms)
+        elif name in ("released", "expired", "revoked"):
             if self.leader is not None and (
-                event.type == "revoked" or self.leader.term == data.get("fencing_token")
+                name == "revoked" or self.leader.term == event.data.get("fencing_token")
             ):
                 self.leader = None
-        first = not self._started and event.type == "snapshot"
-        self._started = self._started or event.type == "snapshot"
+        first = not self._started and name == "snapshot"
+        self._started = self._started or name == "snapshot"
         return first or self.leader != before

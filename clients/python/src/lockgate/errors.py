@@ -10,7 +10,7 @@ with `type` `about:blank`, so code that logs `.problem` needs no special case.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Type
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
 __all__ = [
     "LockgateError",
@@ -96,18 +96,20 @@ class InvalidRequest(LockgateError):
     (`invalid-key`, `invalid-field`, `limit-mismatch`, `unauthorized`, ...)."""
 
 
-# Slugs whose meaning is not given by the status code alone.
-_BY_SLUG: Dict[str, Type[LockgateError]] = {
-    "lock-held": LockHeld,
-    "not-owner": NotOwner,
-    "lock-not-found": LockLost,
-    "backend-unavailable": GatewayUnavailable,
-    "not-replicated": GatewayUnavailable,
-    "too-many-waiters": GatewayUnavailable,
-    "shutting-down": GatewayUnavailable,
-    "request-timeout": GatewayUnavailable,
-    "internal": GatewayUnavailable,
-    "rate-limited": GatewayUnavailable,
+#: The problem slugs the client tells apart, and the error of each. Any
+#: other slug is `GatewayUnavailable` for a 5xx (`internal` among them) and
+#: `InvalidRequest` for a 4xx. tests/test_contract.py checks that each is
+#: a slug of openapi/openapi.json, answered with the status named here.
+SLUG_ERRORS: Dict[str, Tuple[int, Type[LockgateError]]] = {
+    "lock-held": (409, LockHeld),
+    "not-owner": (409, NotOwner),
+    "lock-not-found": (404, LockLost),
+    "backend-unavailable": (503, GatewayUnavailable),
+    "not-replicated": (503, GatewayUnavailable),
+    "too-many-waiters": (503, GatewayUnavailable),
+    "shutting-down": (503, GatewayUnavailable),
+    "request-timeout": (503, GatewayUnavailable),
+    "rate-limited": (429, GatewayUnavailable),
 }
 
 
@@ -115,8 +117,7 @@ def error_from_problem(status: int, problem: Mapping[str, Any]) -> LockgateError
     """The error for a problem document the gateway answered with."""
     kind = problem.get("type")
     slug = kind[len("/problems/"):] if isinstance(kind, str) and kind.startswith("/problems/") else ""
-    cls = _BY_SLUG.get(slug)
-    if cls is None:
-        cls = GatewayUnavailable if status >= 500 else InvalidRequest
+    known = SLUG_ERRORS.get(slug)
+    cls = known[1] if known is not None else GatewayUnavailable if status >= 500 else InvalidRequest
     detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
     return cls(f"{detail} ({slug or status})", problem)

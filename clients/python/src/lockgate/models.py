@@ -9,7 +9,9 @@ from as `raw`, so fields a newer gateway adds are not lost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, cast
+
+from ._api import LeaseEntry, LockStatus
 
 __all__ = ["LeaseInfo", "LockInfo", "Leader", "LockEvent"]
 
@@ -30,12 +32,13 @@ class LeaseInfo:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "LeaseInfo":
+        lease = cast(LeaseEntry, data)
         return cls(
-            fencing_token=int(data.get("fencing_token") or 0),
-            value=data.get("value"),
-            holds=int(data.get("holds") or 0),
-            acquired_at_ms=data.get("acquired_at_ms"),
-            expires_at_ms=data.get("expires_at_ms"),
+            fencing_token=lease["fencing_token"],
+            value=lease.get("value"),
+            holds=lease["holds"],
+            acquired_at_ms=lease["acquired_at_ms"],
+            expires_at_ms=lease["expires_at_ms"],
         )
 
 
@@ -61,18 +64,20 @@ class LockInfo:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "LockInfo":
+        status = cast(LockStatus, data)
+        held = status["held"]
         return cls(
-            key=str(data.get("key", "")),
-            held=bool(data.get("held", False)),
-            ttl=_seconds(data.get("ttl_ms")),
-            expires_at_ms=data.get("expires_at_ms"),
-            fencing_token=data.get("fencing_token"),
-            holds=int(data.get("holds") or 0),
-            mode=data.get("mode"),
-            limit=data.get("limit"),
-            holders=int(data.get("holders") or (1 if data.get("held") else 0)),
-            leases=tuple(LeaseInfo.from_json(lease) for lease in data.get("leases") or ()),
-            waiters=tuple(dict(waiter) for waiter in data.get("waiters") or ()),
+            key=status["key"],
+            held=held,
+            ttl=_seconds(status.get("ttl_ms")),
+            expires_at_ms=status.get("expires_at_ms"),
+            fencing_token=status.get("fencing_token"),
+            holds=status.get("holds", 0),
+            mode=status.get("mode"),
+            limit=status.get("limit"),
+            holders=status.get("holders", 1 if held else 0),
+            leases=tuple(LeaseInfo.from_json(lease) for lease in status.get("leases", ())),
+            waiters=tuple(dict(waiter) for waiter in status.get("waiters", ())),
             raw=dict(data),
         )
 

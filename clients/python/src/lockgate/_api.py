@@ -1,0 +1,181 @@
+"""The gateway's JSON documents as the client reads and writes them: one
+TypedDict per schema of `openapi/openapi.json`, named as the schema is,
+holding the fields the client uses, and the enumerations it names.
+
+tests/test_contract.py checks every name and type here against the
+document, and mypy (tests/test_source.py) checks the client's code against
+these, so a change of the contract fails a test instead of a user. A key
+the client can do without is declared in a `total=False` part; every
+other one must be required by the document too.
+"""
+
+from __future__ import annotations
+
+from typing import List, Literal, Optional, TypedDict
+
+#: How a lock is held (`LockModeText`).
+LockMode = Literal["exclusive", "shared"]
+
+#: The events of a streamed lock (`LockStreamEventName`).
+LockStreamEventName = Literal["queued", "refused", "acquired", "renewed", "released", "lost"]
+
+#: The events of a watched lock (`LockWatchEventName`).
+LockWatchEventName = Literal["snapshot", "acquired", "value", "released", "expired", "revoked", "gap"]
+
+
+class LockStreamEvent(TypedDict):
+    """An event of a streamed lock, as the SSE reader gives it."""
+
+    event: LockStreamEventName
+    data: str
+
+
+class _LockWatchEventKeys(TypedDict):
+    event: LockWatchEventName
+    data: str
+
+
+class LockWatchEvent(_LockWatchEventKeys, total=False):
+    """An event of a watched lock, as the SSE reader gives it."""
+
+    id: Optional[str]
+
+
+class _AcquireBodyKeys(TypedDict):
+    key: str
+
+
+class AcquireBody(_AcquireBodyKeys, total=False):
+    ttl_ms: Optional[int]
+    wait_ms: Optional[int]
+    mode: Optional[LockMode]
+    limit: Optional[int]
+    value: Optional[str]
+    token: Optional[str]
+
+
+class _TokenKeys(TypedDict):
+    token: str
+
+
+class ExtendBody(_TokenKeys, total=False):
+    ttl_ms: Optional[int]
+
+
+class ValueBody(_TokenKeys, total=False):
+    value: Optional[str]
+
+
+class LockGrant(TypedDict):
+    """`201` to `POST /locks`, and a streamed lock's `acquired` event."""
+
+    key: str
+    token: str
+    fencing_token: int
+    ttl_ms: int
+    expires_at_ms: int
+    holds: int
+    waited_ms: int
+
+
+class LeaseRenewal(TypedDict):
+    """`PUT /locks/{key}/ttl` and `PUT /locks/{key}/value`."""
+
+    key: str
+    ttl_ms: int
+    expires_at_ms: int
+    fencing_token: int
+    holds: int
+
+
+class HoldReleased(TypedDict):
+    key: str
+    holds: int
+
+
+class _LeaseEntryKeys(TypedDict):
+    fencing_token: int
+    holds: int
+    acquired_at_ms: int
+    expires_at_ms: int
+
+
+class LeaseEntry(_LeaseEntryKeys, total=False):
+    value: Optional[str]
+
+
+class WaiterEntry(TypedDict):
+    position: int
+    mode: str
+    waiting_since_ms: int
+
+
+class _LockStatusKeys(TypedDict):
+    key: str
+    held: bool
+
+
+class LockStatus(_LockStatusKeys, total=False):
+    """`GET /locks/{key}`, one of `GET /locks`, and a watcher's `snapshot`,
+    which for a free lock (`FreeLock`) has only `key`, `held` and
+    `waiters`: hence the optional keys."""
+
+    ttl_ms: int
+    expires_at_ms: int
+    fencing_token: int
+    holds: int
+    mode: LockMode
+    limit: Optional[int]
+    holders: int
+    leases: List[LeaseEntry]
+    waiters: List[WaiterEntry]
+
+
+class _LockListKeys(TypedDict):
+    locks: List[LockStatus]
+
+
+class LockList(_LockListKeys, total=False):
+    next_cursor: Optional[str]
+
+
+class QueuedEvent(TypedDict):
+    position: int
+
+
+class RenewedEvent(TypedDict):
+    expires_at_ms: int
+
+
+class LostEvent(TypedDict):
+    reason: str
+
+
+class EndedEvent(TypedDict):
+    """A watcher's `released`, `expired` and `revoked`."""
+
+    key: str
+    fencing_token: int
+
+
+class ValueEvent(EndedEvent, total=False):
+    value: Optional[str]
+
+
+class AcquiredEvent(ValueEvent, total=True):
+    """A watcher's `acquired`."""
+
+    expires_at_ms: int
+
+
+class _ProblemKeys(TypedDict):
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+class Problem(_ProblemKeys, total=False):
+    key: Optional[str]
+    field: Optional[str]
+    retry_after_ms: Optional[int]
