@@ -39,6 +39,9 @@ export default defineConfig({
   },
   server: {
     host: "127.0.0.1",
+    // The event stream and JSON readers are the TypeScript client's own
+    // files, imported from outside this directory: the dev server may serve them.
+    fs: { allow: [".", "../clients/typescript/src"] },
     proxy: Object.fromEntries(
       ["/locks", "/seckill", "/healthz", "/readyz"].map((route) => [
         route,

@@ -1,4 +1,4 @@
-/** How durations, moments and counts read on the page. */
+/** How durations, moments, counts and lock modes read on the page. */
 
 const COUNT = new Intl.NumberFormat("en");
 const RATE = new Intl.NumberFormat("en", { maximumFractionDigits: 1 });
@@ -40,4 +40,9 @@ export function rate(perSecond: number | null): string {
 /** `1 holder`, `3 holders`. */
 export function plural(n: number, one: string, many = `${one}s`): string {
   return `${count(n)} ${n === 1 ? one : many}`;
+}
+
+/** `exclusive`, `shared`, or `counting, up to N`. */
+export function modeLabel(mode: string, limit: number | undefined): string {
+  return mode === "exclusive" && limit !== undefined && limit > 1 ? `counting, up to ${count(limit)}` : mode;
 }

@@ -3,14 +3,22 @@
  * their answers, and what a refusal or a lost connection becomes.
  *
  * Every request carries the admin token (when one was typed) and is
- * bounded in time; every answer goes through `parseExact`, so fencing
- * tokens keep all their digits. Requests go to the page's own origin, so
- * the console works wherever the gateway is served from, nginx included.
+ * bounded in time; every answer is read by the TypeScript client's exact
+ * JSON reader, so fencing tokens keep all their digits (as `bigint`s).
+ * Requests go to the page's own origin, so the console works wherever the
+ * gateway is served from, nginx included. The shapes below are checked
+ * against `openapi/openapi.json` by `tests/contract.test.mjs`.
  */
 
+import { parseGatewayJson } from "../../clients/typescript/src/json";
 import type { AdminToken } from "./admin-token";
-import { type FencingToken, parseExact } from "./json";
 import type { Link } from "./link";
+
+/** A fencing token, exact: the page shows it, compares it, and does no arithmetic on it. */
+export type FencingToken = bigint;
+
+/** The problem slugs the console tells apart (`/problems/<slug>`). */
+export type ProblemSlug = "backend-unavailable";
 
 /** One holder's lease (`leases[]` of `GET /locks/{key}`). */
 export interface Lease {
@@ -155,7 +163,7 @@ export class Gateway {
     const response = await this.fetch(path, init, signal);
     if (!response.ok) throw await this.refusal(response);
     const text = await response.text();
-    return { status: response.status, body: (text ? parseExact<T>(text) : null) as T };
+    return { status: response.status, body: (text ? parseGatewayJson(text) : null) as T };
   }
 
   private headers(accept: string): Headers {
@@ -192,16 +200,21 @@ export class Gateway {
     let problem: Problem = { type: "about:blank", title: response.statusText || "Refused", status: response.status };
     if (response.headers.get("content-type")?.includes("json")) {
       try {
-        problem = { ...problem, ...parseExact<Partial<Problem>>(await response.text()) };
+        problem = { ...problem, ...(parseGatewayJson(await response.text()) as Partial<Problem>) };
       } catch {
         // Not the problem document it claimed to be: the status says enough.
       }
     }
-    if (problem.type.endsWith("/backend-unavailable")) {
+    if (hasSlug(problem, "backend-unavailable")) {
       this.link.backendDown(problem.detail ?? problem.title);
     }
     return new Refusal(problem);
   }
+}
+
+/** Whether `problem` is of the kind `slug` names. */
+export function hasSlug(problem: Problem, slug: ProblemSlug): boolean {
+  return problem.type.endsWith(`/${slug}`);
 }
 
 function lockPath(key: string): string {

@@ -2,30 +2,69 @@
  * Following one lock's events (`GET /locks/{key}/events`) for as long as
  * its page is open.
  *
- * The stream is read with `fetch` (so it can carry the token) and parsed
- * by `EventStreamParser`. When it breaks (the gateway restarted, a proxy
- * cut it, nothing arrived for longer than the keep-alive allows) it is
- * opened again after a back-off with `Last-Event-ID`, so the events missed
- * meanwhile arrive once each, through whichever instance answers.
+ * The stream is read with `fetch` (so it can carry the token) and parsed by
+ * the TypeScript client's event stream reader. When it breaks (the gateway
+ * restarted, a proxy cut it, nothing arrived for longer than the keep-alive
+ * allows) it is opened again after a back-off with `Last-Event-ID`, so the
+ * events missed meanwhile arrive once each, through whichever instance
+ * answers.
  */
 
+import { parseGatewayJson } from "../../clients/typescript/src/json";
+import { EventStreamParser, readEvents, type ServerSentEvent } from "../../clients/typescript/src/sse";
 import type { Context } from "./context";
-import { GatewayUnreachable, type Problem, Refusal } from "./gateway";
-import { parseExact } from "./json";
+import { type FencingToken, type FreeLock, GatewayUnreachable, type HeldLock, type Problem, Refusal } from "./gateway";
 import { Backoff, sleep } from "./link";
-import { EventStreamParser } from "./sse";
 
 /** Longer than the gateway's keep-alive (15 s by default) with room to spare. */
 const SILENCE_MS = 50_000;
 
-export interface LockEvent {
-  /** `snapshot`, `acquired`, `value`, `released`, `expired`, `revoked` or `gap`. */
-  name: string;
-  /** The event's JSON data (fencing tokens as strings). */
-  data: Record<string, unknown>;
-  /** The event's id, when it has one (`gap` has none). */
-  id: string | undefined;
+/** `acquired`: a holder was granted the lock. */
+export interface Acquired {
+  key: string;
+  fencing_token: FencingToken;
+  value: string | null;
+  /** `exclusive`, `shared`, or `counted` for a counting lock. */
+  mode: string;
+  expires_at_ms: number;
 }
+
+/** `value`: a holder replaced its public value. */
+export interface ValueChanged {
+  key: string;
+  fencing_token: FencingToken;
+  value: string | null;
+}
+
+/** `released`, `expired` or `revoked`: the place of the holder with this fencing token ended. */
+export interface HolderLeft {
+  key: string;
+  fencing_token: FencingToken;
+}
+
+/** An event of the lock; `id` is its own id (`gap` has none). */
+export type LockEvent = { id: string | undefined } & (
+  | { name: "snapshot"; data: HeldLock | FreeLock }
+  | { name: "acquired"; data: Acquired }
+  | { name: "value"; data: ValueChanged }
+  | { name: "released" | "expired" | "revoked"; data: HolderLeft }
+  | { name: "gap"; data: Record<string, never> }
+);
+
+export type LockEventName = LockEvent["name"];
+
+/** The events this page knows; any other the stream may bring is passed over. */
+const NAMES = new Set<string>(
+  Object.keys({
+    snapshot: true,
+    acquired: true,
+    value: true,
+    released: true,
+    expired: true,
+    revoked: true,
+    gap: true,
+  } satisfies Record<LockEventName, true>),
+);
 
 export type StreamState =
   | { kind: "opening" }
@@ -38,48 +77,18 @@ export interface LockEventHandlers {
   onStreamState(state: StreamState): void;
 }
 
-export async function followLockEvents(
+/**
+ * Follows the lock's events until `signal` aborts: every event to
+ * `onEvent`, and the stream's state (opening, open, broken, refused) to
+ * `onStreamState`.
+ */
+export function followLockEvents(
   key: string,
   context: Context,
   signal: AbortSignal,
   handlers: LockEventHandlers,
 ): Promise<void> {
-  const backoff = new Backoff();
-  let lastEventId: string | undefined;
-  while (!signal.aborted) {
-    handlers.onStreamState({ kind: "opening" });
-    let reason: string;
-    try {
-      const resumedAfter = lastEventId;
-      const response = await context.gateway.events(key, lastEventId, signal);
-      handlers.onStreamState({ kind: "open", resumedAfter });
-      backoff.reset();
-      lastEventId = await readEvents(response, lastEventId, signal, handlers);
-      if (signal.aborted) return;
-      reason = "the gateway ended the stream";
-    } catch (error) {
-      if (signal.aborted) return;
-      if (error instanceof Refusal && error.isAccessDenied) {
-        handlers.onStreamState({ kind: "refused", problem: error.problem });
-        await context.token.changed(signal);
-        continue;
-      }
-      if (error instanceof Refusal) {
-        handlers.onStreamState({ kind: "refused", problem: error.problem });
-        reason = error.problem.title;
-      } else if (error instanceof GatewayUnreachable) {
-        reason = error.message;
-      } else if (error instanceof StreamBroken) {
-        lastEventId = error.lastEventId;
-        reason = error.message;
-      } else {
-        throw error;
-      }
-    }
-    const retryInMs = backoff.next();
-    handlers.onStreamState({ kind: "broken", reason, retryInMs });
-    await sleep(retryInMs, signal);
-  }
+  return new LockEventFollower(key, context, signal, handlers).run();
 }
 
 /** The stream broke while being read; `lastEventId` is where to resume. */
@@ -92,53 +101,109 @@ class StreamBroken extends Error {
   }
 }
 
-/** Reads events until the stream ends; returns the id to resume after. */
-async function readEvents(
-  response: Response,
-  resumeFrom: string | undefined,
-  signal: AbortSignal,
-  handlers: LockEventHandlers,
-): Promise<string | undefined> {
-  const parser = new EventStreamParser(resumeFrom);
-  const body = response.body;
-  if (!body) return resumeFrom;
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-  // A connection that died without a word (a cable, a frozen proxy) is
-  // noticed by its silence: the gateway sends a comment at least every 15 s.
-  let silent = false;
-  let watchdog: ReturnType<typeof setTimeout> | undefined;
-  const rearm = () => {
-    clearTimeout(watchdog);
-    watchdog = setTimeout(() => {
-      silent = true;
-      void reader.cancel();
-    }, SILENCE_MS);
-  };
-  const stop = () => void reader.cancel();
-  signal.addEventListener("abort", stop, { once: true });
-  rearm();
-  try {
-    for (;;) {
-      let chunk: ReadableStreamReadResult<string>;
+class LockEventFollower {
+  private readonly backoff = new Backoff();
+
+  constructor(
+    private readonly key: string,
+    private readonly context: Context,
+    private readonly signal: AbortSignal,
+    private readonly handlers: LockEventHandlers,
+  ) {}
+
+  async run(): Promise<void> {
+    let lastEventId: string | undefined;
+    while (!this.signal.aborted) {
+      this.handlers.onStreamState({ kind: "opening" });
+      let reason: string;
       try {
-        chunk = await reader.read();
-      } catch {
-        throw new StreamBroken("the connection broke", parser.lastEventId);
+        lastEventId = await this.followOnce(lastEventId);
+        if (this.signal.aborted) return;
+        reason = "the gateway ended the stream";
+      } catch (error) {
+        if (this.signal.aborted) return;
+        if (error instanceof Refusal && error.isAccessDenied) {
+          this.handlers.onStreamState({ kind: "refused", problem: error.problem });
+          await this.context.token.changed(this.signal);
+          continue;
+        }
+        if (error instanceof Refusal) {
+          this.handlers.onStreamState({ kind: "refused", problem: error.problem });
+          reason = error.problem.title;
+        } else if (error instanceof GatewayUnreachable) {
+          reason = error.message;
+        } else if (error instanceof StreamBroken) {
+          lastEventId = error.lastEventId;
+          reason = error.message;
+        } else {
+          throw error;
+        }
       }
-      if (chunk.done) break;
-      rearm();
-      for (const event of parser.feed(chunk.value)) {
-        handlers.onEvent({
-          name: event.event,
-          data: parseExact<Record<string, unknown>>(event.data),
-          id: event.event === "gap" ? undefined : event.lastEventId,
-        });
-      }
+      const retryInMs = this.backoff.next();
+      this.handlers.onStreamState({ kind: "broken", reason, retryInMs });
+      await sleep(retryInMs, this.signal);
     }
-  } finally {
-    clearTimeout(watchdog);
-    signal.removeEventListener("abort", stop);
   }
-  if (silent) throw new StreamBroken(`nothing came for ${SILENCE_MS / 1000} s`, parser.lastEventId);
-  return parser.lastEventId;
+
+  /** Opens the stream once and reads it until it ends; returns the id to resume after. */
+  private async followOnce(resumeAfter: string | undefined): Promise<string | undefined> {
+    // Aborted when the page goes, or when the connection falls silent.
+    const connection = new AbortController();
+    const stop = () => connection.abort();
+    this.signal.addEventListener("abort", stop, { once: true });
+    try {
+      const response = await this.context.gateway.events(this.key, resumeAfter, connection.signal);
+      this.handlers.onStreamState({ kind: "open", resumedAfter: resumeAfter });
+      this.backoff.reset();
+      // The id persists from one connection to the next, as in an EventSource.
+      const parser = new EventStreamParser(resumeAfter);
+      if (response.body) await this.read(response.body, parser, connection);
+      return parser.lastEventId || undefined;
+    } finally {
+      this.signal.removeEventListener("abort", stop);
+      connection.abort();
+    }
+  }
+
+  /** Hands each event of `body` on; throws `StreamBroken` when the stream breaks or falls silent. */
+  private async read(body: ReadableStream<Uint8Array>, parser: EventStreamParser, connection: AbortController): Promise<void> {
+    // A connection that died without a word (a cable, a frozen proxy) is
+    // noticed by its silence: the gateway sends a comment at least every 15 s.
+    let silent = false;
+    let watchdog: ReturnType<typeof setTimeout> | undefined;
+    const rearm = () => {
+      clearTimeout(watchdog);
+      watchdog = setTimeout(() => {
+        silent = true;
+        connection.abort();
+      }, SILENCE_MS);
+    };
+    rearm();
+    const events = readEvents(body, { parser, onChunk: rearm });
+    try {
+      for (;;) {
+        let next: IteratorResult<ServerSentEvent>;
+        try {
+          next = await events.next();
+        } catch {
+          const why = silent ? `nothing came for ${SILENCE_MS / 1000} s` : "the connection broke";
+          throw new StreamBroken(why, parser.lastEventId || undefined);
+        }
+        if (next.done) return;
+        const event = lockEvent(next.value);
+        if (event) this.handlers.onEvent(event);
+      }
+    } finally {
+      clearTimeout(watchdog);
+      await events.return();
+    }
+  }
+}
+
+/** The lock's event a Server-Sent Event carries, if it is one. */
+function lockEvent(event: ServerSentEvent): LockEvent | undefined {
+  if (!NAMES.has(event.event)) return undefined;
+  // A gap has no id of its own: the one it carries is the last event's.
+  const id = event.event === "gap" ? undefined : event.lastEventId || undefined;
+  return { name: event.event, id, data: parseGatewayJson(event.data) } as LockEvent;
 }

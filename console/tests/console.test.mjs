@@ -86,7 +86,7 @@ describe("the console", () => {
     const grant = await gateway.acquire({ key: "appear:1", ttl_ms: 60_000, value: "10.0.0.7:9000" });
     const card = page.locator('[data-key="appear:1"]');
     await card.waitFor({ timeout: 1000 });
-    assert.equal(await card.locator(".fence .token").textContent(), grant.fencing_token);
+    assert.equal(await card.locator(".fence .token").textContent(), String(grant.fencing_token));
     await card.getByText("10.0.0.7:9000").waitFor();
     const left = await card.locator(".left-text").textContent();
     assert.match(left, /^\d+\.\d s left$/);
@@ -129,7 +129,7 @@ describe("the console", () => {
     await eventually(async () => (await rows.count()) === 2, { what: "two waiters shown" });
     assert.deepEqual(await rows.locator(".position").allTextContents(), ["1.", "2."]);
     assert.deepEqual(await rows.locator(".mode").allTextContents(), ["exclusive", "shared"]);
-    await page.getByText(holder.fencing_token).first().waitFor();
+    await page.getByText(String(holder.fencing_token)).first().waitFor();
     await page.locator('.timeline [data-event="snapshot"]').waitFor();
 
     // The first waiter is served when the holder leaves: the page follows.

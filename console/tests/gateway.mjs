@@ -10,6 +10,11 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
+import { importSource } from "./modules.mjs";
+
+// The same readers as the console's: exact fencing tokens, the event stream.
+const { parseGatewayJson } = await importSource("../clients/typescript/src/json");
+const { readEvents } = await importSource("../clients/typescript/src/sse");
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const repo = path.resolve(here, "..", "..");
@@ -154,7 +159,7 @@ export class Lockgate {
     return fetch(`${this.url}${route}`, { ...init, headers: all });
   }
 
-  /** `POST /locks`; the answer with its fencing token as the exact text the gateway sent. */
+  /** `POST /locks`; the answer with its fencing token exact (a `bigint`). */
   async acquire(body, init = {}) {
     const response = await this.request("/locks", {
       method: "POST",
@@ -164,7 +169,7 @@ export class Lockgate {
     });
     const text = await response.text();
     if (response.status !== 201) throw new Error(`POST /locks answered ${response.status}: ${text}`);
-    return { ...JSON.parse(text), fencing_token: /"fencing_token":(\d+)/.exec(text)[1] };
+    return parseGatewayJson(text);
   }
 
   async release(key, token) {
@@ -195,20 +200,8 @@ export class Lockgate {
     if (response.status !== 200) throw new Error(`streamed POST /locks answered ${response.status}: ${await response.text()}`);
     const events = [];
     const ended = (async () => {
-      const decoder = new TextDecoder();
-      let pending = "";
       try {
-        for await (const chunk of response.body) {
-          pending += decoder.decode(chunk, { stream: true });
-          let end;
-          while ((end = pending.indexOf("\n\n")) >= 0) {
-            const block = pending.slice(0, end);
-            pending = pending.slice(end + 2);
-            const name = /^event: (.*)$/m.exec(block)?.[1];
-            const data = /^data: (.*)$/m.exec(block)?.[1];
-            if (name) events.push({ event: name, data: JSON.parse(data ?? "null") });
-          }
-        }
+        for await (const { event, data } of readEvents(response.body)) events.push({ event, data: parseGatewayJson(data) });
       } catch (error) {
         if (!controller.signal.aborted) throw error;
       }

@@ -1,26 +1,16 @@
-// The console's pure modules (no DOM), compiled from TypeScript for Node's
-// test runner with the same TypeScript the build uses.
+// The console's modules (and the client's files it shares) loaded in Node
+// for the unit tests, compiled by Vite's module runner: the same transform
+// the build uses, imports and all. Only modules that touch no DOM when they
+// load can be tested this way.
 
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import ts from "typescript";
+import { fileURLToPath } from "node:url";
+import { runnerImport } from "vite";
 
-const src = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "src");
+const consoleRoot = path.join(path.dirname(fileURLToPath(import.meta.url)), "..");
 
-/** Imports `src/<name>.ts`, which must import nothing. */
-export async function importSource(name) {
-  const source = readFileSync(path.join(src, `${name}.ts`), "utf8");
-  const { outputText } = ts.transpileModule(source, {
-    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
-  });
-  const dir = mkdtempSync(path.join(tmpdir(), "lockgate-console-module-"));
-  const file = path.join(dir, `${name}.mjs`);
-  writeFileSync(file, outputText);
-  try {
-    return await import(pathToFileURL(file).href);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+/** Imports `<file>.ts`, a path relative to `console/` (`src/views/lock-state`). */
+export async function importSource(file) {
+  const { module } = await runnerImport(path.join(consoleRoot, `${file}.ts`), { configFile: false, logLevel: "error" });
+  return module;
 }

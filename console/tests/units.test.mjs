@@ -1,70 +1,181 @@
-// The parts of the console that are plain logic: exact fencing tokens out
-// of JSON text, the event-stream parser, and rates out of sale counters.
+// The parts of the console that are plain logic: what a lock's page knows
+// of the lock and how events change it, the list's paging, the sentences
+// of the timeline, and rates out of sale counters. (The event stream and
+// JSON readers are the TypeScript client's, tested there.)
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { importSource } from "./modules.mjs";
 
-const { parseExact } = await importSource("json");
-const { EventStreamParser } = await importSource("sse");
-const { SaleHistory, wasReset } = await importSource("sale-history");
+const lockState = await importSource("src/views/lock-state");
+const { describeEvent } = await importSource("src/views/lock-timeline");
+const paging = await importSource("src/views/lock-list-state");
+const { SaleHistory, wasReset } = await importSource("src/sale-history");
 
-describe("parseExact", () => {
-  test("keeps every digit of a fencing token above 2^53", () => {
-    // 2^53 + 1 is the first integer a double cannot hold; u64::MAX the last token.
-    for (const token of ["9007199254740993", "1795627866648480", "18446744073709551615"]) {
-      const parsed = parseExact(`{"key":"a","fencing_token":${token},"leases":[{"fencing_token":${token}}]}`);
-      assert.equal(parsed.fencing_token, token);
-      assert.equal(parsed.leases[0].fencing_token, token);
-    }
-  });
+const lease = (fencing_token, over = {}) => ({
+  fencing_token,
+  value: null,
+  holds: 1,
+  acquired_at_ms: 1_000,
+  expires_at_ms: 31_000,
+  ...over,
+});
+const held = (over = {}) => ({
+  key: "k",
+  held: true,
+  ttl_ms: 30_000,
+  expires_at_ms: 31_000,
+  fencing_token: 7n,
+  holds: 1,
+  mode: "exclusive",
+  limit: 1,
+  holders: 1,
+  leases: [lease(7n)],
+  waiters: [],
+  ...over,
+});
+const event = (name, data, id = undefined) => ({ name, id, data });
 
-  test("gives a small fencing token as a string too", () => {
-    assert.equal(parseExact('{"fencing_token":42}').fencing_token, "42");
-  });
+describe("a lock's state", () => {
+  const { applyEvent, fromAnswer, UNKNOWN_LOCK } = lockState;
 
-  test("leaves numbers inside strings and ordinary numbers alone", () => {
-    const text = '{"value":"say \\"9007199254740993\\" and \\\\","ttl_ms":29412,"ratio":-1.5e3,"big":[-9007199254740993]}';
-    assert.deepEqual(parseExact(text), {
-      value: 'say "9007199254740993" and \\',
-      ttl_ms: 29412,
-      ratio: -1500,
-      big: ["-9007199254740993"],
+  test("is unknown until the first answer, then what the answer says", () => {
+    assert.equal(UNKNOWN_LOCK.known, false);
+    const waiter = { position: 1, mode: "shared", waiting_since_ms: 2_000 };
+    assert.deepEqual(fromAnswer(held({ waiters: [waiter] })), {
+      known: true,
+      held: true,
+      mode: "exclusive",
+      limit: 1,
+      leases: [lease(7n)],
+      waiters: [waiter],
     });
+    assert.deepEqual(fromAnswer({ key: "k", held: false, waiters: [waiter] }), {
+      known: true,
+      held: false,
+      mode: undefined,
+      limit: undefined,
+      leases: [],
+      waiters: [waiter],
+    });
+  });
+
+  test("takes a snapshot as a fresh answer", () => {
+    const state = applyEvent(UNKNOWN_LOCK, event("snapshot", held(), "100-0"), 5_000);
+    assert.deepEqual(state, fromAnswer(held()));
+  });
+
+  test("adds a holder on acquired, granted at the event's time, and replaces one with the same fencing token", () => {
+    const free = fromAnswer({ key: "k", held: false, waiters: [] });
+    const acquired = (token, id) =>
+      event("acquired", { key: "k", fencing_token: token, value: "host-1", mode: "counted", expires_at_ms: 40_000 }, id);
+    let state = applyEvent(free, acquired(8n, "10000-3"), 99_000);
+    assert.equal(state.held, true);
+    assert.equal(state.mode, "exclusive", "a counting lock's places are exclusive");
+    assert.deepEqual(state.leases, [lease(8n, { value: "host-1", acquired_at_ms: 10_000, expires_at_ms: 40_000 })]);
+    state = applyEvent(state, acquired(8n, undefined), 99_000);
+    assert.deepEqual(state.leases.map((l) => [l.fencing_token, l.acquired_at_ms]), [[8n, 99_000]], "no id: now");
+    state = applyEvent(state, acquired(9n, "10001-0"), 99_000);
+    assert.deepEqual(state.leases.map((l) => l.fencing_token), [8n, 9n]);
+  });
+
+  test("changes the value of the holder a value event names", () => {
+    const state = fromAnswer(held({ leases: [lease(7n), lease(8n)] }));
+    const next = applyEvent(state, event("value", { key: "k", fencing_token: 8n, value: "10.0.0.8" }, "1-0"), 0);
+    assert.deepEqual(next.leases.map((l) => l.value), [null, "10.0.0.8"]);
+    assert.deepEqual(state.leases.map((l) => l.value), [null, null], "the state before is left as it was");
+  });
+
+  test("removes the holder that left, and is free once none is left", () => {
+    let state = fromAnswer(held({ leases: [lease(7n), lease(8n)] }));
+    for (const [name, token, stillHeld] of [["released", 7n, true], ["revoked", 9n, true], ["expired", 8n, false]]) {
+      state = applyEvent(state, event(name, { key: "k", fencing_token: token }, "1-0"), 0);
+      assert.equal(state.held, stillHeld, `${name} #${token}`);
+    }
+    assert.deepEqual(state.leases, []);
+  });
+
+  test("is left as it was by a gap (a snapshot follows)", () => {
+    const state = fromAnswer(held());
+    assert.equal(lockState.applyEvent(state, event("gap", {}), 0), state);
+  });
+
+  test("is worth reading while a lease has time left, or none is known", () => {
+    const { worthReading } = lockState;
+    assert.equal(worthReading(fromAnswer({ key: "k", held: false, waiters: [] }), 0), false, "free");
+    assert.equal(worthReading(fromAnswer(held({ leases: [] })), 0), true);
+    assert.equal(worthReading(fromAnswer(held()), 30_000), true, "1 s left");
+    assert.equal(worthReading(fromAnswer(held()), 30_800), false, "200 ms left");
+  });
+
+  test("moves the queue on a grant or a holder leaving, not on a value or a snapshot", () => {
+    const moves = ["snapshot", "acquired", "value", "released", "expired", "revoked", "gap"].filter((name) =>
+      lockState.movesQueue(event(name, {})),
+    );
+    assert.deepEqual(moves, ["acquired", "released", "expired", "revoked"]);
+  });
+
+  test("reads as one sentence", () => {
+    const { summary } = lockState;
+    assert.equal(summary(UNKNOWN_LOCK), "Reading the lock…");
+    assert.equal(summary(fromAnswer({ key: "k", held: false })), "Free: nobody holds it.");
+    assert.equal(summary(fromAnswer(held())), "Held, exclusive: 1 holder, nobody waiting.");
+    const waiters = [1, 2].map((position) => ({ position, mode: "shared", waiting_since_ms: 0 }));
+    assert.equal(
+      summary(fromAnswer(held({ limit: 3, leases: [lease(7n), lease(8n)], waiters }))),
+      "Held, counting, up to 3: 2 holders, 2 waiting.",
+    );
   });
 });
 
-describe("EventStreamParser", () => {
-  const stream =
-    ": keep-alive\r\n\r\nid: 1-0\r\nevent: snapshot\r\ndata: {\"held\":false}\r\n\r\n" +
-    "event: gap\ndata: {}\n\n" +
-    "id: 2-0\nevent: acquired\ndata: line one\ndata:line two\n\n" +
-    "event: nothing\n\n" +
-    "data: plain\r\r: end\n";
+describe("the timeline's sentences", () => {
+  test("say what each event did, with the exact fencing token", () => {
+    const token = 18446744073709551615n;
+    const sentences = [
+      event("snapshot", { key: "k", held: false, waiters: [] }),
+      event("snapshot", held({ fencing_token: token, leases: [lease(token)], mode: "shared" })),
+      event("acquired", { key: "k", fencing_token: token, value: "a", mode: "shared", expires_at_ms: new Date(2026, 0, 1, 12, 0, 5, 7).getTime() }),
+      event("value", { key: "k", fencing_token: token, value: null }),
+      event("released", { key: "k", fencing_token: token }),
+      event("expired", { key: "k", fencing_token: token }),
+      event("revoked", { key: "k", fencing_token: token }),
+      event("gap", {}),
+    ].map(describeEvent);
+    assert.deepEqual(sentences, [
+      "Free, nobody waiting.",
+      `Held (shared) by #${token}, nobody waiting.`,
+      `#${token} (“a”) took it, shared, lease until 12:00:05.007.`,
+      `#${token} now shows “”.`,
+      `#${token} released it.`,
+      `#${token}'s lease ran out.`,
+      `#${token} was revoked by an admin.`,
+      "Some events were no longer kept; a fresh snapshot follows.",
+    ]);
+  });
+});
 
-  const expected = [
-    { event: "snapshot", data: '{"held":false}', lastEventId: "1-0" },
-    { event: "gap", data: "{}", lastEventId: "1-0" },
-    { event: "acquired", data: "line one\nline two", lastEventId: "2-0" },
-    { event: "message", data: "plain", lastEventId: "2-0" },
-  ];
+describe("the list's paging", () => {
+  const { firstPage, answered, nextPage, previousPage, pagerLinks, listSummary } = paging;
 
-  test("parses events, comments, ids and multi-line data", () => {
-    assert.deepEqual(new EventStreamParser().feed(stream), expected);
+  test("goes forward by the answer's cursor and back by the ones it came through", () => {
+    let page = firstPage("orders:");
+    assert.deepEqual(pagerLinks(page), { earlier: false, later: false });
+    assert.equal(nextPage(page), page, "no next page: nowhere to go");
+    page = nextPage(answered(page, "c2"));
+    assert.deepEqual([page.cursor, page.page], ["c2", 2]);
+    page = nextPage(answered(page, "c3"));
+    assert.deepEqual([page.cursor, page.page, page.previous], ["c3", 3, [null, "c2"]]);
+    assert.deepEqual(pagerLinks(page), { earlier: true, later: true }, "the next cursor is the last answer's until a new one");
+    page = previousPage(page);
+    assert.deepEqual([page.cursor, page.page], ["c2", 2]);
+    page = previousPage(previousPage(page));
+    assert.deepEqual([page.cursor, page.page, page.previous], [null, 1, []]);
   });
 
-  test("gives the same events whatever the chunk boundaries, CRLF split included", () => {
-    for (let cut = 0; cut <= stream.length; cut++) {
-      const parser = new EventStreamParser();
-      const events = [...parser.feed(stream.slice(0, cut)), ...parser.feed(stream.slice(cut))];
-      assert.deepEqual(events, expected, `cut at ${cut}`);
-    }
-  });
-
-  test("starts from the id it resumes after", () => {
-    const parser = new EventStreamParser("7-1");
-    assert.deepEqual(parser.feed("event: gap\ndata: {}\n\n"), [{ event: "gap", data: "{}", lastEventId: "7-1" }]);
-    assert.equal(parser.lastEventId, "7-1");
+  test("reads as one sentence", () => {
+    assert.equal(listSummary(firstPage(""), 0), "No held lock.");
+    assert.equal(listSummary(firstPage("orders:"), 1), "1 held lock starting with “orders:”.");
+    assert.equal(listSummary(answered(firstPage("a"), "c2"), 50), "50 held locks starting with “a” (page 1).");
   });
 });
 

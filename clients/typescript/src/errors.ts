@@ -104,20 +104,39 @@ export function problemSlug(problem: Problem): string {
   return type.slice(type.lastIndexOf("/") + 1);
 }
 
+/**
+ * The problem slugs this client tells apart (`/problems/<slug>`); any other
+ * is an `InvalidRequestError`, or a `GatewayUnavailableError` when its
+ * status is 5xx (`internal` among them).
+ */
+export type ProblemSlug =
+  | "lock-held"
+  | "lock-not-found"
+  | "not-owner"
+  | "backend-unavailable"
+  | "shutting-down"
+  | "too-many-waiters"
+  | "request-timeout"
+  | "not-replicated";
+
+/** Whether `error` is this client's error for the problem `slug`. */
+export function hasSlug(error: unknown, slug: ProblemSlug): boolean {
+  return error instanceof LockgateError && error.slug === slug;
+}
+
 /** Slugs that mean "the lock is taken": the wait (if any) ran out. */
-const HELD = new Set(["lock-held"]);
+const HELD = new Set<string>(["lock-held"] satisfies ProblemSlug[]);
 /** Slugs that mean the lease the caller held is gone. */
-const LOST = new Set(["lock-not-found"]);
-const NOT_OWNER = new Set(["not-owner"]);
+const LOST = new Set<string>(["lock-not-found"] satisfies ProblemSlug[]);
+const NOT_OWNER = new Set<string>(["not-owner"] satisfies ProblemSlug[]);
 /** Slugs of the gateway's temporary refusals: retry later, elsewhere. */
-const UNAVAILABLE = new Set([
+const UNAVAILABLE = new Set<string>([
   "backend-unavailable",
   "shutting-down",
   "too-many-waiters",
   "request-timeout",
   "not-replicated",
-  "internal",
-]);
+] satisfies ProblemSlug[]);
 
 /**
  * The error a problem document stands for. `retryAfterMs` is the gateway's

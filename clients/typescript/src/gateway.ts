@@ -5,13 +5,13 @@
  */
 
 import { Election, type ElectionOptions } from "./election.js";
-import { GatewayUnavailableError, LockgateError, errorFromProblem, type Problem } from "./errors.js";
+import { GatewayUnavailableError, LockgateError, errorFromProblem, hasSlug, type Problem } from "./errors.js";
 import { Transport, lockPath, unreachable } from "./http.js";
 import { parseGatewayJson, readGatewayJson } from "./json.js";
 import { Leases, acquireBody } from "./leases.js";
 import { Lock } from "./lock.js";
 import { readEvents, type ServerSentEvent } from "./sse.js";
-import type { Grant, LockOptions, LockStatus } from "./types.js";
+import type { Grant, LockOptions, LockPage, LockStatus, LockStreamEventName, QueuedData } from "./types.js";
 import { LockWatch, type WatchOptions } from "./watch.js";
 
 export interface GatewayOptions {
@@ -105,11 +105,12 @@ export class Gateway {
     for (;;) {
       const next = await events.next();
       if (next.done) throw new GatewayUnavailableError("the lock's stream ended before a grant");
-      const { event, data } = next.value;
+      const { data } = next.value;
+      const event = next.value.event as LockStreamEventName;
       if (event === "acquired") return readGatewayJson<Grant>(data);
       if (event === "refused") throw errorFromProblem(parseGatewayJson(data) as Problem);
       if (event === "queued" && options.onQueued) {
-        const { position } = readGatewayJson<{ position: number }>(data);
+        const { position } = readGatewayJson<QueuedData>(data);
         try {
           options.onQueued(position);
         } catch (error) {
@@ -163,7 +164,7 @@ export class Gateway {
       const answer = await this.transport.request("GET", lockPath(key), { signal: options.signal });
       return readGatewayJson<LockStatus>(answer.text);
     } catch (error) {
-      if (error instanceof LockgateError && error.slug === "lock-not-found") return null;
+      if (hasSlug(error, "lock-not-found")) return null;
       throw error;
     }
   }
@@ -178,7 +179,7 @@ export class Gateway {
       const query = new URLSearchParams({ prefix: options.prefix ?? "", limit: String(options.pageSize ?? 100) });
       if (cursor !== null) query.set("cursor", cursor);
       const answer = await this.transport.request("GET", `/locks?${query}`, { signal: options.signal });
-      const page = readGatewayJson<{ locks: LockStatus[]; nextCursor: string | null }>(answer.text);
+      const page = readGatewayJson<LockPage>(answer.text);
       yield* page.locks;
       cursor = page.nextCursor;
     } while (cursor !== null);

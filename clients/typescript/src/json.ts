@@ -1,11 +1,14 @@
 /**
- * JSON from the gateway, with its fencing tokens kept exact.
+ * JSON from the gateway, with its fencing tokens kept exact: the one reader
+ * of lockgate's TypeScript for it (the console imports this file too).
  *
- * A fencing token is a 64-bit integer larger than 2^53 (the gateway issues
- * about the Redis clock in microseconds), so `JSON.parse` would round it and
- * two different tokens could compare equal. `parseGatewayJson` quotes every
- * integer literal that a double cannot hold exactly, in the raw text, before
- * parsing; `fencing_token` members then become `bigint`s, whatever their size.
+ * The contract makes a fencing token a 64-bit integer, and a double holds
+ * integers exactly only up to 2^53: `JSON.parse` would round a larger one,
+ * and two different tokens could compare equal. (Today's tokens start from
+ * the Redis clock in microseconds, under 2^53, but nothing in the contract
+ * keeps them there.) `parseGatewayJson` quotes every integer literal that a
+ * double cannot hold exactly, in the raw text, before parsing;
+ * `fencing_token` members then become `bigint`s, whatever their size.
  */
 
 /** Parses gateway JSON; every `fencing_token` member, at any depth, is a `bigint`. */

@@ -6,11 +6,11 @@
  * when the lock must outlive a connection, or be handed to another process.
  */
 
-import { GatewayUnavailableError, LockgateError } from "./errors.js";
+import { GatewayUnavailableError, hasSlug } from "./errors.js";
 import { lockPath, type Transport } from "./http.js";
 import { readGatewayJson } from "./json.js";
 import { backoffMs, sleep } from "./sleep.js";
-import type { AcquireOptions, Grant, Lease, LeaseState } from "./types.js";
+import type { AcquireBody, AcquireOptions, ExtendBody, Grant, HoldsLeft, Lease, LeaseState, ValueBody } from "./types.js";
 
 export interface LeaseOptions extends AcquireOptions {
   /**
@@ -25,8 +25,8 @@ export interface LeaseOptions extends AcquireOptions {
 }
 
 /** The `body` of `POST /locks`, from the options. */
-export function acquireBody(key: string, options: AcquireOptions): Record<string, unknown> {
-  const body: Record<string, unknown> = { key };
+export function acquireBody(key: string, options: AcquireOptions): AcquireBody {
+  const body: AcquireBody = { key };
   if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
   if (options.waitMs !== undefined) body.wait_ms = options.waitMs;
   if (options.mode !== undefined) body.mode = options.mode;
@@ -76,7 +76,7 @@ export class Leases {
    * the token does not hold it.
    */
   async reenter(key: string, token: string, options: { ttlMs?: number; signal?: AbortSignal } = {}): Promise<Lease> {
-    const body: Record<string, unknown> = { key, token };
+    const body: AcquireBody = { key, token };
     if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
     const answer = await this.transport.request("POST", "/locks", { body, signal: options.signal });
     return { ...readGatewayJson<Grant>(answer.text), replayed: false };
@@ -89,7 +89,7 @@ export class Leases {
    */
   async extend(key: string, token: string, ttlMs: number, options: { signal?: AbortSignal } = {}): Promise<LeaseState> {
     const answer = await this.transport.request("PUT", lockPath(key, "/ttl"), {
-      body: { token, ttl_ms: ttlMs },
+      body: { token, ttl_ms: ttlMs } satisfies ExtendBody,
       signal: options.signal,
     });
     return readGatewayJson<LeaseState>(answer.text);
@@ -105,13 +105,13 @@ export class Leases {
       headers: { "lock-token": token },
       signal: options.signal,
     });
-    return answer.status === 204 ? 0 : readGatewayJson<{ holds: number }>(answer.text).holds;
+    return answer.status === 204 ? 0 : readGatewayJson<HoldsLeft>(answer.text).holds;
   }
 
   /** Replaces the holder's public value (`PUT /locks/{key}/value`). */
   async setValue(key: string, token: string, value: string, options: { signal?: AbortSignal } = {}): Promise<LeaseState> {
     const answer = await this.transport.request("PUT", lockPath(key, "/value"), {
-      body: { token, value },
+      body: { token, value } satisfies ValueBody,
       signal: options.signal,
     });
     return readGatewayJson<LeaseState>(answer.text);
@@ -127,7 +127,7 @@ export class Leases {
       try {
         holdsLeft = await this.release(key, token);
       } catch (error) {
-        if (error instanceof LockgateError && (error.slug === "lock-not-found" || error.slug === "not-owner")) return;
+        if (hasSlug(error, "lock-not-found") || hasSlug(error, "not-owner")) return;
         throw error;
       }
       if (holdsLeft === 0) return;

@@ -12,7 +12,7 @@
 import { LockLostError } from "./errors.js";
 import { readGatewayJson } from "./json.js";
 import type { ServerSentEvent } from "./sse.js";
-import type { Grant, LockMode } from "./types.js";
+import type { Grant, LockMode, LockStreamEventName, LostData, RenewedData } from "./types.js";
 
 /** What a `Lock` needs from the gateway that granted it. */
 export interface LockLink {
@@ -170,9 +170,9 @@ export class Lock implements AsyncDisposable {
 
   /** Handles one event of the stream; true when the stream has ended. */
   private onEvent(event: ServerSentEvent): boolean {
-    switch (event.event) {
+    switch (event.event as LockStreamEventName) {
       case "renewed": {
-        const { expiresAtMs } = readGatewayJson<{ expiresAtMs: number }>(event.data);
+        const { expiresAtMs } = readGatewayJson<RenewedData>(event.data);
         this.expiresAt = expiresAtMs;
         const now = performance.now();
         // The renewal was made before now, so its lease ends by now + ttl at
@@ -190,7 +190,7 @@ export class Lock implements AsyncDisposable {
         }
         return true;
       case "lost": {
-        const { reason } = readGatewayJson<{ reason?: string }>(event.data);
+        const { reason } = readGatewayJson<LostData>(event.data);
         this.lose(reason ?? "lock-gone");
         return true;
       }
@@ -237,25 +237,23 @@ export class Lock implements AsyncDisposable {
   }
 }
 
+/** Why the gateway ended a streamed lock: the `reason` of its `lost` event. */
+export type GatewayLossReason = "lock-gone" | "held-by-another" | "backend-unavailable" | "revoked" | "shutting-down";
+
+/** Why the client itself counts a lock as lost. */
+type ClientLossReason = "released-elsewhere" | "connection-lost" | "lease-expired";
+
+const LOSSES: Record<GatewayLossReason | ClientLossReason, string> = {
+  "lock-gone": "a renewal found no lock (its lease ran out, or it was deleted)",
+  "held-by-another": "another owner holds it",
+  "backend-unavailable": "no renewal reached Redis before the lease would end",
+  revoked: "an operator revoked it",
+  "shutting-down": "the gateway released it as it shut down",
+  "released-elsewhere": "it was released with its token by someone else",
+  "connection-lost": "the stream to the gateway broke, so nothing renews the lease",
+  "lease-expired": "no renewal was heard before the lease could have ended",
+};
+
 function describe(reason: string): string {
-  switch (reason) {
-    case "lock-gone":
-      return "a renewal found no lock (its lease ran out, or it was deleted)";
-    case "held-by-another":
-      return "another owner holds it";
-    case "backend-unavailable":
-      return "no renewal reached Redis before the lease would end";
-    case "revoked":
-      return "an operator revoked it";
-    case "shutting-down":
-      return "the gateway released it as it shut down";
-    case "released-elsewhere":
-      return "it was released with its token by someone else";
-    case "connection-lost":
-      return "the stream to the gateway broke, so nothing renews the lease";
-    case "lease-expired":
-      return "no renewal was heard before the lease could have ended";
-    default:
-      return reason;
-  }
+  return Object.hasOwn(LOSSES, reason) ? LOSSES[reason as keyof typeof LOSSES] : reason;
 }

@@ -1,56 +1,95 @@
 /**
- * A Server-Sent Events reader (the WHATWG `text/event-stream` format) over a
- * `fetch` response body: the gateway's streamed locks and lock watches both
- * speak it.
+ * The Server-Sent Events reader of lockgate's TypeScript: the WHATWG
+ * `text/event-stream` format, parsed incrementally from the bytes of a
+ * `fetch` body. The client reads streamed locks and lock watches with it,
+ * and the console (which imports this file) a lock's events.
  *
- * Small on purpose: `EventSource` cannot send a POST body or an
- * `Authorization` header, and the gateway needs only `event`, `data` and
- * `id`. Comments (the gateway's keep-alives) and `retry` are skipped.
+ * Not `EventSource`: it cannot send a POST body or an `Authorization`
+ * header. The parsing follows the HTML standard's "Parsing an event stream"
+ * and "Interpreting an event stream" to the letter; reconnecting is left to
+ * the callers, which know what a lost stream means for them.
  */
 
 /** One dispatched event. */
 export interface ServerSentEvent {
   /** The `event` field; `message` when there was none. */
   event: string;
-  /** The `data` lines, joined with `\n`. */
+  /** The `data` fields' values, joined with `\n`. */
   data: string;
-  /** The `id` field of this event, if it had one. */
-  id: string | undefined;
+  /**
+   * The stream's last event id when this event was dispatched: set by an
+   * `id` field, it persists across events until another `id` changes it
+   * (`MessageEvent.lastEventId`). Empty when no id was ever set.
+   */
+  lastEventId: string;
 }
 
+const LINE_FEED = 0x0a;
+const CARRIAGE_RETURN = 0x0d;
+const BYTE_ORDER_MARK = "\uFEFF";
+
 /**
- * Incremental parser: feed it decoded text as it arrives; it hands back the
- * events completed so far. Lines may end in `\n`, `\r\n` or `\r`, and may be
- * split anywhere between chunks.
+ * Incremental parser: feed it the stream's bytes as they arrive, split
+ * anywhere (inside a line, a CRLF or a UTF-8 character); it hands back the
+ * events completed so far.
  */
 export class EventStreamParser {
-  private buffer = "";
-  /** A chunk ended in `\r`: a `\n` opening the next one belongs to it. */
-  private pendingCarriageReturn = false;
-  private event = "";
-  private data: string[] = [];
-  private id: string | undefined;
+  // The BOM is the parser's to drop, exactly one, wherever the chunks split it.
+  private readonly decoder = new TextDecoder("utf-8", { ignoreBOM: true });
+  /** The text after the last line end seen. */
+  private pending = "";
+  private atStart = true;
+  /** The last chunk ended in `\r`: a `\n` opening the next one ends no second line. */
+  private afterCarriageReturn = false;
+  private eventType = "";
+  private dataLines: string[] = [];
+  private idBuffer: string;
+  private lastId: string;
+  private retryMs: number | undefined;
 
-  feed(chunk: string): ServerSentEvent[] {
-    if (this.pendingCarriageReturn && chunk.startsWith("\n")) chunk = chunk.slice(1);
-    this.pendingCarriageReturn = false;
-    this.buffer += chunk;
-    const events: ServerSentEvent[] = [];
-    let start = 0;
-    for (;;) {
-      const end = lineEnd(this.buffer, start);
-      if (end < 0) break;
-      const line = this.buffer.slice(start, end);
-      if (this.buffer[end] === "\r") {
-        if (end + 1 === this.buffer.length) this.pendingCarriageReturn = true;
-        start = this.buffer[end + 1] === "\n" ? end + 2 : end + 1;
-      } else {
-        start = end + 1;
-      }
-      const event = this.line(line);
-      if (event) events.push(event);
+  /** `lastEventId`: the id a reconnection resumed after, which events carry until the stream sets another. */
+  constructor(lastEventId = "") {
+    this.idBuffer = lastEventId;
+    this.lastId = lastEventId;
+  }
+
+  /**
+   * The id to resume after (`Last-Event-ID`): the one in force at the last
+   * blank line, whether or not that dispatched an event. Empty for none.
+   */
+  get lastEventId(): string {
+    return this.lastId;
+  }
+
+  /** The last valid `retry` field: the reconnection time the server asks for, in milliseconds. */
+  get reconnectionTimeMs(): number | undefined {
+    return this.retryMs;
+  }
+
+  /** The events that `chunk` completes. */
+  feed(chunk: Uint8Array): ServerSentEvent[] {
+    let text = this.pending + this.decoder.decode(chunk, { stream: true });
+    if (text === "") return [];
+    if (this.atStart) {
+      this.atStart = false;
+      if (text.startsWith(BYTE_ORDER_MARK)) text = text.slice(1);
     }
-    this.buffer = this.buffer.slice(start);
+    let start = 0;
+    if (this.afterCarriageReturn && text.charCodeAt(0) === LINE_FEED) start = 1;
+    this.afterCarriageReturn = false;
+    const events: ServerSentEvent[] = [];
+    for (let at = start; at < text.length; at++) {
+      const c = text.charCodeAt(at);
+      if (c !== LINE_FEED && c !== CARRIAGE_RETURN) continue;
+      const event = this.line(text.slice(start, at));
+      if (event) events.push(event);
+      if (c === CARRIAGE_RETURN) {
+        if (at + 1 === text.length) this.afterCarriageReturn = true;
+        else if (text.charCodeAt(at + 1) === LINE_FEED) at++;
+      }
+      start = at + 1;
+    }
+    this.pending = text.slice(start);
     return events;
   }
 
@@ -63,58 +102,61 @@ export class EventStreamParser {
     if (value.startsWith(" ")) value = value.slice(1);
     switch (field) {
       case "event":
-        this.event = value;
+        this.eventType = value;
         break;
       case "data":
-        this.data.push(value);
+        this.dataLines.push(value);
         break;
       case "id":
-        if (!value.includes("\0")) this.id = value;
+        if (!value.includes("\0")) this.idBuffer = value;
         break;
+      case "retry":
+        if (/^[0-9]+$/.test(value)) this.retryMs = Number(value);
+        break;
+      // Any other field is ignored.
     }
     return undefined;
   }
 
   private dispatch(): ServerSentEvent | undefined {
-    const hadData = this.data.length > 0;
-    const event = { event: this.event || "message", data: this.data.join("\n"), id: this.id };
-    this.event = "";
-    this.data = [];
-    this.id = undefined;
-    // An event with no data field is not dispatched (the spec's rule).
-    return hadData ? event : undefined;
+    this.lastId = this.idBuffer;
+    const event =
+      this.dataLines.length === 0
+        ? undefined
+        : { event: this.eventType || "message", data: this.dataLines.join("\n"), lastEventId: this.lastId };
+    this.eventType = "";
+    this.dataLines = [];
+    return event;
   }
 }
 
-function lineEnd(text: string, from: number): number {
-  for (let i = from; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x0a || c === 0x0d) return i;
-  }
-  return -1;
+export interface ReadOptions {
+  /** The parser to read with; pass your own to read its `lastEventId` once the stream ends or breaks. */
+  parser?: EventStreamParser;
+  /** Hears of every chunk read, keep-alive comments included: a sign of life. */
+  onChunk?: () => void;
 }
 
 /**
  * The events of a response body, in order. Ends when the body ends; throws
- * what reading throws (a broken connection, an abort). `onChunk` hears of
- * every chunk read, keep-alive comments included: a sign of life.
+ * what reading throws (a broken connection, an abort: give `fetch` a signal
+ * to stop a read that waits).
  */
 export async function* readEvents(
   body: ReadableStream<Uint8Array>,
-  onChunk?: () => void,
+  options: ReadOptions = {},
 ): AsyncGenerator<ServerSentEvent, void, undefined> {
-  const parser = new EventStreamParser();
-  const decoder = new TextDecoder();
+  const parser = options.parser ?? new EventStreamParser();
   const reader = body.getReader();
   try {
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      onChunk?.();
-      yield* parser.feed(decoder.decode(value, { stream: true }));
+      options.onChunk?.();
+      yield* parser.feed(value);
     }
     // An event not closed by a blank line when the stream ends is dropped
-    // (the spec's rule): it may be cut short.
+    // (the standard's rule): it may be cut short.
   } finally {
     // Stops the body when the consumer stops early; a no-op once it ended.
     reader.cancel().catch(() => {});

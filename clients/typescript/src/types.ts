@@ -1,7 +1,9 @@
 /**
  * The shapes of what the gateway answers, as this library hands them out:
  * member names in camelCase, durations in milliseconds, times in Unix epoch
- * milliseconds by the Redis server's clock, fencing tokens as `bigint`.
+ * milliseconds by the Redis server's clock, fencing tokens as `bigint`; and
+ * the bodies of the requests it sends. Each is checked against
+ * `openapi/openapi.json` by the tests (`test/contract.test.ts`).
  */
 
 /** `exclusive` (the default: one holder, or up to `limit`) or `shared` (readers). */
@@ -105,4 +107,57 @@ export interface FreeLock {
   key: string;
   held: false;
   waiters: Waiter[];
+}
+
+/** A page of `GET /locks`. */
+export interface LockPage {
+  locks: LockStatus[];
+  /** Where the next page begins; null on the last. */
+  nextCursor: string | null;
+}
+
+/** `DELETE /locks/{key}` that leaves holds: how many. */
+export interface HoldsLeft {
+  holds: number;
+}
+
+/** The events of a streamed lock (`POST /locks` with `Accept: text/event-stream`). */
+export type LockStreamEventName = "queued" | "refused" | "acquired" | "renewed" | "released" | "lost";
+
+/** `queued`: the request's place in the lock's queue. */
+export interface QueuedData {
+  position: number;
+}
+
+/** `renewed`: the lease's new end. */
+export interface RenewedData {
+  expiresAtMs: number;
+}
+
+/** `lost`: why the lock is no longer held. */
+export interface LostData {
+  reason?: string;
+}
+
+/** The body of `POST /locks`: a new lock, or re-entry with `token`. */
+export interface AcquireBody {
+  key: string;
+  token?: string;
+  ttl_ms?: number;
+  wait_ms?: number;
+  mode?: LockMode;
+  limit?: number;
+  value?: string;
+}
+
+/** The body of `PUT /locks/{key}/ttl`. */
+export interface ExtendBody {
+  token: string;
+  ttl_ms: number;
+}
+
+/** The body of `PUT /locks/{key}/value`. */
+export interface ValueBody {
+  token: string;
+  value: string;
 }

@@ -11,7 +11,7 @@ import { GatewayUnavailableError, LockgateError } from "./errors.js";
 import { lockPath, type Transport } from "./http.js";
 import { readGatewayJson } from "./json.js";
 import { backoffMs, sleep } from "./sleep.js";
-import { readEvents } from "./sse.js";
+import { EventStreamParser, readEvents } from "./sse.js";
 import type { FreeLock, LockMode, LockStatus } from "./types.js";
 
 /** `acquired`: a holder was granted the lock. */
@@ -37,7 +37,11 @@ export interface EndedData {
   fencingToken: bigint;
 }
 
-/** An event of a watched lock; `id` is what a watch resumes after. */
+/**
+ * An event of a watched lock. `id` is what a watch resumes after: the
+ * stream's last event id, which is the event's own (a `gap` has none, and
+ * carries the one before it).
+ */
 export type WatchEvent =
   | { type: "snapshot"; id: string | undefined; data: LockStatus | FreeLock }
   | { type: "acquired"; id: string | undefined; data: AcquiredData }
@@ -57,7 +61,21 @@ export interface WatchOptions {
   idleTimeoutMs?: number;
 }
 
-const EVENT_TYPES = new Set(["snapshot", "acquired", "value", "released", "expired", "revoked", "gap"]);
+/** The names of a watched lock's events. */
+export type WatchEventName = WatchEvent["type"];
+
+/** Every name once: the compiler checks this against `WatchEventName`, and the contract test that against the API. */
+const EVENT_TYPES = new Set<string>(
+  Object.keys({
+    snapshot: true,
+    acquired: true,
+    value: true,
+    released: true,
+    expired: true,
+    revoked: true,
+    gap: true,
+  } satisfies Record<WatchEventName, true>),
+);
 
 /**
  * A lock's events, for `for await`. Connection failures are retried with
@@ -136,6 +154,9 @@ export class LockWatch implements AsyncIterable<WatchEvent> {
   /** One connection's events, resuming after the last id seen. */
   private async *connect(): AsyncGenerator<WatchEvent, void, undefined> {
     const connection = new AbortController();
+    // The id persists from one connection to the next, as in an EventSource:
+    // a `gap`, which has no id of its own, carries the one resumed after.
+    const parser = new EventStreamParser(this.lastId);
     const stop = () => connection.abort();
     this.closed.signal.addEventListener("abort", stop, { once: true });
     const idleMs = this.options.idleTimeoutMs ?? 45_000;
@@ -150,12 +171,13 @@ export class LockWatch implements AsyncIterable<WatchEvent> {
         signal: connection.signal,
       });
       alive();
-      for await (const sse of readEvents(response.body as ReadableStream<Uint8Array>, alive)) {
+      for await (const sse of readEvents(response.body as ReadableStream<Uint8Array>, { parser, onChunk: alive })) {
+        this.lastId = sse.lastEventId || undefined;
         if (!EVENT_TYPES.has(sse.event)) continue;
-        if (sse.id !== undefined) this.lastId = sse.id;
-        yield { type: sse.event, id: sse.id, data: readGatewayJson(sse.data) } as WatchEvent;
+        yield { type: sse.event, id: this.lastId, data: readGatewayJson(sse.data) } as WatchEvent;
       }
     } finally {
+      this.lastId = parser.lastEventId || undefined;
       clearTimeout(idle);
       this.closed.signal.removeEventListener("abort", stop);
       connection.abort();

@@ -1,6 +1,6 @@
 /**
- * The pure parts: JSON that keeps fencing tokens exact, the Server-Sent
- * Events parser, and the mapping of problem documents to errors.
+ * The pure parts: JSON that keeps fencing tokens exact, and the mapping of
+ * problem documents to errors. (The event stream reader has its own file.)
  */
 
 import assert from "node:assert/strict";
@@ -16,7 +16,6 @@ import {
 } from "lockgate";
 import { errorFromProblem } from "../dist/errors.js";
 import { parseGatewayJson, quoteUnsafeIntegers, readGatewayJson } from "../dist/json.js";
-import { EventStreamParser } from "../dist/sse.js";
 
 describe("gateway JSON", () => {
   it("keeps a fencing token above 2^53 exact, as a bigint", () => {
@@ -26,6 +25,17 @@ describe("gateway JSON", () => {
     assert.equal(parsed.ttl_ms, 30000);
     // JSON.parse alone would have rounded it.
     assert.notEqual(BigInt(JSON.parse(text).fencing_token), 1795331974189167001n);
+  });
+
+  it("keeps every digit from 2^53 + 1 up to the largest 64-bit token", () => {
+    for (const token of ["9007199254740993", "18446744073709551615"]) {
+      const parsed = parseGatewayJson(`{"fencing_token":${token},"leases":[{"fencing_token":${token}}]}`) as {
+        fencing_token: bigint;
+        leases: { fencing_token: bigint }[];
+      };
+      assert.equal(parsed.fencing_token, BigInt(token));
+      assert.equal(parsed.leases[0]!.fencing_token, BigInt(token));
+    }
   });
 
   it("turns fencing tokens into bigints at any depth, and small ones too", () => {
@@ -43,30 +53,6 @@ describe("gateway JSON", () => {
       quoteUnsafeIntegers(text),
       '{"value":"id 9007199254740993 \\"x\\": 12345678901234567890","a":1.5e300,"b":"-12345678901234567890"}',
     );
-  });
-});
-
-describe("the event stream parser", () => {
-  it("parses events split anywhere between chunks, with any line ending", () => {
-    const text = ": keep-alive\r\n\r\nid: 1-0\r\nevent: acquired\r\ndata: {\"a\":1}\r\n\r\nevent: renewed\rdata: x\r\rdata: one\ndata:two\n\n";
-    for (let cut = 0; cut <= text.length; cut++) {
-      const parser = new EventStreamParser();
-      const events = [...parser.feed(text.slice(0, cut)), ...parser.feed(text.slice(cut))];
-      assert.deepEqual(
-        events,
-        [
-          { event: "acquired", data: '{"a":1}', id: "1-0" },
-          { event: "renewed", data: "x", id: undefined },
-          { event: "message", data: "one\ntwo", id: undefined },
-        ],
-        `cut at ${cut}`,
-      );
-    }
-  });
-
-  it("does not dispatch an event without data, nor one cut short", () => {
-    const parser = new EventStreamParser();
-    assert.deepEqual(parser.feed("event: gap\n\nevent: lost\ndata: {}"), []);
   });
 });
 
@@ -107,5 +93,7 @@ describe("problem documents", () => {
 
   it("make any other 5xx a GatewayUnavailableError", () => {
     assert.ok(errorFromProblem({ type: "about:blank", title: "Bad Gateway", status: 502 }) instanceof GatewayUnavailableError);
+    assert.ok(errorFromProblem(problem("internal", 500)) instanceof GatewayUnavailableError);
+    assert.ok(errorFromProblem(problem("invalid-key", 422)) instanceof InvalidRequestError);
   });
 });

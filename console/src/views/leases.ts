@@ -9,18 +9,13 @@ import * as format from "../format";
 import type { Lease, Problem, Waiter } from "../gateway";
 import type { ServerClock } from "../server-clock";
 
-/** `exclusive`, `shared`, or `counting (limit N)`. */
-export function modeLabel(mode: string, limit: number | undefined): string {
-  return mode === "exclusive" && limit !== undefined && limit > 1 ? `counting, up to ${format.count(limit)}` : mode;
-}
-
 /** One holder: fencing token, value, holds and a lease bar that counts down. */
 export function leaseItem(lease: Lease, clock: ServerClock): HTMLLIElement {
   const leaseMs = Math.max(1, lease.expires_at_ms - lease.acquired_at_ms);
   const item = h(
     "li",
     { class: "lease" },
-    h("span", { class: "fence" }, h("span", { class: "label" }, "fencing token "), h("span", { class: "token" }, lease.fencing_token)),
+    h("span", { class: "fence" }, h("span", { class: "label" }, "fencing token "), h("span", { class: "token" }, String(lease.fencing_token))),
     lease.value === null
       ? h("span", { class: "value muted" }, "no value")
       : h("span", { class: "value" }, h("span", { class: "visually-hidden" }, "value "), lease.value),
