@@ -5,7 +5,7 @@
 #   make test         install what the tests need; fmt check, clippy, every
 #                     test (the lock, sale and hand-off suites also against a
 #                     Redis Cluster), contract fuzzing, the Python and
-#                     TypeScript clients' suites, the console in Chromium,
+#                     TypeScript and Go clients' suites, the console in Chromium,
 #                     the short k6 load tests against three instances behind
 #                     nginx, then the short fault run (as root)
 #   make chaos        every fault scenario across network namespaces (root)
@@ -30,7 +30,7 @@ run:
 	  $(CARGO) run --release --locked -- serve
 
 test:
-	./scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql python-venv node chromium
+	./scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql python-venv node chromium go
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) cluster-suite
@@ -58,11 +58,12 @@ cluster-suite:
 fuzz:
 	./scripts/fuzz-contract.sh
 
-# The client libraries' suites, against the release binary.
+# The client libraries' suites (Python, TypeScript, Go), against the release binary.
 clients:
 	$(CARGO) build --release --locked --quiet --bin lockgate
 	./clients/python/run-tests.sh
 	./clients/typescript/run-tests.sh
+	./clients/go/run-tests.sh
 
 # The console in a real Chromium, against the release binary.
 console:

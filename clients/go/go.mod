@@ -1,0 +1,3 @@
+module lockgate
+
+go 1.19

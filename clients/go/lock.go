@@ -1,0 +1,499 @@
+// Lock: a held lock, streamed (the gateway renews it while the response
+// stays open) or a lease (the holder extends it), whose Context is
+// cancelled once it is lost.
+
+package lockgate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// errExtendStreamed is Extend's answer for a streamed lock.
+var errExtendStreamed = fmt.Errorf("%w: a streamed lock is renewed by the gateway; Extend is for a Lease", ErrInvalidRequest)
+
+type lockState int
+
+const (
+	held lockState = iota
+	releasing
+	released
+	lost
+)
+
+// grant is a `201` answer to `POST /locks`, and a streamed lock's
+// `acquired` event.
+type grant struct {
+	Key          string `json:"key"`
+	Token        string `json:"token"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMs        int64  `json:"ttl_ms"`
+	ExpiresAtMs  int64  `json:"expires_at_ms"`
+	Holds        int    `json:"holds"`
+	WaitedMs     int64  `json:"waited_ms"`
+}
+
+// leaseState is the answer to `PUT /locks/{key}/ttl` and `/value`.
+type leaseState struct {
+	TTLMs        int64  `json:"ttl_ms"`
+	ExpiresAtMs  int64  `json:"expires_at_ms"`
+	FencingToken uint64 `json:"fencing_token"`
+}
+
+// Lock is a held lock. Its Context is cancelled once the lock is lost, or
+// released; Err then says which, and why. A Lock is safe for use by many
+// goroutines. Release it when done (a Lock dropped without Release stays
+// held as long as its process keeps its connection, or its lease runs).
+type Lock struct {
+	gw       *Gateway
+	key      string
+	token    string
+	fencing  uint64
+	mode     string
+	waited   time.Duration
+	streamed bool
+	replayed bool
+
+	ctx    context.Context
+	cancel func(cause error)
+
+	// closeStream ends a streamed lock's connection (which makes the
+	// gateway release what it still holds); followed is closed when the
+	// goroutine reading its events has returned. Both are nil for a lease.
+	closeStream context.CancelFunc
+	followed    chan struct{}
+
+	mu        sync.Mutex
+	state     lockState
+	err       error
+	value     *string
+	ttl       time.Duration
+	expiresAt int64
+	// deadline is the earliest moment, on this process's monotonic clock,
+	// at which the lease could end unless a renewal (or Extend) comes
+	// first; timer fires then.
+	deadline time.Time
+	timer    *time.Timer
+	// anchor and grantedAtMs map the gateway's lease ends (Redis clock) to
+	// this process's clock: the grant was made at grantedAtMs by Redis, and
+	// no earlier than anchor here.
+	anchor      time.Time
+	grantedAtMs int64
+
+	releaseOnce sync.Once
+	releaseErr  error
+}
+
+// newLock makes the Lock for a grant. sent is when the request that was
+// granted was sent, received when its grant arrived; the lease's local
+// deadline is timed from the earliest moment the grant could have been
+// made (the sending, plus the wait the gateway reports), so it never falls
+// after the real end.
+// closeStream is a streamed lock's (nil for a lease).
+func newLock(parent context.Context, g *Gateway, gr grant, cfg lockConfig, sent, received time.Time, closeStream context.CancelFunc) *Lock {
+	l := &Lock{
+		gw:          g,
+		key:         gr.Key,
+		token:       gr.Token,
+		fencing:     gr.FencingToken,
+		mode:        cfg.mode(),
+		waited:      time.Duration(gr.WaitedMs) * time.Millisecond,
+		value:       cfg.value,
+		ttl:         time.Duration(gr.TTLMs) * time.Millisecond,
+		expiresAt:   gr.ExpiresAtMs,
+		grantedAtMs: gr.ExpiresAtMs - gr.TTLMs,
+		streamed:    closeStream != nil,
+		closeStream: closeStream,
+	}
+	if l.streamed {
+		l.followed = make(chan struct{})
+	}
+	l.ctx, l.cancel = withEndCause(detached{parent})
+	l.anchor = sent.Add(l.waited)
+	if received.Before(l.anchor) {
+		l.anchor = received
+	}
+	l.deadline = l.anchor.Add(l.ttl)
+	l.mu.Lock()
+	l.armLocked()
+	l.mu.Unlock()
+	return l
+}
+
+// Key is the lock's key.
+func (l *Lock) Key() string { return l.key }
+
+// Token is the owner's secret, needed to release, extend or re-enter the
+// lock through the HTTP API. Never log it.
+func (l *Lock) Token() string { return l.token }
+
+// FencingToken is this grant's fencing token: larger than that of every
+// earlier grant of the key. Pass it to the resource the lock protects, so
+// that it can refuse the writes of a holder whose lease ran out.
+func (l *Lock) FencingToken() uint64 { return l.fencing }
+
+// Mode is "exclusive" or "shared".
+func (l *Lock) Mode() string { return l.mode }
+
+// Waited is how long the request waited in the lock's queue.
+func (l *Lock) Waited() time.Duration { return l.waited }
+
+// Streamed reports whether the gateway renews the lock (Lock, TryLock,
+// Campaign) rather than its holder (Lease).
+func (l *Lock) Streamed() bool { return l.streamed }
+
+// Replayed reports whether a Lease's grant was answered to an earlier
+// attempt of the same acquisition, whose answer was lost
+// (`Idempotent-Replayed: true`).
+func (l *Lock) Replayed() bool { return l.replayed }
+
+// Context is cancelled once the lock is lost or released. Give it to the
+// work the lock protects, so that the work stops when the lock is gone.
+// It carries the values of the context the lock was acquired with, but not
+// its cancellation: that context bounds the acquisition only. On Go 1.20
+// and later context.Cause(lock.Context()) is what Err returns.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Done is Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err is nil while the lock is held; ErrReleased once Release gave it
+// back; and once it was lost, a *LostError (errors.Is(err, ErrLockLost))
+// whose Reason says why.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// TTL is the lease length.
+func (l *Lock) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+// ExpiresAt is when the lease ends by the Redis server's clock, as the
+// gateway last reported it (the grant, the last renewal, Extend).
+func (l *Lock) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.UnixMilli(l.expiresAt)
+}
+
+// Remaining is how long the lease is sure to last, by this process's
+// clock, unless a renewal (or Extend) comes first; 0 once it is not held.
+func (l *Lock) Remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return 0
+	}
+	if left := time.Until(l.deadline); left > 0 {
+		return left
+	}
+	return 0
+}
+
+// Value is the holder's public value, as last set ("" when none).
+func (l *Lock) Value() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.value == nil {
+		return ""
+	}
+	return *l.value
+}
+
+// Release gives the lock back: `DELETE /locks/{key}` with the token, so
+// the next owner may take it as soon as Release returns, then, for a
+// streamed lock, the connection is closed. Context is then cancelled and
+// Err returns ErrReleased. It is safe to defer, and to call more than once
+// (later calls return what the first did).
+//
+// It returns nil when it gave the lock back; the *LostError when the lock
+// had been lost (the work done under it was not protected all along); or
+// an error matching ErrUnavailable when the gateway could not confirm the
+// release. A streamed lock is released all the same then, as the gateway
+// releases a lock whose connection closes, and a lease ends with its TTL.
+func (l *Lock) Release(ctx context.Context) error {
+	l.releaseOnce.Do(func() { l.releaseErr = l.release(ctx) })
+	return l.releaseErr
+}
+
+func (l *Lock) release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.state == lost {
+		err := l.err
+		l.mu.Unlock()
+		l.shut(ctx)
+		return err
+	}
+	l.state = releasing
+	l.mu.Unlock()
+
+	err := l.gw.releaseAll(ctx, l.key, l.token)
+	end := ErrReleased
+	switch {
+	case errors.Is(err, ErrLockLost):
+		end = &LostError{Key: l.key, Reason: ReasonLockGone, Err: err}
+	case errors.Is(err, ErrNotOwner):
+		end = &LostError{Key: l.key, Reason: ReasonHeldByAnother, Err: err}
+	case err != nil:
+		err = fmt.Errorf("lockgate: the release of %s was not confirmed (the lock ends when its stream closes or its lease runs out): %w", l.key, err)
+	}
+	l.mu.Lock()
+	l.err = end
+	if end == ErrReleased {
+		l.state = released
+	} else {
+		l.state = lost
+		err = end
+	}
+	l.stopTimerLocked()
+	l.mu.Unlock()
+	l.shut(ctx)
+	l.cancel(end)
+	return err
+}
+
+// shut closes a streamed lock's connection and waits (while ctx lasts) for
+// the goroutine reading it to return.
+func (l *Lock) shut(ctx context.Context) {
+	if l.closeStream == nil {
+		return
+	}
+	l.closeStream()
+	select {
+	case <-l.followed:
+	case <-ctx.Done():
+	}
+}
+
+// Extend makes a lease end ttl from now (`PUT /locks/{key}/ttl`); extend it
+// again before then, or lose it. A streamed lock needs no Extend (the
+// gateway renews it at the TTL it was taken with) and refuses one with an
+// error matching ErrInvalidRequest. Returns the *LostError when the lease
+// already ended.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l.streamed {
+		return errExtendStreamed
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	a, err := l.gw.do(ctx, call{method: http.MethodPut, path: lockPath(l.key, "/ttl"),
+		body: map[string]any{"token": l.token, "ttl_ms": millis(ttl)}})
+	if err != nil {
+		return l.failed(err)
+	}
+	var state leaseState
+	if err := decode(a, &state); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == lost {
+		return l.err
+	}
+	l.ttl = time.Duration(state.TTLMs) * time.Millisecond
+	l.expiresAt = state.ExpiresAtMs
+	// The extension took effect after it was sent: its lease ends no
+	// earlier than that plus ttl.
+	l.deadline = sent.Add(l.ttl)
+	l.armLocked()
+	return nil
+}
+
+// SetValue replaces the holder's public value (`PUT /locks/{key}/value`,
+// etcd's "proclaim"). Returns the *LostError when the lock is gone.
+func (l *Lock) SetValue(ctx context.Context, value string) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	_, err := l.gw.do(ctx, call{method: http.MethodPut, path: lockPath(l.key, "/value"),
+		body: map[string]any{"token": l.token, "value": value}})
+	if err != nil {
+		return l.failed(err)
+	}
+	l.mu.Lock()
+	l.value = &value
+	l.mu.Unlock()
+	return nil
+}
+
+// failed turns the gateway's news that the lock is gone into its loss.
+func (l *Lock) failed(err error) error {
+	switch {
+	case errors.Is(err, ErrLockLost):
+		l.lose(ReasonLockGone, err)
+	case errors.Is(err, ErrNotOwner):
+		l.lose(ReasonHeldByAnother, err)
+	default:
+		return err
+	}
+	if lostErr := l.Err(); lostErr != nil {
+		return lostErr
+	}
+	return err
+}
+
+func (l *Lock) String() string {
+	return fmt.Sprintf("lockgate.Lock(%s, fencing token %d)", l.key, l.fencing)
+}
+
+// lose marks the lock lost (once), closes its stream and cancels its
+// context with the *LostError. While it is being released, the release
+// decides how it ended.
+func (l *Lock) lose(reason string, cause error) {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	l.loseLocked(reason, cause)
+}
+
+// loseLocked is lose with l.mu held; it unlocks it.
+func (l *Lock) loseLocked(reason string, cause error) {
+	err := &LostError{Key: l.key, Reason: reason, Err: cause}
+	l.state = lost
+	l.err = err
+	l.stopTimerLocked()
+	l.mu.Unlock()
+	if l.closeStream != nil {
+		l.closeStream()
+	}
+	l.cancel(err)
+}
+
+// armLocked sets the timer for the lease's deadline.
+func (l *Lock) armLocked() {
+	wait := time.Until(l.deadline) + time.Millisecond
+	if l.timer == nil {
+		l.timer = time.AfterFunc(wait, l.onDeadline)
+	} else {
+		l.timer.Reset(wait)
+	}
+}
+
+func (l *Lock) stopTimerLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+}
+
+// onDeadline runs when the lease could have ended: the lock is lost unless
+// a renewal moved the deadline meanwhile.
+func (l *Lock) onDeadline() {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	if time.Now().Before(l.deadline) {
+		l.armLocked()
+		l.mu.Unlock()
+		return
+	}
+	l.loseLocked(ReasonLeaseExpired, nil)
+}
+
+// renewed moves the deadline after a `renewed` event. The renewal was made
+// before now, so its lease ends by now + TTL at the latest; mapped through
+// the grant, the Redis clock may place it earlier still.
+func (l *Lock) renewed(expiresAtMs int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held && l.state != releasing {
+		return
+	}
+	now := time.Now()
+	l.expiresAt = expiresAtMs
+	end := l.anchor.Add(time.Duration(expiresAtMs-l.grantedAtMs) * time.Millisecond)
+	if latest := now.Add(l.ttl); latest.Before(end) {
+		end = latest
+	}
+	if end.After(l.deadline) {
+		l.deadline = end
+		l.armLocked()
+	}
+}
+
+// follow reads a streamed lock's events until its stream ends, and turns
+// that end into the lock's release or loss.
+func (l *Lock) follow(events *eventReader, body io.Closer) {
+	defer close(l.followed)
+	defer body.Close()
+	for {
+		event, err := events.Next()
+		if err != nil {
+			l.lose(ReasonConnectionLost, err)
+			return
+		}
+		switch event.Type {
+		case "renewed":
+			var renewal struct {
+				ExpiresAtMs int64 `json:"expires_at_ms"`
+			}
+			if json.Unmarshal([]byte(event.Data), &renewal) == nil {
+				l.renewed(renewal.ExpiresAtMs)
+			}
+		case "released":
+			// Our own Release's DELETE ends the stream this way too; then
+			// the release is already under way and lose does nothing.
+			l.lose(ReasonReleasedElsewhere, nil)
+			return
+		case "lost":
+			var loss struct {
+				Reason string `json:"reason"`
+			}
+			_ = json.Unmarshal([]byte(event.Data), &loss)
+			if loss.Reason == "" {
+				loss.Reason = ReasonLockGone
+			}
+			l.lose(loss.Reason, nil)
+			return
+		}
+	}
+}
+
+// releaseAll gives back every hold of token, until the lock is free (or
+// not ours: nothing is left to give back). After a DELETE that got no
+// answer it tries once more, and then counts `lock-not-found` as released:
+// the first DELETE may have done it.
+func (g *Gateway) releaseAll(ctx context.Context, key, token string) error {
+	header := http.Header{"Lock-Token": {token}}
+	retried := false
+	for {
+		a, err := g.do(ctx, call{method: http.MethodDelete, path: lockPath(key, ""), header: header})
+		switch {
+		case err == nil && a.status == http.StatusNoContent:
+			return nil
+		case err == nil:
+			var rest struct {
+				Holds int `json:"holds"`
+			}
+			if decode(a, &rest) != nil || rest.Holds == 0 {
+				return nil
+			}
+		case retried && (errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotOwner)):
+			return nil
+		case !retried && errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
+			var problem *Problem
+			if errors.As(err, &problem) {
+				return err // the gateway answered: it did nothing
+			}
+			retried = true
+		default:
+			return err
+		}
+	}
+}
