@@ -32,5 +32,6 @@ pub mod redis;
 pub mod run;
 pub mod seckill;
 pub mod server;
+pub mod sse;
 pub mod sync;
 pub mod telemetry;

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::duration::millis;
+use crate::sse::{Event, EventStreamParser};
 
 /// A gateway, as `--url` and `--api-key` name it.
 pub struct GatewayClient {
@@ -102,7 +103,8 @@ impl GatewayClient {
         }
         let mut stream = LockStream {
             response,
-            buffer: Vec::new(),
+            parser: EventStreamParser::new(),
+            pending: Default::default(),
         };
         loop {
             return match stream.next_event().await {
@@ -190,7 +192,9 @@ fn refused(status: StatusCode, problem: &Value) -> Refused {
 /// makes the gateway release the lock.
 pub struct LockStream {
     response: reqwest::Response,
-    buffer: Vec<u8>,
+    parser: EventStreamParser,
+    /// Events read and not yet handed out.
+    pending: std::collections::VecDeque<Event>,
 }
 
 impl LockStream {
@@ -214,27 +218,14 @@ impl LockStream {
         }
     }
 
-    /// The next Server-Sent Event's name and data; comments are skipped.
+    /// The next Server-Sent Event's name and data.
     async fn next_event(&mut self) -> Option<(String, String)> {
         loop {
-            if let Some(end) = self.buffer.windows(2).position(|pair| pair == b"\n\n") {
-                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
-                let text = String::from_utf8_lossy(&block);
-                let (mut name, mut data) = (String::new(), Vec::new());
-                for line in text.lines() {
-                    if let Some(value) = line.strip_prefix("event:") {
-                        name = value.trim().to_owned();
-                    } else if let Some(value) = line.strip_prefix("data:") {
-                        data.push(value.strip_prefix(' ').unwrap_or(value).to_owned());
-                    }
-                }
-                if !name.is_empty() {
-                    return Some((name, data.join("\n")));
-                }
-                continue;
+            if let Some(event) = self.pending.pop_front() {
+                return Some((event.name, event.data));
             }
             let chunk = self.response.chunk().await.ok()??;
-            self.buffer.extend_from_slice(&chunk);
+            self.pending.extend(self.parser.feed(&chunk));
         }
     }
 }

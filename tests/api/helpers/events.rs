@@ -2,13 +2,17 @@
 
 use std::time::Duration;
 
+use std::collections::VecDeque;
+
+use lockgate::sse::EventStreamParser;
 use reqwest::Response;
 use serde_json::Value;
 
 /// An open event stream.
 pub struct EventStream {
     response: Response,
-    buffer: String,
+    parser: EventStreamParser,
+    pending: VecDeque<lockgate::sse::Event>,
     /// SSE comments seen so far (keep-alives).
     pub comments: usize,
 }
@@ -33,7 +37,8 @@ impl EventStream {
         );
         Self {
             response,
-            buffer: String::new(),
+            parser: EventStreamParser::new(),
+            pending: VecDeque::new(),
             comments: 0,
         }
     }
@@ -48,28 +53,18 @@ impl EventStream {
 
     async fn next_event(&mut self) -> Option<Event> {
         loop {
-            while let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                let (mut name, mut data, mut id) = (None, String::new(), None);
-                for line in block.lines() {
-                    if line.starts_with(':') {
-                        self.comments += 1;
-                    } else if let Some(value) = line.strip_prefix("event: ") {
-                        name = Some(value.to_owned());
-                    } else if let Some(value) = line.strip_prefix("data: ") {
-                        data.push_str(value);
-                    } else if let Some(value) = line.strip_prefix("id: ") {
-                        id = Some(value.to_owned());
-                    }
-                }
-                if let Some(name) = name {
-                    let data = serde_json::from_str(&data).expect("event data is JSON");
-                    return Some(Event { name, data, id });
-                }
+            if let Some(event) = self.pending.pop_front() {
+                let data = serde_json::from_str(&event.data).expect("event data is JSON");
+                let id = (!event.id.is_empty()).then_some(event.id);
+                return Some(Event {
+                    name: event.name,
+                    data,
+                    id,
+                });
             }
             let chunk = self.response.chunk().await.ok()??;
-            self.buffer
-                .push_str(std::str::from_utf8(&chunk).expect("UTF-8 events"));
+            self.pending.extend(self.parser.feed(&chunk));
+            self.comments = self.parser.comments();
         }
     }
 
