@@ -240,6 +240,13 @@ impl Metrics {
     /// Registers every series under its name and help (the registry keeps
     /// handles to the same atomics the methods below count with).
     fn registered(mut self) -> Self {
+        self.register_requests_and_locks();
+        self.register_sales_and_redis();
+        self.register_handoff();
+        self
+    }
+
+    fn register_requests_and_locks(&mut self) {
         let r = &mut self.registry;
         r.register(
             "lockgate_http_request_duration_seconds",
@@ -286,6 +293,10 @@ impl Metrics {
             "Renewals of streamed locks by outcome",
             self.renewals.clone(),
         );
+    }
+
+    fn register_sales_and_redis(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "lockgate_seckill_outcomes",
             "Flash-sale purchase requests by outcome",
@@ -306,6 +317,11 @@ impl Metrics {
             "Failed Redis operations by kind",
             self.redis_errors.clone(),
         );
+    }
+
+    /// The hand-off's series, in a registry of their own: rendered only
+    /// where a hand-off runs.
+    fn register_handoff(&mut self) {
         let (h, handoff) = (&mut self.handoff_registry, &self.handoff);
         h.register(
             "lockgate_orders_stored",
@@ -332,7 +348,6 @@ impl Metrics {
             "Age of a sale's oldest order not yet stored",
             handoff.lag_seconds.clone(),
         );
-        self
     }
 
     /// A finished request: its route template (or `unmatched`), method and status.

@@ -8,7 +8,7 @@ mod guard;
 
 use std::time::{Duration, Instant};
 
-use attempts::{AcquireTerms, Acquisition, NoGrant};
+use attempts::{AcquireTerms, Acquisition, Granted, NoGrant};
 pub use guard::GrantGuard;
 
 use super::error::LockError;
@@ -147,39 +147,43 @@ impl Locks {
             deadline: started + request.wait.as_duration(),
         };
         match Acquisition::new(self, terms, &token).run().await {
-            Ok(granted) => {
-                let waited = granted.waited;
-                let replayed = granted.replayed_token.is_some();
-                if !replayed {
-                    self.metrics().lock(LockOutcome::Acquired);
-                    if !waited.is_zero() {
-                        self.metrics().lock(LockOutcome::Waited);
-                        self.metrics().lock_wait(waited);
-                    }
-                }
-                let guard = if replayed {
-                    // The grant is the earlier request's, and stays.
-                    guard.complete();
-                    None
-                } else {
-                    guard.claimed();
-                    Some(guard)
-                };
-                Ok(Lease {
-                    key: request.key,
-                    token: granted.replayed_token.unwrap_or(token),
-                    state: granted.state,
-                    lease_from: granted.sent,
-                    waited,
-                    guard,
-                    replayed,
-                })
-            }
+            Ok(granted) => Ok(self.lease(request.key, token, granted, guard)),
             Err(refused) => {
                 let waited = (!request.wait.is_zero()).then(|| started.elapsed());
                 let grant = (request.key, token, guard);
                 Err(self.not_granted(refused, grant, waited).await)
             }
+        }
+    }
+
+    /// The lease a grant gives, counted in the metrics; its guard stays
+    /// armed until the client has it (a grant answered again is the
+    /// earlier request's, and needs none).
+    fn lease(&self, key: LockKey, token: Token, granted: Granted, mut guard: GrantGuard) -> Lease {
+        let waited = granted.waited;
+        let replayed = granted.replayed_token.is_some();
+        if !replayed {
+            self.metrics().lock(LockOutcome::Acquired);
+            if !waited.is_zero() {
+                self.metrics().lock(LockOutcome::Waited);
+                self.metrics().lock_wait(waited);
+            }
+        }
+        let guard = if replayed {
+            guard.complete();
+            None
+        } else {
+            guard.claimed();
+            Some(guard)
+        };
+        Lease {
+            key,
+            token: granted.replayed_token.unwrap_or(token),
+            state: granted.state,
+            lease_from: granted.sent,
+            waited,
+            guard,
+            replayed,
         }
     }
 
