@@ -6,6 +6,7 @@
 #                     test (the lock, sale and hand-off suites also against a
 #                     Redis Cluster), contract fuzzing, the Python and
 #                     TypeScript and Go clients' suites, the console in Chromium,
+#                     the docs' examples against a real gateway,
 #                     the short k6 load tests against three instances behind
 #                     nginx, then the short fault run (as root)
 #   make chaos        every fault scenario across network namespaces (root)
@@ -19,10 +20,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit cluster-suite fuzz clients console e2e chaos chaos-short cluster cluster-down loadtest bench openapi
+.PHONY: run test lint unit cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench openapi
 
 run:
-	./scripts/ensure-tools.sh rust redis
+	./scripts/ensure-tools.sh rust redis sqlite curl
 	./scripts/local-redis.sh
 	mkdir -p .run
 	LOCKGATE_ADMIN_TOKEN="$${LOCKGATE_ADMIN_TOKEN:-$$(./scripts/admin-token.sh)}" \
@@ -30,13 +31,14 @@ run:
 	  $(CARGO) run --release --locked -- serve
 
 test:
-	./scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql python-venv node chromium go
+	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) cluster-suite
 	$(MAKE) fuzz
 	$(MAKE) clients
 	$(MAKE) console
+	$(MAKE) docs
 	$(MAKE) e2e
 	$(MAKE) chaos-short
 
@@ -69,6 +71,13 @@ clients:
 console:
 	$(CARGO) build --release --locked --quiet --bin lockgate
 	./console/run-tests.sh
+
+# The README's and docs/using.md's marked examples against the release binary
+# and a real Redis (scripts/check-docs.py), after the checker's own tests.
+docs:
+	$(CARGO) build --release --locked --quiet --bin lockgate
+	python3 -m unittest discover -s scripts/check-docs-tests
+	./scripts/check-docs.py
 
 # Runs after the other tests, not beside them: it loads both cores.
 e2e:

