@@ -33,7 +33,10 @@
 --                   request
 --   queued          no place now; the request waits in the queue at
 --                   position (1 is next), and a place may free in
---                   free_in_ms (the earliest lease end)
+--                   free_in_ms (the earliest lease end); token when it
+--                   waits as a retry of a request under the same
+--                   Idempotency-Key that waits already (it took that
+--                   request's ticket and token: one grant serves both)
 --   held            no place now and no wait: free_in_ms, as above
 --   not-owner       re-entry asked with a token that does not hold the lock
 --   limit-mismatch  held with another limit: limit (1 for a plain lock)
@@ -57,6 +60,36 @@ if request.idem and not reenter then
     end
     return {'replayed', 'token', token, 'fence', place.fence, 'holds', place.holds,
       'expires_at_ms', lease_end(ctx, place)}
+  end
+end
+
+-- A retry of a request that still waits under the same Idempotency-Key
+-- waits with it (its ticket, its token), never for a grant of its own.
+if request.idem and not reenter and queued(ctx) then
+  local first = waiting_under(ctx, request.idem)[1]
+  local waiter = first and waiter_entry(ctx, first)
+  if waiter then
+    if waiter.body ~= request.body then
+      return {'key-reused'}
+    end
+    local state = held(ctx)
+    local free_in = math.max(state.free_in, 1)
+    if waiter_id == '' or wait_ms <= 0 then
+      return {'held', 'free_in_ms', free_in}
+    end
+    local position = redis.call('ZRANK', ctx.queue, waiter_id)
+    if not position then
+      local now = now_ms(ctx)
+      local retry = cjson.decode(cjson.encode(waiter))
+      retry.id, retry.inst, retry.since, retry.deadline = waiter_id, instance, now, now + wait_ms
+      enqueue(ctx, retry, redis.call('ZSCORE', ctx.queue, first))
+      -- A place the first request could not take (its instance away) may
+      -- be this one's.
+      serve(ctx, keep)
+      position = redis.call('ZRANK', ctx.queue, waiter_id)
+    end
+    return {'queued', 'position', position and position + 1 or 1, 'free_in_ms', free_in,
+      'token', waiter.token}
   end
 end
 
@@ -99,12 +132,15 @@ if state.kind == 'counted' and request.mode ~= 'shared' and state.limit ~= reque
 end
 
 -- Those who wait go first: a place that frees is theirs, in order. (A
--- plain lock that is held has no place for anyone: no need to ask.)
+-- plain lock that is held has no place for anyone: no need to ask.) A
+-- newcomer may take a place only when nobody who may be served waits.
+local waits = false
 if state.kind ~= 'exclusive' and queued(ctx) then
-  serve(ctx, keep)
+  local _, served_all = serve(ctx, keep)
+  waits = served_all
   state = held(ctx)
 end
-if admits(state, request.mode, request.limit) and not queued(ctx) then
+if admits(state, request.mode, request.limit) and not waits then
   local fence, ends = grant_place(ctx, request, request.ttl, keep)
   return {'granted', 'fence', fence, 'holds', 1, 'ttl_ms', request.ttl, 'expires_at_ms', ends}
 end

@@ -9,7 +9,8 @@
 --   events  entries (a JSON list of [id, type, data], oldest first, data
 --           as the event's JSON), more (1 when more follow)
 --   gap     some events after that id are gone: trimmed, expired, or
---           never written (nobody watched for a while)
+--           never written (nobody watched for a while); or the id is
+--           newer than every event kept (not one this history sent)
 
 local ctx = context(KEYS, ARGV)
 local after, count = ARGV[4], tonumber(ARGV[5])
@@ -26,14 +27,13 @@ local function later(a, b)
   return a_ms > b_ms or (a_ms == b_ms and a_seq > b_seq)
 end
 
-if redis.call('EXISTS', ctx.events) == 0 then
+local first = redis.call('XRANGE', ctx.events, '-', '+', 'COUNT', 1)[1]
+local newest = redis.call('XREVRANGE', ctx.events, '+', '-', 'COUNT', 1)[1]
+-- The reader's own event was trimmed away (the history keeps about its
+-- last EVENTS_KEPT), and perhaps others after it; or its id is none this
+-- history wrote.
+if not first or later(first[1], after) or later(after, newest[1]) then
   return {'gap'}
-end
-local info = redis.call('XINFO', 'STREAM', ctx.events)
-for i = 1, #info, 2 do
-  if info[i] == 'max-deleted-entry-id' and later(info[i + 1], after) then
-    return {'gap'}
-  end
 end
 local entries = redis.call('XRANGE', ctx.events, '(' .. after, '+', 'COUNT', count + 1)
 local list = {}

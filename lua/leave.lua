@@ -1,10 +1,13 @@
 -- leave.lua: a waiter leaves the queue (its client went away, or its wait
--- is over). If its place was granted meanwhile, it learns that instead.
+-- is over). If its place was granted meanwhile, it learns that instead,
+-- or (asked to give it back: it is answered that nothing was granted, as
+-- at shutdown) the place goes on to the next waiter in the same step.
 -- (After the lock libraries: KEYS and ARGV[1..3] as lib/base.lua says.)
 --
 -- ARGV[4]  the waiter's id
 -- ARGV[5]  its token
 -- ARGV[6]  how long a fence counter outlives a lease, in milliseconds
+-- ARGV[7]  "1" to give back a place it was granted meanwhile, else "0"
 --
 -- Returns {code, field, value, ...}, by code:
 --   left     it was in the queue and is no longer; the waiters behind it
@@ -12,21 +15,30 @@
 --            lease ends now; 0 when free)
 --   granted  it was granted a place before it left: fence, expires_at_ms
 --            (its instance keeps it, or gives it back)
+--   given-back  it was granted a place, and gave it back (released: the
+--            next waiter is served)
 --   gone     neither: it was passed over (its instance's presence or its
 --            wait had lapsed), or it was granted and has let go: free_in_ms
 
 local ctx = context(KEYS, ARGV)
 local id, token, keep = ARGV[4], ARGV[5], tonumber(ARGV[6])
-local now = now_ms(ctx)
+local give_back = ARGV[7] == '1'
 
 if redis.call('ZSCORE', ctx.queue, id) then
-  dequeue(ctx, id)
+  dequeue(ctx, id, waiter_entry(ctx, id))
   if queued(ctx) then
     serve(ctx, keep)
   end
   return {'left', 'free_in_ms', held(ctx).free_in}
 end
 local place = holder(ctx, token)
+if place and give_back then
+  take_place(ctx, token, place, 'released')
+  if queued(ctx) then
+    serve(ctx, keep)
+  end
+  return {'given-back'}
+end
 if place then
   return {'granted', 'fence', place.fence, 'expires_at_ms', lease_end(ctx, place)}
 end

@@ -8,14 +8,16 @@
 -- ARGV[4]  how long the fence counter outlives the longest lease, in
 --          milliseconds
 -- ARGV[5]  the longest lease a client may ask for, in milliseconds
+-- ARGV[6]  the fencing token of the one hold to end (the one an operator
+--          saw stuck), or '' for every hold
 --
 -- Returns {code, field, value, ...}, by code:
 --   revoked    holders (how many places were taken back)
---   not-found  nobody holds the lock
+--   not-found  nobody holds the lock, or not with that fencing token
 
 local ctx = context(KEYS, ARGV)
 local keep, longest = tonumber(ARGV[4]), tonumber(ARGV[5])
-local now = now_ms(ctx)
+local only = tonumber(ARGV[6] or '')
 
 local state = held(ctx)
 if state.kind == 'free' then
@@ -27,11 +29,16 @@ if state.kind == 'exclusive' then
 else
   tokens = redis.call('ZRANGE', ctx.holders, 0, -1)
 end
+local revoked = 0
 for _, token in ipairs(tokens) do
   local place = holder(ctx, token)
-  if place then
+  if place and (not only or place.fence == only) then
     take_place(ctx, token, place, 'revoked')
+    revoked = revoked + 1
   end
+end
+if revoked == 0 then
+  return {'not-found'}
 end
 -- Whatever the old holders' leases were, the counter outlives them.
 if redis.call('PTTL', ctx.fence) < longest + keep then
@@ -40,4 +47,4 @@ end
 if queued(ctx) then
   serve(ctx, keep)
 end
-return {'revoked', 'holders', #tokens}
+return {'revoked', 'holders', revoked}

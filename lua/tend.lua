@@ -17,15 +17,28 @@
 --           positions (the waiters' positions, comma-separated in the order
 --           asked, 0 for one no longer in the queue), queued (how many
 --           wait, on every instance), restarted (1 when the watch had
---           lapsed and was started again: the history has a gap)
+--           lapsed and was started again: the history has a gap),
+--           lapsed (1 when the instance has waiters here but its
+--           presence had lapsed for so long, or the queue was gone, that
+--           its waiters may have lost their places: it should ask where
+--           each of them stands)
 
 local ctx = context(KEYS, ARGV)
 local instance, waiting, watching = ARGV[4], ARGV[5] == '1', ARGV[6] == '1'
 local keep = tonumber(ARGV[7])
 local now = now_ms(ctx)
 
-if waiting and queued(ctx) then
-  renew_presence(ctx, instance)
+local lapsed = 0
+if waiting then
+  if queued(ctx) then
+    local presence = redis.call('HGET', ctx.waiters, '@' .. instance)
+    if not presence or tonumber(presence) + AWAY_MS < now then
+      lapsed = 1
+    end
+    renew_presence(ctx, instance)
+  else
+    lapsed = 1
+  end
 end
 local restarted = 0
 if watching then
@@ -45,4 +58,4 @@ for i = 8, #ARGV do
 end
 return {'tended', 'free_in_ms', held(ctx).free_in,
   'positions', table.concat(positions, ','), 'queued', redis.call('ZCARD', ctx.queue),
-  'restarted', restarted}
+  'restarted', restarted, 'lapsed', lapsed}

@@ -37,6 +37,20 @@ pub enum Command {
     /// Store the sales' orders in a database (a hand-off worker), or
     /// reconcile the database with Redis (`orders reconcile`).
     Orders(Box<OrdersArgs>),
+    /// Stop a `lockgate run` command's process group if `lockgate run`
+    /// dies (started by `lockgate run` itself; not for people).
+    #[command(hide = true)]
+    ReapGroup(ReapArgs),
+}
+
+/// `lockgate reap-group`: the process group to stop, and the grace between
+/// SIGTERM and SIGKILL.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReapArgs {
+    #[arg(long)]
+    pub pgid: i32,
+    #[arg(long)]
+    pub grace_ms: u64,
 }
 
 /// `lockgate orders`: a hand-off worker, or with `reconcile` the check.

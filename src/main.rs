@@ -26,15 +26,30 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
+/// A command-line error as `clap` renders it, without its closing advice:
+/// its first line, the lines that list what it names, and `Usage:`.
+fn short_error(rendered: &str) -> String {
+    let mut lines = rendered.lines().filter(|line| !line.trim().is_empty());
+    let mut short = format!("{}\n", lines.next().unwrap_or("invalid arguments"));
+    for line in lines {
+        if line.starts_with("  ") || line.starts_with("Usage:") {
+            short.push_str(line);
+            short.push('\n');
+        }
+    }
+    short
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if !err.use_stderr() => err.exit(),
         Err(err) => {
-            // One line naming the setting and what is wrong with it.
-            let rendered = err.render().to_string();
-            eprintln!("{}", rendered.lines().next().unwrap_or("invalid arguments"));
+            // The line naming what is wrong (with the list it introduces,
+            // such as the arguments missing) and the usage line, not the
+            // whole help.
+            eprint!("{}", short_error(&err.render().to_string()));
             // `lockgate run` passes its command's status on, and a command
             // may exit 2: its own usage errors say so with EX_USAGE instead.
             let run = std::env::args()
@@ -45,6 +60,11 @@ async fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => lockgate::run::run(*args).await,
+        Command::ReapGroup(args) => {
+            let grace = std::time::Duration::from_millis(args.grace_ms);
+            lockgate::run::reap_group(args.pgid, grace);
+            ExitCode::SUCCESS
+        }
         Command::Orders(args) => {
             if args.command.is_none() {
                 telemetry::init(args.worker.log_format);

@@ -6,20 +6,30 @@
 --          limit, ttl, since, deadline, streamed, value, idem, body);
 --          @<instance> -> that instance's presence deadline (Unix ms),
 --          which it renews while it has waiters here; #seq -> the last
---          ticket
+--          ticket; ~<idempotency key> -> the ids (space-separated, the
+--          first request's first) of the requests waiting under that key
 -- Both expire a while after the last wait could end.
 --
 -- A place that frees goes to the head of the queue (and, for a shared
 -- lock, to every shared waiter next behind it; for a counting lock, to as
--- many as there are places), never to a newcomer while someone waits. A
--- waiter whose instance's presence lapsed (the instance died) or whose
--- wait is over is passed over and dropped. A waiter is granted its place
--- for at most OFFER_MS (or its lease, if shorter) and told on its
--- instance's grant channel; its instance then claims the place for the
--- whole lease (an extension). So a waiter whose instance died just before
--- its turn holds the lock a second at most.
+-- many as there are places), never to a newcomer while someone present
+-- waits. A waiter whose instance's presence lapsed (a pause, a stall, or
+-- a death) is passed over but keeps its place: when its instance is back
+-- (it renews its presence), so is the waiter, at its ticket. An instance
+-- away for AWAY_MS is taken for dead, and its waiters lose their places,
+-- as does a waiter whose wait is over. A waiter is granted its place for
+-- at most OFFER_MS (or its lease, if shorter) and told on its instance's
+-- grant channel; its instance then claims the place for the whole lease
+-- (an extension). So a waiter whose instance died just before its turn
+-- holds the lock a second at most.
+--
+-- Requests with the same Idempotency-Key (a client's retry, through
+-- another instance, while its first request still waits) wait as one:
+-- the retry takes the first request's ticket and token, and the grant
+-- goes to all of them at once, so one key never makes two grants.
 
 local PRESENCE_MS = 1000
+local AWAY_MS = 10000
 local OFFER_MS = 1000
 
 -- Whether anybody waits.
@@ -27,10 +37,33 @@ local function queued(ctx)
   return busy(ctx) and redis.call('EXISTS', ctx.queue) == 1
 end
 
--- Whether `instance` renewed its presence in time.
-local function present(ctx, instance)
+-- Where a waiter stands for the queue: 'here' (it may be granted),
+-- 'away' (its instance's presence lapsed less than AWAY_MS ago: passed
+-- over, keeping its place) or 'gone' (its wait is over, or its instance
+-- has been away too long: dropped).
+local function standing(ctx, waiter)
   local now = now_ms(ctx)
-  return tonumber(redis.call('HGET', ctx.waiters, '@' .. instance) or '0') >= now
+  if not waiter or waiter.deadline < now then
+    return 'gone'
+  end
+  local presence = tonumber(redis.call('HGET', ctx.waiters, '@' .. waiter.inst) or '0')
+  if presence >= now then
+    return 'here'
+  end
+  if presence + AWAY_MS >= now then
+    return 'away'
+  end
+  return 'gone'
+end
+
+-- The waiter `id` as the waiters hash keeps it, decoded, with its id.
+local function waiter_entry(ctx, id)
+  local entry = redis.call('HGET', ctx.waiters, id)
+  local waiter = entry and cjson.decode(entry)
+  if waiter then
+    waiter.id = id
+  end
+  return waiter
 end
 
 -- Renews `instance`'s presence: its waiters stay in the queue another
@@ -40,22 +73,51 @@ local function renew_presence(ctx, instance)
   redis.call('HSET', ctx.waiters, '@' .. instance, now + PRESENCE_MS)
 end
 
--- Removes waiter `id` from the queue; the keys go with the last waiter.
-local function dequeue(ctx, id)
+-- The ids of the requests waiting under Idempotency-Key `idem`, the
+-- first request's first.
+local function waiting_under(ctx, idem)
+  local ids = {}
+  for id in string.gmatch(redis.call('HGET', ctx.waiters, '~' .. idem) or '', '%S+') do
+    ids[#ids + 1] = id
+  end
+  return ids
+end
+
+-- Removes waiter `id` (`waiter`: its entry, if known) from the queue; the
+-- keys go with the last waiter.
+local function dequeue(ctx, id, waiter)
   redis.call('ZREM', ctx.queue, id)
   redis.call('HDEL', ctx.waiters, id)
+  if waiter and waiter.idem then
+    local left = {}
+    for _, other in ipairs(waiting_under(ctx, waiter.idem)) do
+      if other ~= id then
+        left[#left + 1] = other
+      end
+    end
+    if #left > 0 then
+      redis.call('HSET', ctx.waiters, '~' .. waiter.idem, table.concat(left, ' '))
+    else
+      redis.call('HDEL', ctx.waiters, '~' .. waiter.idem)
+    end
+  end
   if redis.call('ZCARD', ctx.queue) == 0 then
     redis.call('DEL', ctx.queue, ctx.waiters)
   end
 end
 
--- Puts `waiter` (a table as the waiters hash keeps it, with its id) at the
--- end of the queue; returns its position (1 is next).
-local function enqueue(ctx, waiter)
+-- Puts `waiter` (a table as the waiters hash keeps it, with its id) in the
+-- queue, at `ticket` (a retry under an Idempotency-Key takes its first
+-- request's) or else at the end; returns its position (1 is next).
+local function enqueue(ctx, waiter, ticket)
   local now = now_ms(ctx)
   ctx.busy = true
-  local ticket = redis.call('HINCRBY', ctx.waiters, '#seq', 1)
+  ticket = ticket or redis.call('HINCRBY', ctx.waiters, '#seq', 1)
   redis.call('ZADD', ctx.queue, ticket, waiter.id)
+  if waiter.idem then
+    local ids = redis.call('HGET', ctx.waiters, '~' .. waiter.idem)
+    redis.call('HSET', ctx.waiters, '~' .. waiter.idem, ids and (ids .. ' ' .. waiter.id) or waiter.id)
+  end
   redis.call('HSET', ctx.waiters, waiter.id, cjson.encode(waiter))
   renew_presence(ctx, waiter.inst)
   -- Kept until the last wait could end, and a presence beyond.
@@ -68,54 +130,80 @@ local function enqueue(ctx, waiter)
   return redis.call('ZRANK', ctx.queue, waiter.id) + 1
 end
 
--- The waiters in arrival order, with the ones whose instance is gone or
--- whose wait is over dropped; each a decoded entry with its id.
+-- The waiters that may be served now, in arrival order (those whose
+-- instance is away are passed over; the gone are dropped); each a
+-- decoded entry with its id.
 local function live_waiters(ctx)
-  local now = now_ms(ctx)
   local live = {}
   for _, id in ipairs(redis.call('ZRANGE', ctx.queue, 0, -1)) do
-    local entry = redis.call('HGET', ctx.waiters, id)
-    local waiter = entry and cjson.decode(entry)
-    if waiter and waiter.deadline >= now and present(ctx, waiter.inst) then
-      waiter.id = id
+    local waiter = waiter_entry(ctx, id)
+    local now_standing = standing(ctx, waiter)
+    if now_standing == 'here' then
       live[#live + 1] = waiter
-    else
-      dequeue(ctx, id)
+    elseif now_standing == 'gone' then
+      dequeue(ctx, id, waiter)
     end
   end
   return live
 end
 
--- Grants the places that are free to the waiters at the head of the
--- queue, in order, as long as each can be admitted; tells each one's
--- instance. `keep_ms`: how long a fence counter outlives a lease. Returns
--- how many were granted.
-local function serve(ctx, keep_ms)
-  local now = now_ms(ctx)
-  local granted = 0
-  while true do
-    local head = redis.call('ZRANGE', ctx.queue, 0, 0)[1]
-    if not head then
-      return granted
-    end
-    local entry = redis.call('HGET', ctx.waiters, head)
-    local waiter = entry and cjson.decode(entry)
-    if not waiter or waiter.deadline < now or not present(ctx, waiter.inst) then
-      dequeue(ctx, head)
-    else
-      local state = held(ctx)
-      if not admits(state, waiter.mode, waiter.limit) then
-        return granted
+-- Tells waiter `waiter` (an entry with its id) on its instance's grant
+-- channel that it was offered a place: its fencing token and the offer's end.
+local function tell_granted(ctx, waiter, fence, ends)
+  redis.call(ctx.publish, channel(ctx, 'granted') .. ':' .. waiter.inst,
+    waiter.id .. ' ' .. string.format('%d', fence) .. ' ' .. string.format('%d', ends))
+end
+
+-- Offers `waiter` (an entry with its id) a place, and takes it (and the
+-- requests waiting under its Idempotency-Key, which share its token and
+-- so its grant) out of the queue.
+local function offer(ctx, waiter, keep_ms)
+  local lease = math.min(waiter.ttl, OFFER_MS)
+  local place = {token = waiter.token, mode = waiter.mode, limit = waiter.limit,
+    streamed = waiter.streamed == 1, value = waiter.value or false,
+    idem = waiter.idem or false, body = waiter.body, offer = true}
+  local fence, ends = grant_place(ctx, place, lease, keep_ms)
+  if waiter.idem then
+    for _, id in ipairs(waiting_under(ctx, waiter.idem)) do
+      local twin = id ~= waiter.id and waiter_entry(ctx, id)
+      if twin then
+        tell_granted(ctx, twin, fence, ends)
+        dequeue(ctx, id, twin)
       end
-      local lease = math.min(waiter.ttl, OFFER_MS)
-      local place = {token = waiter.token, mode = waiter.mode, limit = waiter.limit,
-        streamed = waiter.streamed == 1, value = waiter.value or false,
-        idem = waiter.idem or false, body = waiter.body, offer = true}
-      local fence, ends = grant_place(ctx, place, lease, keep_ms)
-      dequeue(ctx, head)
-      redis.call(ctx.publish, channel(ctx, 'granted') .. ':' .. waiter.inst,
-        head .. ' ' .. string.format('%d', fence) .. ' ' .. string.format('%d', ends))
+    end
+  end
+  tell_granted(ctx, waiter, fence, ends)
+  dequeue(ctx, waiter.id, waiter)
+end
+
+-- Grants the places that are free to the waiters at the head of the
+-- queue, in order, as long as each can be admitted (passing over those
+-- whose instance is away, which keep their places); tells each one's
+-- instance. `keep_ms`: how long a fence counter outlives a lease. Returns
+-- how many were granted, and whether a waiter that may be served now is
+-- still waiting (no newcomer may then take a place before it).
+local function serve(ctx, keep_ms)
+  local granted, index = 0, 0
+  while true do
+    local head = redis.call('ZRANGE', ctx.queue, index, index)[1]
+    if not head then
+      return granted, false
+    end
+    local waiter = waiter_entry(ctx, head)
+    local now_standing = standing(ctx, waiter)
+    if now_standing == 'gone' then
+      dequeue(ctx, head, waiter)
+    elseif now_standing == 'away' then
+      index = index + 1
+    else
+      if not admits(held(ctx), waiter.mode, waiter.limit) then
+        return granted, true
+      end
+      offer(ctx, waiter, keep_ms)
       granted = granted + 1
+      -- The offer took the waiters under its key out too, wherever they
+      -- stood: the passed-over are counted again from the head.
+      index = 0
     end
   end
 end

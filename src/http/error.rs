@@ -112,7 +112,8 @@ pub enum ApiError {
     WrongBuyer,
     /// 403 `administration-disabled`: no admin token is configured.
     #[error(
-        "sale administration is off: no admin token is configured (LOCKGATE_ADMIN_TOKEN or --admin-token)"
+        "administration (sale resets, revoking locks) is off: no admin token is configured \
+         (LOCKGATE_ADMIN_TOKEN or --admin-token)"
     )]
     AdministrationDisabled,
     /// 431 `headers-too-large`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{ConnectInfo, FromRef, FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::{Json, RequestPartsExt};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -113,11 +113,32 @@ pub fn one_token(first: Option<Token>, header: Option<Token>) -> Result<Token, A
 
 /// The `Lock-Token` header, parsed, when the request has one.
 pub fn token_header(headers: &HeaderMap) -> Result<Option<Token>, ApiError> {
-    let Some(value) = headers.get(LOCK_TOKEN) else {
+    let Some(value) = one_header(headers, LOCK_TOKEN, "Lock-Token")? else {
         return Ok(None);
     };
     let text = value.to_str().map_err(|_| InvalidToken)?;
     Ok(Some(Token::parse(text)?))
+}
+
+/// The header `name` (shown as `shown`), sent at most once: the same
+/// header twice with different values is refused rather than one of them
+/// used in silence (the same value twice, as proxies may repeat it, is one).
+pub fn one_header<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+    shown: &'static str,
+) -> Result<Option<&'h HeaderValue>, ApiError> {
+    let mut values = headers.get_all(name).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.any(|other| other != first) {
+        return Err(ApiError::invalid_field(
+            shown,
+            "was sent more than once, with different values: send it once",
+        ));
+    }
+    Ok(Some(first))
 }
 
 /// An optional count field, or `default` when it is absent.
@@ -168,7 +189,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        let Some(value) = parts.headers.get(IDEMPOTENCY_KEY) else {
+        let Some(value) = one_header(&parts.headers, IDEMPOTENCY_KEY, "Idempotency-Key")? else {
             return Ok(Self(None));
         };
         // A value that is not visible ASCII fails the key's own check.

@@ -264,11 +264,12 @@ impl<S: Send + Sync> FromRequestParts<S> for AcquireHeaders {
 /// queue is granted it. With `force=true` and the admin token: revoke it.
 ///
 /// A revocation ends every hold of the lock at once (`204`; `404` when it
-/// is not held): each streamed holder's stream ends with `lost`
-/// (`revoked`), `lockgate run` stops its command, watchers get `revoked`,
-/// the queue is served, and the next grant's fencing token is larger than
-/// any before, so a resource that checks fencing tokens refuses the old
-/// holder's writes.
+/// is not held), or with `fencing_token` only the hold with that fencing
+/// token (`404` when that hold is gone: never another holder's): each
+/// streamed holder's stream ends with `lost` (`revoked`), `lockgate run`
+/// stops its command, watchers get `revoked`, the queue is served, and the
+/// next grant's fencing token is larger than any before, so a resource
+/// that checks fencing tokens refuses the old holder's writes.
 #[utoipa::path(
     delete,
     path = "/locks/{key}",
@@ -279,6 +280,7 @@ impl<S: Send + Sync> FromRequestParts<S> for AcquireHeaders {
         ("Lock-Token" = Option<TokenText>, Header, description = "The holder's token (or `?token=` instead)"),
         ("token" = Option<TokenText>, Query, description = "The holder's token, for clients that cannot set headers"),
         ("force" = Option<bool>, Query, description = "`true` revokes the lock (every hold; needs the admin token)"),
+        ("fencing_token" = Option<u64>, Query, description = "With `force=true`: revoke only the hold with this fencing token"),
     ),
     responses(
         (status = 204, description = "Released (or revoked); the next waiter is served"),
@@ -300,10 +302,17 @@ pub async fn release(
         None | Some("false") => {}
         Some("true") => {
             permitted(&admin, &headers)?;
-            locks.revoke(&key).await?;
+            let only = revoked_hold(query.fencing_token.as_deref())?;
+            locks.revoke(&key, only).await?;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
         Some(_) => return Err(ApiError::invalid_field("force", "must be true or false")),
+    }
+    if query.fencing_token.is_some() {
+        return Err(ApiError::invalid_field(
+            "fencing_token",
+            "names the hold a revocation ends: it goes with force=true",
+        ));
     }
     permitted(&api_keys, &headers)?;
     let from_query = query.token.as_deref().map(Token::parse).transpose()?;
@@ -323,6 +332,24 @@ pub async fn release(
 struct ReleaseQuery {
     token: Option<String>,
     force: Option<String>,
+    fencing_token: Option<String>,
+}
+
+/// The one hold a revocation ends, by its fencing token (none: every hold).
+fn revoked_hold(fencing_token: Option<&str>) -> Result<Option<u64>, ApiError> {
+    fencing_token
+        .map(|text| {
+            text.parse::<u64>()
+                .ok()
+                .filter(|token| *token > 0)
+                .ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "fencing_token",
+                        "must be a fencing token: a whole number from 1",
+                    )
+                })
+        })
+        .transpose()
 }
 
 /// Renew a lease: it ends `ttl_ms` from now.

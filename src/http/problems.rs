@@ -161,9 +161,10 @@ problem_catalogue! {
     },
     AdministrationDisabled {
         slug: "administration-disabled",
-        title: "Sale administration is off",
+        title: "Administration is off",
         status: FORBIDDEN,
-        about: "No admin token is configured, so sale administration is refused. Start the gateway with \
+        about: "No admin token is configured, so administration (sale resets, revoking locks) is \
+                 refused. Start the gateway with \
                  LOCKGATE_ADMIN_TOKEN (or --admin-token) and send it as Authorization: Bearer <token>; \
                  `make run` makes one at first start and keeps it in .run/admin-token.",
     },

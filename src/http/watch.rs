@@ -136,16 +136,17 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     if text.is_empty() {
         return Ok(None);
     }
-    let number = |part: &str| {
-        !part.is_empty() && part.len() <= 20 && part.bytes().all(|byte| byte.is_ascii_digit())
-    };
+    // Each part a whole number Redis can hold (at most 2^64 - 1).
+    let number =
+        |part: &str| part.bytes().all(|byte| byte.is_ascii_digit()) && part.parse::<u64>().is_ok();
     let well_formed = text
         .split_once('-')
         .is_some_and(|(ms, seq)| number(ms) && number(seq));
     if !well_formed {
         return Err(ApiError::invalid_field(
             "Last-Event-ID",
-            "must be the id of an event this stream sent (<ms>-<seq>)",
+            "must be the id of an event this stream sent: <ms>-<seq>, each a whole number \
+             of at most 18446744073709551615",
         ));
     }
     Ok(Some(text.to_owned()))

@@ -6,7 +6,8 @@ use super::shared::Locks;
 use crate::metrics::LockOutcome;
 use crate::redis::locks::LockState;
 use crate::redis::locks::grant::{
-    self as scripts, ExtendReply, Holds, LeaveReply, NoPlace, ReleaseReply, SetValueReply,
+    self as scripts, ExtendReply, Holds, IfGranted, LeaveReply, NoPlace, ReleaseReply,
+    SetValueReply,
 };
 
 /// What releasing one hold left behind.
@@ -51,16 +52,18 @@ impl Locks {
     }
 
     /// Takes waiter `id` (with `token`) out of the lock's queue; a grant it
-    /// was made meanwhile stands.
+    /// was made meanwhile stands, or goes on to the next waiter.
     pub(super) async fn leave_queue(
         &self,
         key: &LockKey,
         id: &str,
         token: &Token,
+        if_granted: IfGranted,
     ) -> Result<LeaveReply, LockError> {
         let mut conn = self.redis().connection().await?;
         let keys = self.keys(key);
-        Ok(scripts::leave(&mut conn, &keys, self.publish(), id, &token.expose()).await?)
+        let waiter = (id, &*token.expose());
+        Ok(scripts::leave(&mut conn, &keys, self.publish(), waiter, if_granted).await?)
     }
 
     /// Renews the lease so it ends `ttl` from now.
@@ -125,16 +128,18 @@ impl Locks {
         }
     }
 
-    /// Ends every hold of the lock at once; the waiters are served, the
-    /// streamed holders told `revoked`. Returns how many places ended.
-    pub async fn revoke(&self, key: &LockKey) -> Result<u64, LockError> {
+    /// Ends every hold of the lock at once, or (`only`) the one hold with
+    /// that fencing token; the waiters are served, the streamed holders
+    /// told `revoked`. Returns how many places ended; `NotFound` when the
+    /// lock (or that hold) is not held.
+    pub async fn revoke(&self, key: &LockKey, only: Option<u64>) -> Result<u64, LockError> {
         let mut conn = self.redis().connection().await?;
         let keys = self.keys(key);
-        let revoked = scripts::revoke(&mut conn, &keys, self.publish(), self.max_ttl_ms())
+        let revoked = scripts::revoke(&mut conn, &keys, self.publish(), self.max_ttl_ms(), only)
             .await?
             .ok_or_else(|| LockError::NotFound { key: key.clone() })?;
         self.metrics().lock(LockOutcome::Revoked);
-        tracing::info!(%key, holders = revoked, "a lock was revoked");
+        tracing::info!(%key, holders = revoked, fencing_token = ?only, "a lock was revoked");
         Ok(revoked)
     }
 }

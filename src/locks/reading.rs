@@ -36,8 +36,14 @@ impl Locks {
         let stem = format!("{}lock:{{", self.prefix());
         let pattern = format!("{}{}*}}", scan::escape(&stem), scan::escape(prefix));
         let mut conn = self.redis().connection().await?;
-        let (names, next) =
-            scan::keys(&mut conn, &pattern, cursor.unwrap_or_default(), limit).await?;
+        let (names, next) = scan::keys(
+            &mut conn,
+            &pattern,
+            cursor.unwrap_or_default(),
+            limit,
+            self.prefix(),
+        )
+        .await?;
         drop(conn);
         let publish = self.publish();
         let sights = names.iter().filter_map(|name| {

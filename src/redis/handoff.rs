@@ -70,7 +70,7 @@ pub async fn register_existing(conn: &mut Connection, prefix: &str) -> Result<us
     let mut from = ScanCursor::default();
     let mut found = 0;
     loop {
-        let (keys, next) = scan::keys(conn, &pattern, from, 1000).await?;
+        let (keys, next) = scan::keys(conn, &pattern, from, 1000, prefix).await?;
         for key in keys {
             // The sale's hash, not its other keys (`...}:orders` and the rest).
             if let Some(sku) = key

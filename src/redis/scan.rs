@@ -3,31 +3,44 @@
 use super::{BackendError, Connection};
 
 /// Where a walk of the keys stands: which primary (in the order
-/// `Connection::primaries` gives), `SCAN`'s cursor on it, and how many of
-/// the keys that cursor's batch gives were already listed (a page ends
-/// inside a batch when the batch has more keys than the page has room for).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// `Connection::primaries` gives) and `SCAN`'s cursor on it, and, when a
+/// page ended inside a batch (`SCAN` gave more keys than the page had room
+/// for), the name of the Redis list that keeps the batch's other keys for
+/// the next page.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ScanCursor {
     pub primary: usize,
     pub cursor: u64,
-    pub skip: usize,
+    pub rest: Option<String>,
 }
 
 impl ScanCursor {
-    /// The cursor as a client passes it back: `<primary>.<cursor>.<skip>`.
-    pub fn to_text(self) -> String {
-        format!("{}.{}.{}", self.primary, self.cursor, self.skip)
+    /// The cursor as a client passes it back: `<primary>.<cursor>`, and
+    /// `.<id of the kept keys>` when a page ended inside a batch.
+    pub fn to_text(&self) -> String {
+        match &self.rest {
+            None => format!("{}.{}", self.primary, self.cursor),
+            Some(rest) => format!("{}.{}.{rest}", self.primary, self.cursor),
+        }
     }
 
     /// A cursor as [`ScanCursor::to_text`] wrote it.
     pub fn parse(text: &str) -> Option<Self> {
         let mut parts = text.split('.');
-        let cursor = Self {
-            primary: parts.next()?.parse().ok()?,
-            cursor: parts.next()?.parse().ok()?,
-            skip: parts.next()?.parse().ok()?,
+        let primary = parts.next()?.parse().ok()?;
+        let cursor = parts.next()?.parse().ok()?;
+        let rest = match parts.next() {
+            None => None,
+            Some(id) if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Some(id.to_ascii_lowercase())
+            }
+            Some(_) => return None,
         };
-        parts.next().is_none().then_some(cursor)
+        parts.next().is_none().then_some(Self {
+            primary,
+            cursor,
+            rest,
+        })
     }
 }
 
@@ -35,37 +48,57 @@ impl ScanCursor {
 /// few keys match would otherwise take a round trip per handful of keys.
 const SCAN_BATCH: usize = 1000;
 
+/// How long the keys left of a batch wait for the page that lists them.
+const REST_KEPT_MS: u64 = 600_000;
+
 /// At most `wanted` keys matching `pattern`, from `from` on, and where the
-/// next page begins (`None` at the end). A page that ends inside a `SCAN`
-/// batch resumes by running that batch again and skipping what it listed:
-/// `SCAN` gives the same batch for the same cursor while the keyspace is
-/// not resized (and, as always with `SCAN`, a key added or removed during
-/// the walk may be listed or not).
+/// next page begins (`None` at the end).
+///
+/// The pages walk the keys exactly as one `SCAN` iteration does, so they
+/// keep its promise: a key that matches from the first page to the last
+/// is listed (once, unless Redis shrinks its key table meanwhile; a key
+/// added or removed during the walk may be listed or not). A page never
+/// runs a batch again: when `SCAN` gives more keys than the page has room
+/// for, the others wait for the next page in a Redis list named
+/// `<scratch>listing:<id>` (kept ten minutes), and the walk goes on from
+/// the cursor after the batch.
 pub async fn keys(
     conn: &mut Connection,
     pattern: &str,
     from: ScanCursor,
     wanted: usize,
+    scratch: &str,
 ) -> Result<(Vec<String>, Option<ScanCursor>), BackendError> {
     let primaries = conn.primaries().await?;
     let mut found = Vec::new();
     let mut at = from;
-    while let Some(primary) = primaries.get(at.primary) {
+    if let Some(rest) = at.rest.take() {
+        let name = format!("{scratch}listing:{rest}");
+        let mut pop = redis::cmd("LPOP");
+        pop.arg(&name).arg(wanted);
+        let kept: Option<Vec<String>> = pop.query_async(conn).await?;
+        found.extend(kept.unwrap_or_default());
+        let left: u64 = redis::cmd("LLEN").arg(&name).query_async(conn).await?;
+        if left > 0 {
+            return Ok((
+                found,
+                Some(ScanCursor {
+                    rest: Some(rest),
+                    ..at
+                }),
+            ));
+        }
+    }
+    while found.len() < wanted
+        && let Some(primary) = primaries.get(at.primary)
+    {
         let mut scan = redis::cmd("SCAN");
         scan.arg(at.cursor)
             .arg("MATCH")
             .arg(pattern)
             .arg("COUNT")
             .arg(SCAN_BATCH);
-        let (next, batch): (u64, Vec<String>) = conn.query_on(primary, &scan).await?;
-        let fresh: Vec<String> = batch.into_iter().skip(at.skip).collect();
-        let room = wanted - found.len();
-        if fresh.len() > room {
-            found.extend(fresh.into_iter().take(room));
-            let skip = at.skip + room;
-            return Ok((found, Some(ScanCursor { skip, ..at })));
-        }
-        found.extend(fresh);
+        let (next, mut batch): (u64, Vec<String>) = conn.query_on(primary, &scan).await?;
         at = if next == 0 {
             ScanCursor {
                 primary: at.primary + 1,
@@ -75,15 +108,42 @@ pub async fn keys(
             ScanCursor {
                 primary: at.primary,
                 cursor: next,
-                skip: 0,
+                rest: None,
             }
         };
-        if found.len() == wanted {
-            break;
+        let room = wanted - found.len();
+        if batch.len() > room {
+            let others = batch.split_off(room);
+            found.extend(batch);
+            let rest = uuid::Uuid::new_v4().simple().to_string();
+            keep_rest(conn, &format!("{scratch}listing:{rest}"), &others).await?;
+            return Ok((
+                found,
+                Some(ScanCursor {
+                    rest: Some(rest),
+                    ..at
+                }),
+            ));
         }
+        found.extend(batch);
     }
     let more = at.primary < primaries.len();
     Ok((found, more.then_some(at)))
+}
+
+/// Keeps a batch's keys that did not fit on the page, for the next one.
+async fn keep_rest(conn: &mut Connection, name: &str, keys: &[String]) -> Result<(), BackendError> {
+    let mut keep = redis::pipe();
+    keep.cmd("RPUSH")
+        .arg(name)
+        .arg(keys)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(name)
+        .arg(REST_KEPT_MS)
+        .ignore();
+    keep.query_async::<()>(conn).await?;
+    Ok(())
 }
 
 /// `text` with the glob characters of a `SCAN MATCH` pattern escaped.
@@ -104,13 +164,22 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_globs_are_escaped() {
-        let cursor = ScanCursor {
-            primary: 2,
-            cursor: 1234,
-            skip: 7,
-        };
-        assert_eq!(ScanCursor::parse(&cursor.to_text()), Some(cursor));
-        for bad in ["nope", "1.2", "1.2.3.4", "-1.2.3", "1..3"] {
+        for rest in [None, Some("0f3a6e1c9b2d4e5f8a7b6c5d4e3f2a1b".to_owned())] {
+            let cursor = ScanCursor {
+                primary: 2,
+                cursor: 1234,
+                rest,
+            };
+            assert_eq!(ScanCursor::parse(&cursor.to_text()), Some(cursor));
+        }
+        for bad in [
+            "nope",
+            "1",
+            "1.2.3",
+            "1.2.0f3a6e1c9b2d4e5f8a7b6c5d4e3f2a1g",
+            "-1.2",
+            "1..3",
+        ] {
             assert_eq!(ScanCursor::parse(bad), None, "{bad}");
         }
         assert_eq!(escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");

@@ -1,8 +1,17 @@
-//! The command `lockgate run` supervises: the leader of its own process group, signalled as a group.
+//! The command `lockgate run` supervises: the leader of its own process group, signalled as a group, and stopped even when `lockgate run` itself is killed.
+//!
+//! A `lockgate run` killed with SIGKILL cannot stop its command, and the
+//! gateway frees the lock at once (its stream closes). So beside the
+//! command runs a reaper (`lockgate reap-group`, in a process group of its
+//! own) that reads a pipe whose only writer is `lockgate run`: the kernel
+//! closes it when `lockgate run` dies, however it dies, and the reaper
+//! then stops the command's group (SIGTERM, SIGKILL after the grace). On
+//! every ordinary end `lockgate run` writes a byte first: the reaper stands
+//! down.
 
 use std::ffi::OsString;
-use std::io;
-use std::os::unix::process::ExitStatusExt;
+use std::io::{self, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -21,12 +30,27 @@ pub struct Group {
     pgid: Pid,
     /// The command's status, once it has exited.
     status: Option<ExitStatus>,
+    /// The reaper that stops the group if `lockgate run` dies first.
+    reaper: Option<Reaper>,
+}
+
+/// The reaper process, and the pipe whose closing without a word tells it
+/// that `lockgate run` died.
+struct Reaper {
+    process: std::process::Child,
+    pipe: io::PipeWriter,
 }
 
 impl Group {
     /// Starts `command` (program and arguments) as the leader of a new
-    /// process group, with stdin, stdout and stderr inherited and `env` added.
-    pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Self> {
+    /// process group, with stdin, stdout and stderr inherited and `env`
+    /// added, and its reaper, which stops the group (`grace` between
+    /// SIGTERM and SIGKILL) should `lockgate run` die.
+    pub fn spawn(
+        command: &[OsString],
+        env: &[(&str, String)],
+        grace: Duration,
+    ) -> io::Result<Self> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command"))?;
@@ -43,10 +67,22 @@ impl Group {
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
             .ok_or_else(|| io::Error::other("the command has no process id"))?;
+        let pgid = Pid::from_raw(pid);
+        let reaper = match Reaper::spawn(pgid, grace) {
+            Ok(reaper) => Some(reaper),
+            Err(err) => {
+                eprintln!(
+                    "lockgate run: cannot start the reaper ({err}): if lockgate run is killed, \
+                     the command goes on running"
+                );
+                None
+            }
+        };
         Ok(Self {
             child,
-            pgid: Pid::from_raw(pid),
+            pgid,
             status: None,
+            reaper,
         })
     }
 
@@ -87,30 +123,96 @@ impl Group {
     }
 }
 
-impl Group {
-    /// Whether any process of the group still runs. Zombies do not count:
-    /// an orphaned grandchild that died waits for init to reap it, which
-    /// may take a while, and has stopped all the same.
-    fn has_live_processes(&self) -> bool {
-        if cfg!(target_os = "linux")
-            && let Ok(entries) = std::fs::read_dir("/proc")
-        {
-            return entries.flatten().any(|entry| {
-                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-                // `pid (comm) state ppid pgrp ...`: comm may hold spaces
-                // and parentheses, so read after the last ')'.
-                let mut fields = stat
-                    .rsplit_once(')')
-                    .map_or("", |(_, rest)| rest)
-                    .split_whitespace();
-                let state = fields.next();
-                let pgrp = fields.nth(1).and_then(|pgrp| pgrp.parse::<i32>().ok());
-                pgrp == Some(self.pgid.as_raw()) && state != Some("Z")
-            });
+impl Drop for Group {
+    /// An ordinary end (the command exited, or was stopped): the reaper is
+    /// told so before its pipe closes, and stands down.
+    fn drop(&mut self) {
+        if let Some(mut reaper) = self.reaper.take() {
+            let _ = reaper.pipe.write_all(b"done");
+            drop(reaper.pipe);
+            let _ = reaper.process.wait();
         }
-        // Elsewhere: a group with no process left answers ESRCH.
-        killpg(self.pgid, None) != Err(Errno::ESRCH)
     }
+}
+
+impl Reaper {
+    /// Starts `lockgate reap-group` for `pgid`, reading the pipe on its stdin.
+    fn spawn(pgid: Pid, grace: Duration) -> io::Result<Self> {
+        let (reader, pipe) = io::pipe()?;
+        let process = std::process::Command::new(std::env::current_exe()?)
+            .args(["reap-group", "--pgid"])
+            .arg(pgid.as_raw().to_string())
+            .arg("--grace-ms")
+            .arg(grace.as_millis().to_string())
+            .stdin(reader)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            // Its own group: a signal to the command's group, or the
+            // terminal's, does not reach it.
+            .process_group(0)
+            .spawn()?;
+        Ok(Self { process, pipe })
+    }
+}
+
+/// `lockgate reap-group`: waits until its stdin closes; unless it was told
+/// first (a byte) that `lockgate run` ended as it should, stops the process
+/// group `pgid`: SIGTERM, and SIGKILL after `grace` to whatever is left.
+pub fn reap_group(pgid: i32, grace: Duration) {
+    let mut word = [0u8; 1];
+    let told = loop {
+        match io::stdin().read(&mut word) {
+            Ok(0) => break false,
+            Ok(_) => break true,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break false,
+        }
+    };
+    if told {
+        return;
+    }
+    let pgid = Pid::from_raw(pgid);
+    if !group_alive(pgid) {
+        return;
+    }
+    eprintln!("lockgate run died while its command ran: stopping the command's process group");
+    let _ = killpg(pgid, Signal::SIGTERM);
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline && group_alive(pgid) {
+        std::thread::sleep(POLL);
+    }
+    let _ = killpg(pgid, Signal::SIGKILL);
+}
+
+impl Group {
+    /// Whether any process of the group still runs.
+    fn has_live_processes(&self) -> bool {
+        group_alive(self.pgid)
+    }
+}
+
+/// Whether any process of group `pgid` still runs. Zombies do not count:
+/// an orphaned grandchild that died waits for init to reap it, which may
+/// take a while, and has stopped all the same.
+fn group_alive(pgid: Pid) -> bool {
+    if cfg!(target_os = "linux")
+        && let Ok(entries) = std::fs::read_dir("/proc")
+    {
+        return entries.flatten().any(|entry| {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // `pid (comm) state ppid pgrp ...`: comm may hold spaces
+            // and parentheses, so read after the last ')'.
+            let mut fields = stat
+                .rsplit_once(')')
+                .map_or("", |(_, rest)| rest)
+                .split_whitespace();
+            let state = fields.next();
+            let pgrp = fields.nth(1).and_then(|pgrp| pgrp.parse::<i32>().ok());
+            pgrp == Some(pgid.as_raw()) && state != Some("Z")
+        });
+    }
+    // Elsewhere: a group with no process left answers ESRCH.
+    killpg(pgid, None) != Err(Errno::ESRCH)
 }
 
 /// The exit status `lockgate run` passes on: the command's own, or 128 +

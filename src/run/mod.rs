@@ -23,6 +23,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use child::Group;
+pub use child::reap_group;
 use client::{GatewayClient, Grant, Holding, LockEvent, LockStream, Refused};
 
 /// The exit status when `lockgate run` is called wrongly (EX_USAGE): not 2,
@@ -197,7 +198,7 @@ async fn supervise(args: &RunArgs) -> Result<u8, String> {
         ("LOCKGATE_TOKEN", grant.token.clone()),
         ("LOCKGATE_FENCING_TOKEN", grant.fencing_token.to_string()),
     ];
-    let mut group = match Group::spawn(&args.command, &env) {
+    let mut group = match Group::spawn(&args.command, &env, args.kill_after.0) {
         Ok(group) => group,
         Err(err) => {
             gateway.release(&args.key, &grant.token).await;

@@ -658,3 +658,60 @@ async fn an_integral_number_written_as_a_float_is_an_integer_as_in_json_schema()
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["ttl_ms"], 2000);
 }
+
+/// A header sent twice with different values is refused, never one of
+/// them used in silence; and a revocation on a gateway without an admin
+/// token says what is off in the words of what was asked.
+#[tokio::test]
+async fn a_header_sent_twice_with_two_values_is_refused() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let held = app.take("twice", 30_000).await;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.append("Lock-Token", held.token.parse().unwrap());
+    headers.append("Lock-Token", TOKEN.parse().unwrap());
+    let release = app
+        .http
+        .delete(app.url("/locks/twice"))
+        .headers(headers)
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_problem(release, 422, "invalid-field").await;
+    assert_eq!(problem["field"], "Lock-Token");
+    assert_eq!(app.get("/locks/twice").await.status(), StatusCode::OK);
+
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.append("Idempotency-Key", "one".parse().unwrap());
+    headers.append("Idempotency-Key", "two".parse().unwrap());
+    let acquire = app
+        .http
+        .post(app.url("/locks"))
+        .headers(headers)
+        .json(&json!({"key": "twice-idem"}))
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_problem(acquire, 422, "invalid-field").await;
+    assert_eq!(problem["field"], "Idempotency-Key");
+    assert_eq!(
+        app.get("/locks/twice-idem").await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    let revoke = app
+        .http
+        .delete(app.url("/locks/twice?force=true"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_problem(revoke, 403, "administration-disabled").await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("revoking locks"),
+        "{problem}"
+    );
+}

@@ -523,3 +523,150 @@ async fn held_locks_are_listed_by_prefix_a_page_at_a_time() {
     let all = everything["locks"].as_array().unwrap();
     assert!(all.len() >= LOCKS + 3, "{} locks listed", all.len());
 }
+
+/// Holder on one gateway, a waiter on a second, then a waiter on a third;
+/// the second gateway is frozen past its presence deadline and thawed. The
+/// thawed waiter is still in the queue, and neither waiter waits while the
+/// lock is free: the first granted releases, and the other is granted at
+/// once, not at the end of its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_gateway_was_frozen_is_served_once_it_thaws() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let frozen = GatewayProcess::spawn(&redis, &[], &[]).await;
+    let holder = app.take("thaw", 30_000).await;
+    let body = json!({"key": "thaw", "wait_ms": 20_000});
+    let first = tokio::spawn(frozen.acquire(&body).send());
+    queue_reaches(&app, "thaw", 1).await;
+    let second = wait_on(&app, body.clone());
+    queue_reaches(&app, "thaw", 2).await;
+
+    crate::helpers::send_signal(frozen.child.id(), "-STOP");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    crate::helpers::send_signal(frozen.child.id(), "-CONT");
+    // Back in the queue once its gateway tends the lock again.
+    queue_reaches(&app, "thaw", 2).await;
+
+    app.release("thaw", &holder.token).await;
+    let first = first.await.unwrap().expect("the thawed waiter's answer");
+    assert_eq!(first.status(), StatusCode::CREATED, "the thawed waiter");
+    let token = first.json::<Value>().await.unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let released = Instant::now();
+    let answer = frozen
+        .http
+        .delete(frozen.url("/locks/thaw"))
+        .header("Lock-Token", &token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::NO_CONTENT);
+    let (answered, status, body) = second.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(
+        answered - released < Duration::from_secs(2),
+        "the second waiter waited {:?} with the lock free",
+        answered - released
+    );
+}
+
+/// Redis frozen for longer than a presence lasts, with a waiter on each of
+/// two gateways: when it thaws, no waiter has lost its place, and each is
+/// granted in turn as the lock frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_redis_stall_every_waiter_is_still_served() {
+    let redis = RedisServer::start_single().await;
+    let apps = [TestApp::spawn(&redis).await, TestApp::spawn(&redis).await];
+    for round in 0..4 {
+        let key = format!("stall:{round}");
+        let holder = apps[0].take(&key, 30_000).await;
+        let body = json!({"key": key, "wait_ms": 20_000, "ttl_ms": 30_000});
+        let first = wait_on(&apps[0], body.clone());
+        queue_reaches(&apps[1], &key, 1).await;
+        let second = wait_on(&apps[1], body.clone());
+        queue_reaches(&apps[1], &key, 2).await;
+
+        // Past the presence deadline (1 s), short of the gateways' Redis
+        // timeout (2 s): no connection is given up, nothing is redone.
+        redis.pause();
+        tokio::time::sleep(Duration::from_millis(1_800)).await;
+        redis.resume();
+        queue_reaches(&apps[1], &key, 2).await;
+
+        apps[0].release(&key, &holder.token).await;
+        let (_, status, grant) = first.await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{grant}");
+        let released = Instant::now();
+        apps[0]
+            .release(&key, grant["token"].as_str().unwrap())
+            .await;
+        let (answered, status, body) = second.await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "round {round}: {body}");
+        assert!(
+            answered - released < Duration::from_secs(2),
+            "round {round}: the second waiter waited {:?} with the lock free",
+            answered - released
+        );
+    }
+}
+
+/// Every lock held for a whole listing pass is listed exactly once, while
+/// other locks under the same prefix come and go between its pages (so
+/// many that Redis grows its key table meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_listing_pass_lists_every_lock_held_throughout_once() {
+    const HELD: usize = 300;
+    let redis = RedisServer::start().await;
+    let app = Arc::new(TestApp::spawn(&redis).await);
+    let mut held = std::collections::BTreeSet::new();
+    for n in 0..HELD {
+        let key = format!("pass:held:{n:03}");
+        app.take(&key, 120_000).await;
+        held.insert(key);
+    }
+    let churning = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let churn = {
+        let (app, churning) = (app.clone(), churning.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while churning.load(std::sync::atomic::Ordering::Relaxed) {
+                // Some churning locks stay a while, the others go at once.
+                let key = format!("pass:churn:{n}");
+                let ttl_ms = if n.is_multiple_of(2) { 10 } else { 1_500 };
+                app.acquire(json!({"key": key, "ttl_ms": ttl_ms})).await;
+                n += 1;
+            }
+        })
+    };
+    for pass in 0..3 {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let path = match &cursor {
+                Some(cursor) => format!("/locks?prefix=pass:&limit=7&cursor={cursor}"),
+                None => "/locks?prefix=pass:&limit=7".to_owned(),
+            };
+            let page: Value = app.get(&path).await.json().await.unwrap();
+            let locks = page["locks"].as_array().unwrap();
+            assert!(locks.len() <= 7, "a page of {}", locks.len());
+            for lock in locks {
+                let key = lock["key"].as_str().unwrap();
+                if key.starts_with("pass:held:") {
+                    seen.push(key.to_owned());
+                }
+            }
+            match page["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        let listed: std::collections::BTreeSet<_> = seen.iter().cloned().collect();
+        let missed: Vec<_> = held.difference(&listed).collect();
+        assert!(missed.is_empty(), "pass {pass} missed {missed:?}");
+        assert_eq!(seen.len(), HELD, "pass {pass} listed some twice");
+    }
+    churning.store(false, std::sync::atomic::Ordering::Relaxed);
+    churn.await.unwrap();
+}

@@ -152,3 +152,86 @@ async fn a_grant_whose_answer_was_lost_is_the_retrys_and_never_an_orphan() {
         "no retry was a replay: the test proves nothing"
     );
 }
+
+/// Two waiting requests with the same Idempotency-Key and body, on two
+/// instances (a client's retry while its first request still waits): one
+/// grant, answered to both, for every kind of lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_waiting_requests_under_one_key_get_one_grant() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    for (lock, body) in [
+        ("wplain", json!({"key": "wplain", "wait_ms": 10_000})),
+        (
+            "wpool",
+            json!({"key": "wpool", "limit": 2, "wait_ms": 10_000}),
+        ),
+        (
+            "wbook",
+            json!({"key": "wbook", "mode": "shared", "wait_ms": 10_000}),
+        ),
+    ] {
+        // Held so that both requests wait: exclusively (a counting lock by
+        // both its places).
+        let holders: Vec<String> = if lock == "wpool" {
+            let mut tokens = Vec::new();
+            for _ in 0..2 {
+                let grant = one.acquire(json!({"key": lock, "limit": 2})).await;
+                let grant: Value = grant.json().await.unwrap();
+                tokens.push(grant["token"].as_str().unwrap().to_owned());
+            }
+            tokens
+        } else {
+            vec![one.take(lock, 30_000).await.token]
+        };
+        let idempotency_key = format!("twin-{lock}");
+        let first = {
+            let request = one
+                .http
+                .post(one.url("/locks"))
+                .header("Idempotency-Key", &idempotency_key)
+                .json(&body);
+            tokio::spawn(request.send())
+        };
+        let queued = eventually(Duration::from_secs(5), || async {
+            let status: Value = one
+                .get(&format!("/locks/{lock}"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            status["waiters"]
+                .as_array()
+                .is_some_and(|waiters| waiters.len() == 1)
+        })
+        .await;
+        assert!(queued, "{lock}: the first request never queued");
+        let second = {
+            let request = two
+                .http
+                .post(two.url("/locks"))
+                .header("Idempotency-Key", &idempotency_key)
+                .json(&body);
+            tokio::spawn(request.send())
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for token in &holders {
+            one.release(lock, token).await;
+        }
+        let first = first.await.unwrap().unwrap();
+        let second = second.await.unwrap().unwrap();
+        assert_eq!(first.status(), StatusCode::CREATED, "{lock}: the first");
+        assert_eq!(second.status(), StatusCode::CREATED, "{lock}: the retry");
+        let (first, second): (Value, Value) =
+            (first.json().await.unwrap(), second.json().await.unwrap());
+        assert_eq!(first["token"], second["token"], "{lock}: two grants");
+        assert_eq!(first["fencing_token"], second["fencing_token"], "{lock}");
+        let status: Value = one
+            .get(&format!("/locks/{lock}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(status["holders"], 1, "{lock}: {status}");
+    }
+}

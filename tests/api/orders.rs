@@ -420,8 +420,16 @@ async fn read_while_postgres_is_frozen(
     })
     .await;
     assert!(joined, "the worker never joined:\n{}", worker.logs());
-    // Let the migrations finish before the freeze.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // One order of another sale stored first: the migrations are done and
+    // the worker's connection to the database is open before the freeze
+    // (a connection opened during it would time out instead of hanging).
+    app.reset_sale("warm-up", 10, 5).await;
+    app.bought("warm-up", "u-warm", 1, None).await;
+    let warm = eventually(Duration::from_secs(10), || async {
+        app.sale("warm-up").await["stored"] == 1
+    })
+    .await;
+    assert!(warm, "the worker stored nothing:\n{}", worker.logs());
     postgres.signal_all("-STOP");
     buy_many(app, "phone", count as usize).await;
     let read = eventually(Duration::from_secs(10), || {

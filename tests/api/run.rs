@@ -166,8 +166,19 @@ async fn a_usage_error_exits_64_which_no_command_status_is_mistaken_for() {
     ] {
         let (status, stderr) = finished(lockgate_run(&app, args)).await;
         assert_eq!(status.code(), Some(64), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        // What is wrong (with what it lists) and the usage line; not the
+        // whole help.
+        let lines: Vec<&str> = stderr.trim().lines().collect();
+        assert!(lines[0].starts_with("error: "), "{args:?}: {stderr}");
+        assert!(
+            lines.last().unwrap().starts_with("Usage: lockgate run"),
+            "{args:?}: {stderr}"
+        );
+        assert!(lines.len() <= 4, "{args:?}: {stderr}");
     }
+    // A missing argument is named.
+    let (_, stderr) = finished(lockgate_run(&app, &["job"])).await;
+    assert!(stderr.contains("<COMMAND>"), "{stderr}");
     // The command's own 2 is still the command's.
     let (status, _) = finished(lockgate_run(&app, &["job", "--", "sh", "-c", "exit 2"])).await;
     assert_eq!(status.code(), Some(2));
@@ -488,6 +499,71 @@ async fn a_killed_lockgate_run_frees_the_lock_at_once() {
         killed.elapsed()
     );
     send_signal(command.parse().unwrap(), "-KILL");
+}
+
+/// The processes of group `pgid` that still run (zombies, which have
+/// stopped and wait to be reaped, do not count).
+fn live_in_group(pgid: i32) -> Vec<i32> {
+    let mut live = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let mut fields = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|pgrp| pgrp.parse::<i32>().ok());
+        if pgrp == Some(pgid) && state != Some("Z") {
+            live.push(pid);
+        }
+    }
+    live
+}
+
+/// `lockgate run` killed with SIGKILL (it can stop nothing itself): its
+/// command and every process of the command's group end too, TERM then
+/// KILL after --kill-after, so nothing runs on without the lock.
+#[tokio::test]
+async fn a_killed_lockgate_run_takes_its_command_and_group_with_it() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let dir = TempDir::new().unwrap();
+    let pid_file = dir.path().join("command");
+    // A grandchild that ignores SIGTERM, and the command itself.
+    let script = format!(
+        "trap '' TERM; sleep 100 & echo $$ > {}; wait",
+        pid_file.display()
+    );
+    let mut run: Child = lockgate_run(
+        &app,
+        &["--kill-after", "1", "orphan", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    let pgid: i32 = wait_for_file(&pid_file).await.parse().unwrap();
+    assert!(
+        live_in_group(pgid).len() >= 2,
+        "the command's group is not running"
+    );
+
+    send_signal(run.id().unwrap(), "-KILL");
+    let _ = run.wait().await;
+    let gone = eventually(Duration::from_secs(5), || async {
+        live_in_group(pgid).is_empty()
+    })
+    .await;
+    assert!(
+        gone,
+        "processes of the command's group outlived lockgate run: {:?}",
+        live_in_group(pgid)
+    );
+    assert_eq!(
+        app.get("/locks/orphan").await.status(),
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]

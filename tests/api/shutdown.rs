@@ -86,3 +86,46 @@ async fn sigterm_drains_ends_waits_with_503_and_exits_cleanly() {
         gateway.logs()
     );
 }
+
+/// A gateway that shuts down while it holds a streamed lock and has a
+/// waiter for it: the streamed lock is released, and the waiter, answered
+/// `503 shutting-down`, holds nothing: the lock is free for the next client
+/// at once, not at the end of the lease the waiter asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_answered_shutting_down_holds_nothing() {
+    let redis = RedisServer::start().await;
+    let other = GatewayProcess::spawn(&redis, &[], &[]).await;
+    for round in 0..3 {
+        let key = format!("closing:{round}");
+        let gateway = GatewayProcess::spawn(&redis, &[], &[]).await;
+        let streamed = gateway
+            .acquire(&json!({"key": key, "ttl_ms": 30_000}))
+            .header("Accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(streamed.status(), 200);
+        let waiter = tokio::spawn(
+            gateway
+                .acquire(&json!({"key": key, "ttl_ms": 60_000, "wait_ms": 20_000}))
+                .send(),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        send_signal(gateway.child.id(), "-TERM");
+        let answer = waiter.await.unwrap().unwrap();
+        assert_problem(answer, 503, "shutting-down").await;
+        drop(streamed);
+        let free = crate::helpers::eventually(Duration::from_secs(3), || async {
+            other
+                .acquire(&json!({"key": key, "ttl_ms": 1_000}))
+                .send()
+                .await
+                .is_ok_and(|response| response.status() == 201)
+        })
+        .await;
+        assert!(
+            free,
+            "round {round}: the lock stayed held after the shutdown"
+        );
+    }
+}

@@ -381,3 +381,129 @@ async fn a_watcher_resuming_at_the_newest_event_is_answered_at_once() {
     .unwrap();
     assert_eq!(resumed.status(), StatusCode::OK);
 }
+
+/// A watcher resuming after an event the history no longer keeps (more
+/// than about a thousand events came since) is told `gap` and given a
+/// fresh snapshot: never the kept events alone, with those between
+/// skipped in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_resuming_past_the_kept_history_is_told_of_the_gap() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let mut first = watch(&app, "busy", None).await;
+    let mut last = String::new();
+    take(&mut first, 1, &mut last).await;
+    // Another watcher keeps the lock watched (its events written) meanwhile.
+    let _keeping = watch(&app, "busy", None).await;
+    drop(first);
+    for _ in 0..1_200 {
+        let grant = app.take("busy", 30_000).await;
+        app.release("busy", &grant.token).await;
+    }
+    let mut resumed = watch(&app, "busy", Some(&last)).await;
+    let gap = next(&mut resumed).await;
+    assert_eq!(gap.name, "gap", "{:?}", gap.data);
+    assert_eq!(next(&mut resumed).await.name, "snapshot");
+}
+
+/// A `Last-Event-ID` newer than every event is none this history sent: a
+/// gap and a fresh snapshot, and the events after it come as usual; one
+/// that no stream id can be (a part above 2^64 - 1) is refused.
+#[tokio::test]
+async fn a_last_event_id_from_the_future_gets_a_snapshot_and_the_events_after_it() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let holder = app.take("ahead", 60_000).await;
+    for id in [
+        "99999999999999-0",
+        "18446744073709551615-18446744073709551615",
+    ] {
+        let mut watcher = watch(&app, "ahead", Some(id)).await;
+        assert_eq!(next(&mut watcher).await.name, "gap", "{id}");
+        let snapshot = next(&mut watcher).await;
+        assert_eq!(snapshot.name, "snapshot", "{id}");
+        let mut last = snapshot.id.unwrap();
+        let value = app
+            .http
+            .put(app.url("/locks/ahead/value"))
+            .json(&json!({"token": holder.token, "value": id}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(value.status(), StatusCode::OK);
+        assert_eq!(take(&mut watcher, 1, &mut last).await[0].0, "value", "{id}");
+    }
+    let overflowing = app
+        .http
+        .get(app.url("/locks/ahead/events"))
+        .header("Last-Event-ID", "18446744073709551616-0")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(overflowing, 422, "invalid-field").await;
+}
+
+/// Revoking one hold by its fencing token ends that hold only: a
+/// revocation that names a hold already gone (released, and the lock
+/// granted anew) leaves the new holder's lock alone.
+#[tokio::test]
+async fn a_revocation_naming_a_fencing_token_ends_only_that_hold() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_with(&redis, &["--admin-token", ADMIN]).await;
+    let revoke = |key: &str, fence: Option<u64>| {
+        let mut url = format!("/locks/{key}?force=true");
+        if let Some(fence) = fence {
+            url.push_str(&format!("&fencing_token={fence}"));
+        }
+        app.http.delete(app.url(&url)).bearer_auth(ADMIN).send()
+    };
+    let old = app.take("stuck", 30_000).await;
+    app.release("stuck", &old.token).await;
+    let new = app.take("stuck", 30_000).await;
+    let stale = revoke("stuck", Some(old.fencing_token)).await.unwrap();
+    assert_problem(stale, 404, "lock-not-found").await;
+    let status: Value = app.get("/locks/stuck").await.json().await.unwrap();
+    assert_eq!(
+        status["fencing_token"], new.fencing_token,
+        "the new hold was ended"
+    );
+    assert_eq!(
+        revoke("stuck", Some(new.fencing_token))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get("/locks/stuck").await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    // Of a counting lock's holders, only the one named.
+    let mut fences = Vec::new();
+    for _ in 0..2 {
+        let grant = app.acquire(json!({"key": "pool", "limit": 2})).await;
+        fences.push(
+            grant.json::<Value>().await.unwrap()["fencing_token"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        revoke("pool", Some(fences[0])).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+    let status: Value = app.get("/locks/pool").await.json().await.unwrap();
+    assert_eq!(status["holders"], 1, "{status}");
+    assert_eq!(status["leases"][0]["fencing_token"], fences[1]);
+
+    // A fencing token only names a hold to revoke.
+    let release = app
+        .http
+        .delete(app.url("/locks/pool?fencing_token=1"))
+        .header("Lock-Token", uuid::Uuid::new_v4().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_problem(release, 422, "invalid-field").await;
+}

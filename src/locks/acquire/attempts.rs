@@ -8,6 +8,7 @@
 //! place for a second at most until it claims it for its whole lease (an
 //! extension): a waiter whose instance died meanwhile holds nothing long.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::AcquireRequest;
@@ -17,7 +18,9 @@ use crate::locks::shared::Locks;
 use crate::locks::waiting::{Standing, Ticket, WaitRefused};
 use crate::metrics::LockOutcome;
 use crate::redis::BackendError;
-use crate::redis::locks::grant::{self as scripts, AcquireReply, Attempt, ExtendReply, LeaveReply};
+use crate::redis::locks::grant::{
+    self as scripts, AcquireReply, Attempt, ExtendReply, IfGranted, LeaveReply,
+};
 use crate::redis::locks::{LockKeys, LockState};
 
 /// What one acquisition wants, for every attempt it makes.
@@ -74,6 +77,9 @@ pub(super) struct Acquisition<'a> {
     locks: &'a Locks,
     terms: AcquireTerms<'a>,
     token: String,
+    /// The token of the request it waits with, when it waits as a retry
+    /// under the same Idempotency-Key: their one grant is that token's.
+    shared_token: OnceLock<String>,
     /// When the first attempt found no place: the wait is counted from there.
     refused_at: Option<Instant>,
 }
@@ -99,6 +105,7 @@ impl<'a> Acquisition<'a> {
             locks,
             terms,
             token: token.expose(),
+            shared_token: OnceLock::new(),
             refused_at: None,
         }
     }
@@ -150,8 +157,10 @@ impl<'a> Acquisition<'a> {
                     };
                 }
                 () = closing.cancelled() => {
-                    // Whatever was granted meanwhile goes back with the guard.
-                    let _ = Box::pin(self.leave(ticket)).await;
+                    // Answered that nothing was granted, it holds nothing:
+                    // a place offered meanwhile goes on to the next waiter
+                    // in the same step as it leaves.
+                    let _ = Box::pin(self.give_up(ticket)).await;
                     return Err(WaitRefused::ShuttingDown.into());
                 }
             };
@@ -206,23 +215,43 @@ impl<'a> Acquisition<'a> {
     /// Leaves the queue: the place it was granted meanwhile, or when a
     /// place frees as the lock stands now (ms).
     async fn leave(&self, ticket: &Ticket) -> Result<Result<Granted, u64>, NoGrant> {
-        let mut conn = self.locks.redis().connection().await?;
-        let left = scripts::leave(
-            &mut conn,
-            self.terms.keys,
-            self.locks.publish(),
-            ticket.id(),
-            &self.token,
-        )
-        .await?;
-        drop(conn);
-        match left {
+        match self.leave_queue(ticket, IfGranted::Keep).await? {
             // A place that stood too long unclaimed is gone: soon free again.
             LeaveReply::Granted { .. } => Ok(self.claim().await?.ok_or(1)),
             LeaveReply::Left { free_in_ms } | LeaveReply::Gone { free_in_ms } => {
                 Ok(Err(free_in_ms))
             }
+            LeaveReply::GivenBack => Ok(Err(1)),
         }
+    }
+
+    /// Leaves the queue holding nothing: a place offered meanwhile goes on
+    /// to the next waiter. A retry under an Idempotency-Key keeps it (the
+    /// requests waiting with it share it; an offer unclaimed lapses).
+    async fn give_up(&self, ticket: &Ticket) -> Result<(), NoGrant> {
+        let if_granted = if self.terms.request.idempotency_key.is_some() {
+            IfGranted::Keep
+        } else {
+            IfGranted::GiveBack
+        };
+        self.leave_queue(ticket, if_granted).await.map(drop)
+    }
+
+    async fn leave_queue(
+        &self,
+        ticket: &Ticket,
+        if_granted: IfGranted,
+    ) -> Result<LeaveReply, NoGrant> {
+        let mut conn = self.locks.redis().connection().await?;
+        let waiter = (ticket.id(), self.token());
+        let publish = self.locks.publish();
+        Ok(scripts::leave(&mut conn, self.terms.keys, publish, waiter, if_granted).await?)
+    }
+
+    /// The token its grant is made under: its own, or the one it shares
+    /// with the request it waits with.
+    fn token(&self) -> &str {
+        self.shared_token.get().unwrap_or(&self.token)
     }
 
     /// Claims a place granted from the queue for the whole lease (the
@@ -240,7 +269,7 @@ impl<'a> Acquisition<'a> {
             .write(
                 &keys.lock(),
                 request.confirmed,
-                async |conn| scripts::extend(conn, keys, publish, &self.token, ttl_ms).await,
+                async |conn| scripts::extend(conn, keys, publish, self.token(), ttl_ms).await,
                 |reply| matches!(reply, ExtendReply::Extended(_)),
             )
             .await?;
@@ -252,11 +281,17 @@ impl<'a> Acquisition<'a> {
     }
 
     fn granted(&self, state: LockState, sent: Instant, replayed_token: Option<Token>) -> Granted {
+        // A grant shared with the request it waited with is that
+        // request's, answered again.
+        let shared = self
+            .shared_token
+            .get()
+            .and_then(|token| Token::parse(token).ok());
         Granted {
             state,
             sent,
             waited: self.refused_at.map_or(Duration::ZERO, |at| at.elapsed()),
-            replayed_token,
+            replayed_token: replayed_token.or(shared),
         }
     }
 
@@ -269,7 +304,7 @@ impl<'a> Acquisition<'a> {
         let instance = self.locks.waiting().instance();
         let idempotency = request.idempotency_key.as_ref();
         let attempt = Attempt {
-            token: &self.token,
+            token: self.token(),
             kind: request.kind,
             ttl_ms: request.ttl.as_millis(),
             reenter: false,
@@ -305,10 +340,16 @@ impl<'a> Acquisition<'a> {
             AcquireReply::Queued {
                 position,
                 free_in_ms,
-            } => Outcome::Queued {
-                position,
-                free_in_ms,
-            },
+                token,
+            } => {
+                if let Some(token) = token {
+                    let _ = self.shared_token.set(token);
+                }
+                Outcome::Queued {
+                    position,
+                    free_in_ms,
+                }
+            }
             AcquireReply::Held { free_in_ms } => Outcome::Held { free_in_ms },
             AcquireReply::LimitMismatch { limit } => {
                 Outcome::Refused(NoGrant::LimitMismatch { limit })

@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::locks::inputs::{LockKey, Token};
 use crate::locks::shared::Locks;
-use crate::redis::locks::grant;
+use crate::redis::locks::grant::{IfGranted, LeaveReply};
 
 /// Guards a new grant until its client has it. Dropped while armed (the
 /// client disconnected while the request waited, or before its response
@@ -13,15 +13,14 @@ use crate::redis::locks::grant;
 /// token is harmless when nothing was granted: the script answers "not
 /// found" or "not owner" and changes nothing.
 ///
-/// A request sent with an Idempotency-Key keeps a grant it had claimed for
-/// its whole lease before its client left: the client's retry gets it (and
-/// its lease ends it if no retry comes). A place offered from the queue but
-/// not yet claimed goes back either way.
+/// A request sent with an Idempotency-Key keeps what it was granted
+/// before its client left: the client's retry gets it (and its lease ends
+/// it if no retry comes). A place only offered from the queue is then
+/// left to its offer's end (a second at most) rather than given back: a
+/// retry waiting under the same key shares that grant and may claim it.
 pub struct GrantGuard {
     armed: Option<(Locks, LockKey, Token)>,
     keep_if_left: bool,
-    /// Whether the grant was made for its whole lease.
-    claimed: bool,
     /// The request's id in the lock's queue, while it waits there.
     queued_as: Option<String>,
 }
@@ -31,15 +30,8 @@ impl GrantGuard {
         Self {
             armed: Some((locks, key, token)),
             keep_if_left,
-            claimed: false,
             queued_as: None,
         }
-    }
-
-    /// The grant is made for its whole lease: all that is left is to hand
-    /// it to the client.
-    pub(super) fn claimed(&mut self) {
-        self.claimed = true;
     }
 
     /// The client has the grant, or the request ended without one and left
@@ -63,28 +55,26 @@ impl Drop for GrantGuard {
             return;
         };
         let queued_as = self.queued_as.take();
-        let keep = self.keep_if_left && self.claimed;
+        let keep = self.keep_if_left;
         if keep {
             tracing::debug!(%key, "the client left before receiving its grant; kept for its retry");
         } else {
             tracing::debug!(%key, "the client left before receiving its grant; undoing it");
         }
         runtime.spawn(async move {
-            let mut granted = true;
             if let Some(id) = queued_as {
-                match locks.leave_queue(&key, &id, &token).await {
-                    Ok(grant::LeaveReply::Granted { .. }) => {}
-                    Ok(grant::LeaveReply::Left { .. } | grant::LeaveReply::Gone { .. }) => granted = false,
+                let if_granted = if keep { IfGranted::Keep } else { IfGranted::GiveBack };
+                match locks.leave_queue(&key, &id, &token, if_granted).await {
+                    // Left holding nothing, or gave back what it was granted.
+                    Ok(LeaveReply::Left { .. } | LeaveReply::Gone { .. } | LeaveReply::GivenBack) => return,
+                    Ok(LeaveReply::Granted { .. }) => {}
                     Err(err) => tracing::debug!(%key, error = %err, "could not leave a lock's queue; the waiter's wait will end it"),
                 }
             }
-            if granted
-                && !keep
-                && let Err(err) = locks.release_all(&key, &token).await
-            {
-                    // Usually nothing was granted, or Redis is down: the
-                    // lease ends it anyway.
-                    tracing::debug!(%key, error = %err, "could not release an abandoned grant; its lease will end it");
+            if !keep && let Err(err) = locks.release_all(&key, &token).await {
+                // Usually nothing was granted, or Redis is down: the
+                // lease ends it anyway.
+                tracing::debug!(%key, error = %err, "could not release an abandoned grant; its lease will end it");
             }
         });
     }
@@ -94,7 +84,6 @@ impl fmt::Debug for GrantGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GrantGuard")
             .field("armed", &self.armed.is_some())
-            .field("claimed", &self.claimed)
             .field("queued_as", &self.queued_as)
             .finish()
     }

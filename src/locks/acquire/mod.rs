@@ -159,7 +159,7 @@ impl Locks {
     /// The lease a grant gives, counted in the metrics; its guard stays
     /// armed until the client has it (a grant answered again is the
     /// earlier request's, and needs none).
-    fn lease(&self, key: LockKey, token: Token, granted: Granted, mut guard: GrantGuard) -> Lease {
+    fn lease(&self, key: LockKey, token: Token, granted: Granted, guard: GrantGuard) -> Lease {
         let waited = granted.waited;
         let replayed = granted.replayed_token.is_some();
         if !replayed {
@@ -173,7 +173,6 @@ impl Locks {
             guard.complete();
             None
         } else {
-            guard.claimed();
             Some(guard)
         };
         Lease {

@@ -131,6 +131,14 @@ impl Room {
                 });
         }
         interest.queued = tended.queued;
+        if tended.lapsed && plan.ids.len() < interest.waiters.len() {
+            // This instance was away (paused, or Redis stalled) long enough
+            // for its waiters to be taken for gone: ask where each stands,
+            // at once. One no longer queued nor granted leaves and queues
+            // again (`Standing::Unaccounted`).
+            interest.check_all = true;
+            self.tend_soon.notify_one();
+        }
         if tended.restarted {
             interest.restarts.send_modify(|count| *count += 1);
         }

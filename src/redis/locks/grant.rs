@@ -50,10 +50,13 @@ pub enum AcquireReply {
     /// The Idempotency-Key's grant lives, made for another request.
     KeyReused,
     /// In the queue at `position` (1 is next); a place may free in
-    /// `free_in_ms`.
+    /// `free_in_ms`. `token`: it waits as a retry of a request waiting
+    /// under the same Idempotency-Key, with that request's token (one
+    /// grant serves both).
     Queued {
         position: u64,
         free_in_ms: u64,
+        token: Option<String>,
     },
     /// No place now, and no wait: a place may free in `free_in_ms`.
     Held {
@@ -116,6 +119,7 @@ pub async fn acquire(
         "queued" => Some(AcquireReply::Queued {
             position: reply.number("position")?,
             free_in_ms: reply.number("free_in_ms")?,
+            token: reply.text("token").map(str::to_owned),
         }),
         "held" => Some(AcquireReply::Held {
             free_in_ms: reply.number("free_in_ms")?,
@@ -303,6 +307,18 @@ pub enum LeaveReply {
     },
     /// Neither in the queue nor holding (passed over).
     Gone { free_in_ms: u64 },
+    /// Granted a place, and gave it back (the next waiter was served).
+    GivenBack,
+}
+
+/// Whether a waiter that leaves keeps a place it was granted meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfGranted {
+    /// It learns of the grant (and claims it, or releases it later).
+    Keep,
+    /// The place goes on to the next waiter in the same step: the request
+    /// is answered that nothing was granted.
+    GiveBack,
 }
 
 /// Runs `leave.lua`: waiter `id` (with `token`) leaves the queue.
@@ -310,11 +326,20 @@ pub async fn leave(
     conn: &mut Connection,
     keys: &LockKeys,
     publish: &str,
-    id: &str,
-    token: &str,
+    (id, token): (&str, &str),
+    if_granted: IfGranted,
 ) -> Result<LeaveReply, BackendError> {
     let mut invocation = LEAVE.call(keys, publish);
-    invocation.arg(id).arg(token).arg(FENCE_RETENTION_MS);
+    let give_back = if if_granted == IfGranted::GiveBack {
+        "1"
+    } else {
+        "0"
+    };
+    invocation
+        .arg(id)
+        .arg(token)
+        .arg(FENCE_RETENTION_MS)
+        .arg(give_back);
     let reply = LEAVE.run(&invocation, conn).await?;
     LEAVE.read(&reply, |reply| match reply.code() {
         "left" => Some(LeaveReply::Left {
@@ -327,6 +352,7 @@ pub async fn leave(
         "gone" => Some(LeaveReply::Gone {
             free_in_ms: reply.number("free_in_ms")?,
         }),
+        "given-back" => Some(LeaveReply::GivenBack),
         _ => None,
     })
 }
@@ -369,17 +395,22 @@ pub async fn set_value(
     })
 }
 
-/// Runs `revoke.lua`: every hold ends; `longest_lease_ms` bounds the old
+/// Runs `revoke.lua`: every hold ends (or the one with the fencing token
+/// `only_fencing_token`); `longest_lease_ms` bounds the old
 /// holders' leases, which the fence counter outlives. Returns how many
-/// places were taken back; `None` when nobody held the lock.
+/// places were taken back; `None` when nobody held the lock (or that hold).
 pub async fn revoke(
     conn: &mut Connection,
     keys: &LockKeys,
     publish: &str,
     longest_lease_ms: u64,
+    only_fencing_token: Option<u64>,
 ) -> Result<Option<u64>, BackendError> {
     let mut invocation = REVOKE.call(keys, publish);
-    invocation.arg(FENCE_RETENTION_MS).arg(longest_lease_ms);
+    invocation
+        .arg(FENCE_RETENTION_MS)
+        .arg(longest_lease_ms)
+        .arg(only_fencing_token.map_or_else(String::new, |token| token.to_string()));
     let reply = REVOKE.run(&invocation, conn).await?;
     REVOKE.read(&reply, |reply| match reply.code() {
         "revoked" => reply.number("holders").map(Some),

@@ -158,6 +158,10 @@ pub struct Tended {
     pub queued: u64,
     /// The watch had lapsed and began again: the history has a gap.
     pub restarted: bool,
+    /// The instance's waiters may have lost their places (its presence
+    /// had lapsed too long, or the queue was gone): where each stands
+    /// should be asked.
+    pub lapsed: bool,
 }
 
 /// Runs `tend.lua` for many locks at once (one pipeline on one Redis; each
@@ -207,6 +211,7 @@ fn read_tended(script: &LockFunction, reply: &Reply) -> Result<Tended, BackendEr
             positions,
             queued: reply.number("queued")?,
             restarted: reply.flag("restarted")?,
+            lapsed: reply.flag("lapsed")?,
         })
     })
 }
