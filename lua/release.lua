@@ -7,6 +7,8 @@
 --          left), else "one"
 -- ARGV[6]  how long a fence counter outlives a lease, in milliseconds (for
 --          the waiters granted the place)
+-- ARGV[7]  (optional) the fencing token the holder's place must have: its
+--          release happens only if it does (else not-owner)
 --
 -- Returns {code, field, value, ...}, by code:
 --   released    the holder's place is free (or granted to the next waiter);
@@ -17,10 +19,14 @@
 
 local ctx = context(KEYS, ARGV)
 local token, all, keep = ARGV[4], ARGV[5] == 'all', tonumber(ARGV[6])
+local fence = tonumber(ARGV[7] or '')
 
 local place, why = holder(ctx, token)
 if not place then
   return {no_place(ctx, why)}
+end
+if fence and place.fence ~= fence then
+  return {'not-owner'}
 end
 if not all and place.holds > 1 then
   if place.plain then

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::handoff::store::OrderStore;
 use crate::http;
 use crate::locks::{Locks, StreamedLocks, Waiting, Watches};
 use crate::metrics::Metrics;
@@ -22,12 +23,14 @@ pub(super) struct Domains {
 }
 
 impl Domains {
+    /// `stored`: the database the hand-off stores orders in, when it runs
+    /// here (the sale's listing reads it too).
     pub(super) fn build(
         config: &Config,
         instance_id: &str,
-        redis: &Redis,
-        subscriber: &Subscriber,
+        (redis, subscriber): (&Redis, &Subscriber),
         metrics: &Arc<Metrics>,
+        stored: Option<OrderStore>,
     ) -> Self {
         let waiting = Waiting::new(subscriber.clone(), instance_id, config.max_waiters);
         waiting.start_tending(redis.clone());
@@ -55,7 +58,7 @@ impl Domains {
             metrics.clone(),
             config.lock_limits(),
         );
-        let sales = Sales::new(
+        let mut sales = Sales::new(
             redis.clone(),
             sale_locks,
             &config.redis.key_prefix,
@@ -63,6 +66,9 @@ impl Domains {
             config.sale_settings(),
             metrics.clone(),
         );
+        if let Some(stored) = stored {
+            sales = sales.with_stored_orders(Arc::new(stored));
+        }
         Self {
             locks,
             streamed,

@@ -73,22 +73,31 @@ impl Gateway {
         let instance_header = HeaderValue::try_from(instance_id.as_str())
             .map_err(|_| StartError::InstanceId(instance_id.clone()))?;
         let subscriber = redis.subscriber().map_err(StartError::RedisUrl)?;
-        let domains = Domains::build(config, &instance_id, &redis, &subscriber, &metrics);
+        let store = match &config.orders_database {
+            Some(url) => Some(OrderStore::new(url).map_err(StartError::OrdersDatabase)?),
+            None => None,
+        };
+        let domains = Domains::build(
+            config,
+            &instance_id,
+            (&redis, &subscriber),
+            &metrics,
+            store.clone(),
+        );
         warn_of_open_doors(config);
         let routes = config.route_settings().map_err(StartError::BuyerKey)?;
         let state = AppState::new(domains.handed_to_routes(&redis, metrics.clone()), routes);
         let router =
             server::application(http::api(), state, config.request_settings(instance_header));
-        let handoff = match &config.orders_database {
-            Some(url) => Some(Handoff::new(
+        let handoff = store.map(|store| {
+            Handoff::new(
                 redis.clone(),
-                OrderStore::new(url).map_err(StartError::OrdersDatabase)?,
+                store,
                 &config.redis.key_prefix,
                 config.handoff.settings(&instance_id),
                 metrics.clone(),
-            )),
-            None => None,
-        };
+            )
+        });
         Ok(Self {
             listener,
             addr,

@@ -14,6 +14,7 @@
 //! drained ([`reconcile`] checks the result).
 
 mod entry;
+mod listing;
 mod pace;
 pub mod reconcile;
 pub mod store;

@@ -177,6 +177,7 @@ impl ApiError {
             Self::Sale(Refusal::KeyReused) => ProblemType::IdempotencyKeyReused,
             Self::Sale(Refusal::RateLimited(_)) => ProblemType::RateLimited,
             Self::Sale(Refusal::NotReplicated { .. }) => ProblemType::NotReplicated,
+            Self::Sale(Refusal::StoredOrdersUnavailable { .. }) => ProblemType::BackendUnavailable,
             Self::HeadersTooLarge(_) | Self::TooManyHeaders(_) => ProblemType::HeadersTooLarge,
             Self::RequestTimeout => ProblemType::RequestTimeout,
             Self::Unauthorized => ProblemType::Unauthorized,

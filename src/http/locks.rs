@@ -263,6 +263,11 @@ impl<S: Send + Sync> FromRequestParts<S> for AcquireHeaders {
 /// Release one hold; the last one frees the lock, and the head of its
 /// queue is granted it. With `force=true` and the admin token: revoke it.
 ///
+/// The token travels in the `Lock-Token` header, or (for clients that
+/// cannot set headers) as `?token=`; both, with different tokens, is a
+/// `422`. With `fencing_token`, a release happens only if the token's hold
+/// has that fencing token (`409 not-owner` otherwise).
+///
 /// A revocation ends every hold of the lock at once (`204`; `404` when it
 /// is not held), or with `fencing_token` only the hold with that fencing
 /// token (`404` when that hold is gone: never another holder's): each
@@ -277,10 +282,9 @@ impl<S: Send + Sync> FromRequestParts<S> for AcquireHeaders {
     security((), ("api_key" = []), ("admin" = [])),
     params(
         ("key" = LockKeyText, Path, description = "The lock"),
-        ("Lock-Token" = Option<TokenText>, Header, description = "The holder's token (or `?token=` instead)"),
-        ("token" = Option<TokenText>, Query, description = "The holder's token, for clients that cannot set headers"),
+        ("Lock-Token" = TokenText, Header, description = "The holder's token (a revocation ignores it)"),
         ("force" = Option<bool>, Query, description = "`true` revokes the lock (every hold; needs the admin token)"),
-        ("fencing_token" = Option<u64>, Query, description = "With `force=true`: revoke only the hold with this fencing token"),
+        ("fencing_token" = Option<u64>, Query, description = "With `force=true`: revoke only the hold with this fencing token. Without: release only if the token's hold has this fencing token"),
     ),
     responses(
         (status = 204, description = "Released (or revoked); the next waiter is served"),
@@ -308,16 +312,11 @@ pub async fn release(
         }
         Some(_) => return Err(ApiError::invalid_field("force", "must be true or false")),
     }
-    if query.fencing_token.is_some() {
-        return Err(ApiError::invalid_field(
-            "fencing_token",
-            "names the hold a revocation ends: it goes with force=true",
-        ));
-    }
     permitted(&api_keys, &headers)?;
     let from_query = query.token.as_deref().map(Token::parse).transpose()?;
     let token = one_token(from_query, token_header(&headers)?)?;
-    Ok(match locks.release(&key, &token).await? {
+    let only = revoked_hold(query.fencing_token.as_deref())?;
+    Ok(match locks.release_if(&key, &token, only).await? {
         Released::Free => StatusCode::NO_CONTENT.into_response(),
         Released::HoldsLeft(holds) => Json(HoldReleased {
             key: key.to_string(),
@@ -335,7 +334,7 @@ struct ReleaseQuery {
     fencing_token: Option<String>,
 }
 
-/// The one hold a revocation ends, by its fencing token (none: every hold).
+/// The one hold a revocation (or a release) is for, by its fencing token.
 fn revoked_hold(fencing_token: Option<&str>) -> Result<Option<u64>, ApiError> {
     fencing_token
         .map(|text| {
@@ -360,7 +359,6 @@ fn revoked_hold(fencing_token: Option<&str>) -> Result<Option<u64>, ApiError> {
     security((), ("api_key" = [])),
     params(
         ("key" = LockKeyText, Path, description = "The lock"),
-        ("Lock-Token" = Option<TokenText>, Header, description = "The holder's token, when the body has none"),
     ),
     request_body = ExtendBody,
     responses(
@@ -399,7 +397,6 @@ pub async fn extend(
     security((), ("api_key" = [])),
     params(
         ("key" = LockKeyText, Path, description = "The lock"),
-        ("Lock-Token" = Option<TokenText>, Header, description = "The holder's token, when the body has none"),
     ),
     request_body = ValueBody,
     responses(

@@ -17,7 +17,8 @@ mod state;
 mod streamed;
 mod watch;
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
 
 use axum::Router;
 use axum::http::Uri;
@@ -28,6 +29,9 @@ use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
 use error::Problem;
+
+use crate::locks::LockLimits;
+use crate::sync::lock;
 use schema::{Bounds, IdempotencyKeyText, LockKeyText, NameText, TokenText};
 
 pub use auth::{AdminToken, ApiKeys};
@@ -108,20 +112,27 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::problem_page))
 }
 
-/// The OpenAPI document, as `lockgate openapi` prints it and `/openapi.json`
-/// serves it.
+/// The OpenAPI document, as `lockgate openapi` prints it (and
+/// `openapi/openapi.json` holds it): the bounds of the default settings.
 pub fn openapi_json() -> &'static str {
-    static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+    openapi_json_for(LockLimits::default())
+}
+
+/// The OpenAPI document with the lease and wait bounds of `limits`, as a
+/// gateway with those settings serves it at `/openapi.json` (so generated
+/// clients and fuzzers send what it accepts). Made once per set of limits.
+pub fn openapi_json_for(limits: LockLimits) -> &'static str {
+    static DOCUMENTS: LazyLock<Mutex<HashMap<LockLimits, &'static str>>> =
+        LazyLock::new(Mutex::default);
+    let mut documents = lock(&DOCUMENTS);
+    documents.entry(limits).or_insert_with(|| {
         let mut document = api_routes().into_openapi();
         // After the routes have added their schemas, which it bounds.
-        utoipa::Modify::modify(&Bounds, &mut document);
-        let mut text = document
-            .to_pretty_json()
-            .expect("the OpenAPI document serialises");
+        utoipa::Modify::modify(&Bounds(limits), &mut document);
+        let mut text = schema::refined(&document);
         text.push('\n');
-        text
-    });
-    &DOCUMENT
+        Box::leak(text.into_boxed_str())
+    })
 }
 
 /// The API: every route, Swagger UI, and the answers for unknown paths and

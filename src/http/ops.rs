@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::error::{ApiError, ProblemType};
 use super::responses::problem_responses;
-use crate::locks::{Locks, StreamedLocks, Watches};
+use crate::locks::{LockLimits, Locks, StreamedLocks, Watches};
 use crate::metrics::{Gauges, Metrics};
 use crate::redis::Redis;
 
@@ -74,13 +74,14 @@ pub async fn metrics(
     )
 }
 
-/// The OpenAPI document of this API (as `openapi/openapi.json` holds it).
+/// The OpenAPI document of this API, with this gateway's bounds on leases
+/// and waits (with the default settings, what `openapi/openapi.json` holds).
 #[utoipa::path(get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")))]
-pub async fn openapi_document() -> impl IntoResponse {
+pub async fn openapi_document(State(limits): State<LockLimits>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        super::openapi_json(),
+        super::openapi_json_for(limits),
     )
 }
 

@@ -7,16 +7,19 @@
 //! so the document cannot say one thing while the parser does another.
 #![allow(dead_code)]
 
+use serde_json::{Value, json};
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::schema::{Object, Schema};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{Modify, Number, ToSchema};
 
+use super::watch::LAST_EVENT_ID_PATTERN;
+use crate::locks::ListCursor;
 use crate::locks::{
-    DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MAX_LIMIT, MAX_LIST, MIN_TTL_MS, Token,
-    idempotency_key_pattern, key_pattern,
+    LockLimits, MAX_LIMIT, MAX_LIST, MAX_VALUE_BYTES, MIN_TTL_MS, Token, idempotency_key_pattern,
+    key_pattern,
 };
-use crate::seckill::{MAX_PAGE, MAX_QUANTITY, MAX_STOCK, name_pattern};
+use crate::seckill::{Cursor, MAX_PAGE, MAX_QUANTITY, MAX_STOCK, name_pattern};
 
 /// A lock key: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`, not only dots.
 #[derive(ToSchema)]
@@ -97,13 +100,12 @@ pub enum LockWatchEventName {
 }
 
 /// Sets every pattern and numeric bound of the document from the parsers'
-/// constants (the lease and wait maximums are the defaults a deployment
-/// may change).
-pub struct Bounds;
+/// constants, and the lease and wait maximums from a deployment's limits.
+pub struct Bounds(pub LockLimits);
 
 impl Modify for Bounds {
     fn modify(&self, openapi: &mut OpenApi) {
-        let ttl = (MIN_TTL_MS, DEFAULT_MAX_TTL_MS);
+        let ttl = (MIN_TTL_MS, self.0.max_ttl_ms);
         for (schema, field, bound) in [
             ("LockKeyText", None, Bound::Pattern(key_pattern())),
             ("TokenText", None, Bound::Pattern(Token::PATTERN.into())),
@@ -118,7 +120,7 @@ impl Modify for Bounds {
             (
                 "AcquireBody",
                 Some("wait_ms"),
-                Bound::Range(0, DEFAULT_MAX_WAIT_MS),
+                Bound::Range(0, self.0.max_wait_ms),
             ),
             ("AcquireBody", Some("limit"), Bound::Range(1, MAX_LIMIT)),
             ("ExtendBody", Some("ttl_ms"), Bound::Range(ttl.0, ttl.1)),
@@ -135,12 +137,90 @@ impl Modify for Bounds {
                 .unwrap_or_else(|| panic!("the document has no {schema} {field:?} to bound"));
             bound.apply(target);
         }
-        let page = query_parameter(openapi, "/seckill/{sku}/orders", "limit")
-            .expect("the document has the orders' page limit");
-        Bound::Range(1, MAX_PAGE as u64).apply(page);
-        let locks = query_parameter(openapi, "/locks", "limit")
-            .expect("the document has the lock listing's page limit");
-        Bound::Range(1, MAX_LIST as u64).apply(locks);
+        for (path, name, bound) in [
+            (
+                "/seckill/{sku}/orders",
+                "limit",
+                Bound::Range(1, MAX_PAGE as u64),
+            ),
+            ("/locks", "limit", Bound::Range(1, MAX_LIST as u64)),
+            ("/locks/{key}", "fencing_token", Bound::Minimum(1)),
+            (
+                "/locks",
+                "cursor",
+                Bound::Pattern(ListCursor::PATTERN.into()),
+            ),
+            (
+                "/seckill/{sku}/orders",
+                "cursor",
+                Bound::Pattern(Cursor::PATTERN.into()),
+            ),
+            (
+                "/locks/{key}/events",
+                "Last-Event-ID",
+                Bound::Pattern(LAST_EVENT_ID_PATTERN.into()),
+            ),
+        ] {
+            let parameter = query_parameter(openapi, path, name)
+                .unwrap_or_else(|| panic!("the document has no {name} on {path}"));
+            bound.apply(parameter);
+        }
+    }
+}
+
+/// The document as JSON, with what the annotations cannot say: an optional
+/// header or query parameter is absent, never null; a shared lock names
+/// no limit; a purchase names its buyer (a gateway that checks buyer
+/// tokens also takes the token's instead); a value's length.
+pub fn refined(openapi: &OpenApi) -> String {
+    let mut document = serde_json::to_value(openapi).expect("the OpenAPI document serialises");
+    if let Some(paths) = document["paths"].as_object_mut() {
+        for operation in paths
+            .values_mut()
+            .flat_map(|path| path.as_object_mut())
+            .flat_map(|path| path.values_mut())
+        {
+            let parameters = operation
+                .get_mut("parameters")
+                .and_then(Value::as_array_mut);
+            for parameter in parameters.into_iter().flatten() {
+                not_null(&mut parameter["schema"]);
+            }
+        }
+    }
+    let schemas = &mut document["components"]["schemas"];
+    schemas["AcquireBody"]["not"] = json!({
+        "description": "A shared lock has no limit.",
+        "required": ["mode", "limit"],
+        "properties": {"mode": {"const": "shared"}, "limit": {"type": "integer"}},
+    });
+    schemas["OrderBody"]["required"] = json!(["user_id"]);
+    schemas["OrderBody"]["properties"]["user_id"]["type"] = json!("string");
+    for body in ["AcquireBody", "ValueBody"] {
+        schemas[body]["properties"]["value"]["maxLength"] = json!(MAX_VALUE_BYTES);
+    }
+    serde_json::to_string_pretty(&document).expect("the OpenAPI document serialises")
+}
+
+/// `{"oneOf": [schema, {"type": "null"}]}` made `schema`, and
+/// `{"type": [type, "null"]}` made `{"type": type}`.
+fn not_null(schema: &mut Value) {
+    if let Some(types) = schema["type"].as_array()
+        && types.len() == 2
+        && let Some(other) = types.iter().find(|kind| *kind != "null")
+    {
+        schema["type"] = other.clone();
+        return;
+    }
+    let Some(choices) = schema["oneOf"].as_array() else {
+        return;
+    };
+    let kept: Vec<&Value> = choices
+        .iter()
+        .filter(|choice| choice["type"] != "null")
+        .collect();
+    if kept.len() == 1 && choices.len() == 2 {
+        *schema = kept[0].clone();
     }
 }
 
@@ -148,6 +228,7 @@ impl Modify for Bounds {
 enum Bound {
     Pattern(String),
     Range(u64, u64),
+    Minimum(u64),
 }
 
 impl Bound {
@@ -158,6 +239,7 @@ impl Bound {
                 schema.minimum = Some(number(minimum));
                 schema.maximum = Some(number(maximum));
             }
+            Self::Minimum(minimum) => schema.minimum = Some(number(minimum)),
         }
     }
 }
@@ -179,9 +261,23 @@ fn component<'a>(
     }
 }
 
-/// The schema of the query parameter `name` of `GET path`.
+/// The schema of the parameter `name` (query or header) of `path` (its
+/// `GET`, else its `DELETE`).
 fn query_parameter<'a>(openapi: &'a mut OpenApi, path: &str, name: &str) -> Option<&'a mut Object> {
-    let operation: &mut Operation = openapi.paths.paths.get_mut(path)?.get.as_mut()?;
+    let item = openapi.paths.paths.get_mut(path)?;
+    let has =
+        |operation: &Option<Operation>| {
+            operation.as_ref().is_some_and(|operation| {
+                operation.parameters.iter().flatten().any(
+                    |parameter| matches!(parameter, RefOr::T(parameter) if parameter.name == name),
+                )
+            })
+        };
+    let operation: &mut Operation = if has(&item.get) {
+        item.get.as_mut()?
+    } else {
+        item.delete.as_mut()?
+    };
     let parameter =
         operation
             .parameters

@@ -23,12 +23,23 @@ impl Locks {
     /// Gives up one hold; the last one frees the place, which goes to the
     /// head of the queue.
     pub async fn release(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
-        self.release_holds(key, token, Holds::One).await
+        self.release_holds(key, token, Holds::One, None).await
+    }
+
+    /// As [`Locks::release`], only if the token's hold has the fencing
+    /// token `fence` (when given): `NotOwner` otherwise.
+    pub async fn release_if(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        fence: Option<u64>,
+    ) -> Result<Released, LockError> {
+        self.release_holds(key, token, Holds::One, fence).await
     }
 
     /// Gives up every hold of `token` at once, freeing its place.
     pub async fn release_all(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
-        self.release_holds(key, token, Holds::All).await
+        self.release_holds(key, token, Holds::All, None).await
     }
 
     async fn release_holds(
@@ -36,11 +47,12 @@ impl Locks {
         key: &LockKey,
         token: &Token,
         holds: Holds,
+        fence: Option<u64>,
     ) -> Result<Released, LockError> {
         let mut conn = self.redis().connection().await?;
         let keys = self.keys(key);
-        let reply =
-            scripts::release(&mut conn, &keys, self.publish(), &token.expose(), holds).await?;
+        let holder = (&*token.expose(), fence);
+        let reply = scripts::release(&mut conn, &keys, self.publish(), holder, holds).await?;
         let released = match reply {
             ReleaseReply::Released => Released::Free,
             ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),

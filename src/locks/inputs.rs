@@ -236,10 +236,20 @@ pub enum InvalidKind {
 }
 
 /// The bounds a deployment puts on leases and waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LockLimits {
     pub max_ttl_ms: u64,
     pub max_wait_ms: u64,
+}
+
+impl Default for LockLimits {
+    /// The settings' defaults.
+    fn default() -> Self {
+        Self {
+            max_ttl_ms: DEFAULT_MAX_TTL_MS,
+            max_wait_ms: DEFAULT_MAX_WAIT_MS,
+        }
+    }
 }
 
 /// A lease length within [`MIN_TTL_MS`] and the deployment's maximum.

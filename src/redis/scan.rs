@@ -15,6 +15,9 @@ pub struct ScanCursor {
 }
 
 impl ScanCursor {
+    /// What [`ScanCursor::to_text`] writes, as a regular expression.
+    pub const PATTERN: &str = r"^[0-9]{1,20}\.[0-9]{1,20}(\.[0-9a-fA-F]{32})?$";
+
     /// The cursor as a client passes it back: `<primary>.<cursor>`, and
     /// `.<id of the kept keys>` when a page ended inside a batch.
     pub fn to_text(&self) -> String {

@@ -310,30 +310,73 @@ pub async fn add_refusals(
 /// An `XRANGE` entry: its id and its field-value pairs.
 type StreamEntry = (String, Vec<(String, String)>);
 
-/// Up to `limit` orders of a sale, oldest first, after the order stream's
-/// entry `after` (from the start without one), each with its stream id;
-/// `None` when there is no such sale. One round trip: the existence check
-/// and the read are pipelined.
+/// A page of a sale's order stream, oldest first, and the sale's epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamOrders {
+    pub epoch: u64,
+    /// Each order with the time of its purchase (the Redis clock, ms: its
+    /// stream entry's id).
+    pub orders: Vec<(u64, OrderEntry)>,
+}
+
+/// The orders of the sale's stream from the purchase time `after_ms` on
+/// (every one of that millisecond), and at least `limit` after it, or all
+/// there are: the entries of the last millisecond read are read whole, so
+/// that the caller can cut a page in the order of `(time, order id)`.
+/// `None` when there is no such sale.
 pub async fn orders(
     conn: &mut Connection,
     keys: &SaleKeys,
-    after: Option<&str>,
+    after_ms: Option<u64>,
     limit: usize,
-) -> Result<Option<Vec<(String, OrderEntry)>>, BackendError> {
-    let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
-    let (exists, entries): (bool, Vec<StreamEntry>) = redis::pipe()
-        .cmd("EXISTS")
-        .arg(&keys.sale)
-        .cmd("XRANGE")
-        .arg(&keys.orders)
-        .arg(start)
-        .arg("+")
-        .arg("COUNT")
-        .arg(limit)
-        .query_async(conn)
-        .await?;
-    if !exists {
+) -> Result<Option<StreamOrders>, BackendError> {
+    const LAST_SEQ: u64 = u64::MAX;
+    let mut read = redis::pipe();
+    read.cmd("HGET").arg(&keys.sale).arg("epoch");
+    match after_ms {
+        Some(ms) => {
+            read.cmd("XRANGE")
+                .arg(&keys.orders)
+                .arg(format!("{ms}-0"))
+                .arg(format!("{ms}-{LAST_SEQ}"));
+            read.cmd("XRANGE")
+                .arg(&keys.orders)
+                .arg(format!("({ms}-{LAST_SEQ}"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(limit);
+        }
+        None => {
+            read.cmd("XRANGE")
+                .arg(&keys.orders)
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(limit);
+        }
+    }
+    let (epoch, mut entries, later): (Option<u64>, Vec<StreamEntry>, Vec<StreamEntry>) =
+        if after_ms.is_some() {
+            read.query_async(conn).await?
+        } else {
+            let (epoch, later): (Option<u64>, Vec<StreamEntry>) = read.query_async(conn).await?;
+            (epoch, Vec::new(), later)
+        };
+    let Some(epoch) = epoch else {
         return Ok(None);
+    };
+    let full = later.len() >= limit;
+    entries.extend(later);
+    if full && let Some((last, _)) = entries.last() {
+        // The rest of the last millisecond, which the count cut.
+        let ms = entry_ms(last);
+        let rest: Vec<StreamEntry> = redis::cmd("XRANGE")
+            .arg(&keys.orders)
+            .arg(format!("({last}"))
+            .arg(format!("{ms}-{LAST_SEQ}"))
+            .query_async(conn)
+            .await?;
+        entries.extend(rest);
     }
     let orders = entries
         .into_iter()
@@ -349,10 +392,18 @@ pub async fn orders(
                 user_id: field("user_id")?,
                 quantity: field("quantity")?.parse().ok()?,
             };
-            Some((id, order))
+            Some((entry_ms(&id), order))
         })
         .collect();
-    Ok(Some(orders))
+    Ok(Some(StreamOrders { epoch, orders }))
+}
+
+/// The milliseconds part of a stream entry's id (`<ms>-<seq>`).
+fn entry_ms(id: &str) -> u64 {
+    id.split('-')
+        .next()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Every order of one user in a sale, oldest first, from the sale's

@@ -154,13 +154,25 @@ impl Default for PageLimit {
 /// it was given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cursor {
-    /// Everyone's orders: after this entry of the sale's order stream.
-    After(String),
+    /// Everyone's orders: after this one, in the order of their purchase
+    /// time (ms) and then of their ids (`<ms>.<order id>`).
+    After { ms: u64, order_id: String },
     /// One user's orders: after skipping this many.
     Skip(usize),
 }
 
 impl Cursor {
+    /// What a cursor may look like, as a regular expression.
+    pub const PATTERN: &str = r"^([0-9]{1,20}\.[0-9A-Za-z-]{1,64}|[0-9]{1,20})$";
+
+    /// The cursor as a page gives it.
+    pub fn to_text(&self) -> String {
+        match self {
+            Self::After { ms, order_id } => format!("{ms}.{order_id}"),
+            Self::Skip(skip) => skip.to_string(),
+        }
+    }
+
     /// A cursor for everyone's orders (`for_user` false) or one user's.
     pub fn parse(text: &str, for_user: bool) -> Result<Self, InvalidInput> {
         let number = |part: &str| {
@@ -174,9 +186,17 @@ impl Cursor {
                 .and_then(|skip| usize::try_from(skip).ok())
                 .map(Self::Skip)
         } else {
-            text.split_once('-')
-                .filter(|(ms, seq)| number(ms).is_some() && number(seq).is_some())
-                .map(|_| Self::After(text.to_owned()))
+            text.split_once('.').and_then(|(ms, order_id)| {
+                let id_like = !order_id.is_empty()
+                    && order_id.len() <= 64
+                    && order_id
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+                Some(Self::After {
+                    ms: number(ms)?,
+                    order_id: id_like.then(|| order_id.to_owned())?,
+                })
+            })
         };
         cursor.ok_or_else(|| {
             InvalidInput::new(
@@ -321,9 +341,21 @@ mod tests {
 
     #[test]
     fn cursors_are_stream_ids_or_offsets_and_limits_stay_in_range() {
-        assert!(Cursor::parse("1795331974189-0", false).is_ok());
+        let after = Cursor::parse("1795331974189.0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b", false);
+        assert_eq!(
+            after.clone().map(|cursor| cursor.to_text()).ok().as_deref(),
+            Some("1795331974189.0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b")
+        );
         assert_eq!(Cursor::parse("200", true), Ok(Cursor::Skip(200)));
-        for bad in ["", "1795331974189", "a-0", "1-2-3", "-0"] {
+        for bad in [
+            "",
+            "1795331974189",
+            "a.0",
+            "1.",
+            ".x",
+            "1.a b",
+            "1795331974189-0",
+        ] {
             assert_eq!(
                 Cursor::parse(bad, false).unwrap_err().field,
                 "cursor",

@@ -33,7 +33,8 @@ pub use inputs::{
     Cursor, DEFAULT_PAGE, InvalidInput, MAX_NAME_LEN, MAX_PAGE, MAX_QUANTITY, MAX_STOCK,
     OrderRequest, OrdersQuery, PageLimit, Quantity, SaleTerms, Sku, UserId, name_pattern,
 };
-pub use orders::OrderPage;
+use orders::PageError;
+pub use orders::{OrderPage, StoredOrders};
 use purchase::outcome;
 pub use purchase::{Order, Purchase, PurchaseAnswer};
 use rate::RateLimits;
@@ -93,6 +94,9 @@ pub enum Refusal {
          retry with the same Idempotency-Key"
     )]
     NotReplicated { sku: Sku },
+    /// The database the hand-off stores orders in could not be read.
+    #[error("the stored orders of {sku} cannot be read now; retry")]
+    StoredOrdersUnavailable { sku: Sku },
 }
 
 /// Why a sale operation did not happen: the sale refused, or the lock (or
@@ -122,6 +126,9 @@ pub struct Sales {
     settings: SaleSettings,
     metrics: Arc<Metrics>,
     refusals: Arc<RefusalTally>,
+    /// Where the hand-off stores the orders, when it runs here: listings
+    /// read them there too.
+    stored: Option<Arc<dyn StoredOrders>>,
 }
 
 /// The most sales `GET /seckill` lists.
@@ -155,7 +162,14 @@ impl Sales {
             settings,
             metrics,
             refusals,
+            stored: None,
         }
+    }
+
+    /// Lists read the orders the hand-off stored from `stored` as well.
+    pub fn with_stored_orders(mut self, stored: Arc<dyn StoredOrders>) -> Self {
+        self.stored = Some(stored);
+        self
     }
 
     fn keys(&self, sku: &Sku) -> SaleKeys {
@@ -234,9 +248,16 @@ impl Sales {
     /// one user's (see [`orders`]).
     pub async fn orders(&self, sku: &Sku, query: OrdersQuery) -> Result<OrderPage, SaleError> {
         let mut conn = self.redis.connection().await?;
-        orders::page(&mut conn, &self.keys(sku), &query)
-            .await?
-            .ok_or_else(|| Refusal::NotFound { sku: sku.clone() }.into())
+        let sale = (sku.as_str(), &self.keys(sku));
+        match orders::page(&mut conn, sale, &query, self.stored.as_deref()).await {
+            Ok(Some(page)) => Ok(page),
+            Ok(None) => Err(Refusal::NotFound { sku: sku.clone() }.into()),
+            Err(PageError::Backend(err)) => Err(err.into()),
+            Err(PageError::Stored(err)) => {
+                tracing::warn!(%sku, error = %err, "cannot read the stored orders");
+                Err(Refusal::StoredOrdersUnavailable { sku: sku.clone() }.into())
+            }
+        }
     }
 
     /// Buys, or replays an earlier purchase with the same Idempotency-Key.

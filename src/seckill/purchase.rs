@@ -67,6 +67,8 @@ pub(super) fn outcome(result: &Result<Purchase, SaleError>) -> &'static str {
         Err(SaleError::Refused(Refusal::NotFound { .. })) => "sale_not_found",
         Err(SaleError::Refused(Refusal::NotReplicated { .. })) => "not_replicated",
         Err(SaleError::Lock(LockError::Held { .. })) => "lock_held",
-        Err(SaleError::Lock(_)) => "error",
+        Err(SaleError::Lock(_) | SaleError::Refused(Refusal::StoredOrdersUnavailable { .. })) => {
+            "error"
+        }
     }
 }

@@ -177,3 +177,20 @@ async fn the_server_serves_the_same_document_and_swagger_ui_without_a_cdn() {
     assert!(initializer.contains("/openapi.json"), "{initializer}");
     assert!(!initializer.contains("https://"), "{initializer}");
 }
+
+/// A gateway with other bounds on leases and waits serves them in its
+/// document, so a client generated from it asks for what it accepts.
+#[tokio::test]
+async fn the_served_document_has_the_gateways_own_bounds() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_with(&redis, &["--max-wait-ms", "200", "--max-ttl-ms", "5000"]).await;
+    let document: Value = app.get("/openapi.json").await.json().await.unwrap();
+    let acquire = &document["components"]["schemas"]["AcquireBody"]["properties"];
+    assert_eq!(acquire["wait_ms"]["maximum"], 200);
+    assert_eq!(acquire["ttl_ms"]["maximum"], 5000);
+    let default: Value = serde_json::from_str(lockgate::http::openapi_json()).unwrap();
+    assert_eq!(
+        default["components"]["schemas"]["AcquireBody"]["properties"]["wait_ms"]["maximum"],
+        60_000
+    );
+}

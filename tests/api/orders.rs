@@ -80,13 +80,87 @@ async fn every_sales_orders_reach_sqlite_once_and_reconcile() {
             "{report}"
         );
     }
-    // Stored and acknowledged entries are trimmed away.
-    let emptied = eventually(Duration::from_secs(5), || async {
-        let listed = app.orders("phone").await;
-        listed.is_empty()
+    // Stored and acknowledged entries are trimmed away; the listing still
+    // shows every order, from the database.
+    let conn = redis.connection().await;
+    let emptied = eventually(Duration::from_secs(5), || {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("XLEN")
+                .arg(stream("phone"))
+                .query_async::<u64>(&mut conn)
+                .await
+                .is_ok_and(|length| length == 0)
+        }
     })
     .await;
     assert!(emptied, "the stream still holds stored orders");
+    assert_eq!(app.orders("phone").await.len(), 5);
+    app.stop().await;
+}
+
+/// With a hand-off storing orders meanwhile (so each moves from the sale's
+/// stream to the database, and out of the stream, at its own time), a
+/// listing a few orders a page gives every order once, oldest first.
+#[tokio::test]
+async fn the_order_list_gives_every_order_once_wherever_it_is() {
+    let redis = RedisServer::start().await;
+    let (_dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &["--orders-database", &database, "--batch", "3"]).await;
+    app.reset_sale("mixed", 1_000, 5).await;
+    buy_many(&app, "mixed", 40).await;
+    for round in 0..3 {
+        // More come while the pages are read; the ones listed before are
+        // stored (and leave the stream) meanwhile.
+        let buying = {
+            let (http, url) = (app.http.clone(), app.url("/seckill/mixed/orders"));
+            tokio::spawn(async move {
+                for n in 0..20 {
+                    let order =
+                        serde_json::json!({"user_id": format!("r{round}-{n}"), "quantity": 1});
+                    let bought = http.post(&url).json(&order).send().await.unwrap();
+                    assert_eq!(bought.status(), reqwest::StatusCode::CREATED);
+                }
+            })
+        };
+        let mut listed: Vec<Value> = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut request = app
+                .http
+                .get(app.url("/seckill/mixed/orders"))
+                .query(&[("limit", "7")]);
+            if let Some(cursor) = &cursor {
+                request = request.query(&[("cursor", cursor)]);
+            }
+            let page: Value = request.send().await.unwrap().json().await.unwrap();
+            listed.extend(page["orders"].as_array().expect("a page").clone());
+            match page["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        buying.await.unwrap();
+        let ids: Vec<&str> = listed
+            .iter()
+            .map(|order| order["order_id"].as_str().unwrap())
+            .collect();
+        let distinct: std::collections::BTreeSet<&str> = ids.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            ids.len(),
+            "round {round}: an order listed twice"
+        );
+        // Every order bought before the listing began is in it.
+        assert!(
+            ids.len() >= 40 + 20 * round,
+            "round {round}: {} listed",
+            ids.len()
+        );
+    }
+    let sale = all_stored(&app, "mixed", Duration::from_secs(15)).await;
+    let every = app.orders("mixed").await;
+    assert_eq!(every.len() as u64, sale["orders"].as_u64().unwrap());
     app.stop().await;
 }
 
@@ -420,18 +494,22 @@ async fn read_while_postgres_is_frozen(
     })
     .await;
     assert!(joined, "the worker never joined:\n{}", worker.logs());
-    // One order of another sale stored first: the migrations are done and
-    // the worker's connection to the database is open before the freeze
-    // (a connection opened during it would time out instead of hanging).
-    app.reset_sale("warm-up", 10, 5).await;
-    app.bought("warm-up", "u-warm", 1, None).await;
-    let warm = eventually(Duration::from_secs(10), || async {
-        app.sale("warm-up").await["stored"] == 1
-    })
-    .await;
-    assert!(warm, "the worker stored nothing:\n{}", worker.logs());
+    // The migrations done (the table is there) before the freeze.
+    let url = postgres.url();
+    let migrated = eventually(Duration::from_secs(10), || table_exists(&url)).await;
+    assert!(
+        migrated,
+        "the worker never made its table:\n{}",
+        worker.logs()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
     postgres.signal_all("-STOP");
-    buy_many(app, "phone", count as usize).await;
+    // All at once, so that the worker reads them in one batch: a batch it
+    // cannot store holds it (2 s for a connection, then a back-off) before
+    // it reads more.
+    let users: Vec<String> = (0..count).map(|n| format!("u-{n}")).collect();
+    futures_util::future::join_all(users.iter().map(|user| app.bought("phone", user, 1, None)))
+        .await;
     let read = eventually(Duration::from_secs(10), || {
         let mut conn = conn.clone();
         async move { pending(&mut conn, "phone").await == count }
@@ -442,6 +520,24 @@ async fn read_while_postgres_is_frozen(
         "the worker did not read the orders:\n{}",
         worker.logs()
     );
+}
+
+/// Whether the orders table exists in the database at `url`.
+async fn table_exists(url: &str) -> bool {
+    sqlx::any::install_default_drivers();
+    let Ok(pool) = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+    else {
+        return false;
+    };
+    let exists = sqlx::query("SELECT 1 FROM orders LIMIT 1")
+        .fetch_optional(&pool)
+        .await
+        .is_ok();
+    pool.close().await;
+    exists
 }
 
 /// Entries of `sku`'s stream delivered and not yet acknowledged.

@@ -167,12 +167,14 @@ pub async fn release(
     conn: &mut Connection,
     keys: &LockKeys,
     publish: &str,
-    token: &str,
+    (token, fence): (&str, Option<u64>),
     holds: Holds,
 ) -> Result<ReleaseReply, BackendError> {
-    let reply = RELEASE
-        .run(&release_of(keys, publish, token, holds), conn)
-        .await?;
+    let mut invocation = release_of(keys, publish, token, holds);
+    if let Some(fence) = fence {
+        invocation.arg(fence);
+    }
+    let reply = RELEASE.run(&invocation, conn).await?;
     RELEASE.read(&reply, |reply| match reply.code() {
         "released" => Some(ReleaseReply::Released),
         "holds-left" => reply.number("holds").map(ReleaseReply::HoldsLeft),
