@@ -497,13 +497,24 @@ async fn a_revocation_naming_a_fencing_token_ends_only_that_hold() {
     assert_eq!(status["holders"], 1, "{status}");
     assert_eq!(status["leases"][0]["fencing_token"], fences[1]);
 
-    // A fencing token only names a hold to revoke.
-    let release = app
-        .http
-        .delete(app.url("/locks/pool?fencing_token=1"))
-        .header("Lock-Token", uuid::Uuid::new_v4().to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_problem(release, 422, "invalid-field").await;
+    // Without force, a fencing token guards a release: the hold goes only
+    // if it has that fencing token.
+    let held = app.take("guarded", 30_000).await;
+    let release = |fence: u64| {
+        app.http
+            .delete(app.url(&format!("/locks/guarded?fencing_token={fence}")))
+            .header("Lock-Token", &held.token)
+            .send()
+    };
+    assert_problem(
+        release(held.fencing_token + 1).await.unwrap(),
+        409,
+        "not-owner",
+    )
+    .await;
+    assert_eq!(app.get("/locks/guarded").await.status(), StatusCode::OK);
+    assert_eq!(
+        release(held.fencing_token).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
 }
