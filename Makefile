@@ -9,6 +9,7 @@
 #                     the docs' examples against a real gateway,
 #                     the short k6 load tests against three instances behind
 #                     nginx, then the short fault run (as root)
+#   make model        the protocol's model checked to a deeper bound
 #   make chaos        every fault scenario across network namespaces (root)
 #   make cluster      Redis + three instances + nginx on loopback, in the
 #                     foreground (Ctrl-C stops all); make cluster-down cleans
@@ -20,7 +21,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench openapi
+.PHONY: run test lint unit model-check model cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis sqlite curl
@@ -34,6 +35,7 @@ test:
 	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go
 	$(MAKE) lint
 	$(MAKE) unit
+	$(MAKE) model-check
 	$(MAKE) cluster-suite
 	$(MAKE) fuzz
 	$(MAKE) clients
@@ -51,10 +53,20 @@ lint:
 unit:
 	CARGO=$(CARGO) ./scripts/run-tests.sh
 
+# The protocol's model (model/, stateright): every interleaving up to a
+# bound, about two minutes; `make model` goes deeper (about twelve).
+model-check:
+	$(CARGO) fmt --manifest-path model/Cargo.toml -- --check
+	$(CARGO) clippy --locked --manifest-path model/Cargo.toml --all-targets -- -D warnings
+	$(CARGO) run --release --locked --manifest-path model/Cargo.toml -- test --quiet
+
+model:
+	$(CARGO) run --release --locked --manifest-path model/Cargo.toml -- test --deep --quiet
+
 # The lock, lock-kind, fair-queue, watch, idempotent-acquire, flash-sale and
 # streamed-lock suites again, each test against its own three-master Redis Cluster.
 cluster-suite:
-	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams:: orders::
+	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams:: orders:: sessions::
 
 # schemathesis against the served OpenAPI document of a running gateway.
 fuzz:

@@ -1,0 +1,74 @@
+//! One atomic step being taken: the state it changes, the scenario and protocol it follows, and the notes it leaves for a trace.
+
+use crate::scenario::{Fixes, Gw, Req, Scenario};
+use crate::state::State;
+
+/// What happened in a step, in words, kept only when a trace is printed.
+#[derive(Default)]
+pub struct Notes {
+    pub enabled: bool,
+    pub lines: Vec<String>,
+}
+
+impl Notes {
+    pub fn recording() -> Self {
+        Self {
+            enabled: true,
+            lines: Vec::new(),
+        }
+    }
+
+    /// Notes `line` (made only when recording).
+    pub fn say(&mut self, line: impl FnOnce() -> String) {
+        if self.enabled {
+            self.lines.push(line());
+        }
+    }
+}
+
+/// A step in progress.
+pub struct Step<'a> {
+    pub s: &'a mut State,
+    pub scenario: &'a Scenario,
+    pub fixes: Fixes,
+    pub notes: &'a mut Notes,
+    /// The script running now, as the notes name it (`tend(C)`).
+    pub script: String,
+}
+
+impl<'a> Step<'a> {
+    pub fn new(
+        s: &'a mut State,
+        scenario: &'a Scenario,
+        fixes: Fixes,
+        notes: &'a mut Notes,
+    ) -> Self {
+        Self {
+            s,
+            scenario,
+            fixes,
+            notes,
+            script: String::new(),
+        }
+    }
+
+    /// The request's name in the scenario (`W1`).
+    pub fn name(&self, req: Req) -> &'static str {
+        self.scenario.name_of(req)
+    }
+
+    pub fn gateway_of(&self, req: Req) -> Gw {
+        self.scenario.spec(req).gateway
+    }
+
+    /// Names the script about to run, for the notes.
+    pub fn running(&mut self, script: impl FnOnce() -> String) {
+        if self.notes.enabled {
+            self.script = script();
+        }
+    }
+
+    pub fn say(&mut self, line: impl FnOnce() -> String) {
+        self.notes.say(line);
+    }
+}

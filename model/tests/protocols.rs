@@ -1,0 +1,65 @@
+//! The model finds each known defect of the protocol as it was, and none in the fixed one, on the smallest scenarios (the whole catalogue runs with `lockgate-model test`).
+
+use lockgate_model::check::{self, Bound};
+use lockgate_model::properties::{
+    LEFT_MEANS_LEFT, ONE_GRANT_PER_KEY, REFUSED_HOLDS_NOTHING, SERVED,
+};
+use lockgate_model::scenario::Protocol;
+use lockgate_model::scenarios;
+
+const BOUND: Bound = Bound {
+    depth: None,
+    extra_ticks: 0,
+    threads: 1,
+    max_states: 20_000_000,
+};
+
+#[test]
+fn a_grant_claimed_at_shutdown_is_held_by_nobody_as_it_was_and_released_when_fixed() {
+    let scenario = scenarios::shutdown_with_streamed_lock();
+    let as_it_was = check::run(scenario.clone(), Protocol::AsItWas.fixes(), BOUND);
+    assert_eq!(as_it_was.broken(), vec![REFUSED_HOLDS_NOTHING]);
+    let fixed = check::run(scenario.clone(), Protocol::Fixed.fixes(), BOUND);
+    assert!(fixed.broken().is_empty(), "{:?}", fixed.broken());
+    let trace = check::shortest(
+        scenario,
+        Protocol::AsItWas.fixes(),
+        REFUSED_HOLDS_NOTHING,
+        BOUND,
+    )
+    .expect("a counterexample");
+    assert!(trace.shortest);
+    assert!(
+        trace
+            .events
+            .iter()
+            .any(|line| line.contains("503 shutting-down"))
+    );
+}
+
+#[test]
+fn a_waiter_dropped_while_its_gateway_was_frozen_waits_on_a_free_lock_as_it_was() {
+    let scenario = scenarios::frozen_gateway();
+    let as_it_was = check::run(scenario.clone(), Protocol::AsItWas.fixes(), BOUND);
+    assert!(as_it_was.broken().contains(&SERVED));
+    let fixed = check::run(scenario, Protocol::Fixed.fixes(), BOUND);
+    assert!(fixed.broken().is_empty(), "{:?}", fixed.broken());
+    assert!(fixed.unreached().is_empty());
+}
+
+#[test]
+fn putting_back_every_local_waiter_revives_one_that_left() {
+    let scenario = scenarios::shutdown_with_streamed_lock();
+    let proposed = check::run(scenario, Protocol::Proposed.fixes(), BOUND);
+    assert!(proposed.broken().contains(&LEFT_MEANS_LEFT));
+}
+
+#[test]
+fn two_waiting_requests_with_one_idempotency_key_get_two_grants() {
+    let report = check::run(
+        scenarios::idempotent_retry(),
+        Protocol::Fixed.fixes(),
+        BOUND,
+    );
+    assert_eq!(report.broken(), vec![ONE_GRANT_PER_KEY]);
+}
