@@ -21,6 +21,9 @@
 -- ARGV[15]  the value (public, shown to everyone)
 -- ARGV[16]  the request's Idempotency-Key, or ''
 -- ARGV[17]  the hash of the request the key was sent with
+-- ARGV[18]  the session it is taken in, `<handle> <lock-delay ms>`, or ''
+--           (its lease is then ARGV[7], finite, until its gateway attaches
+--           it to the session: see extend.lua)
 --
 -- Returns {code, field, value, ...}, by code:
 --   granted         a new holder: fence (a new fencing token), holds (1),
@@ -48,6 +51,7 @@ request.streamed = ARGV[13] == '1'
 request.value = ARGV[14] == '1' and ARGV[15]
 request.idem = (ARGV[16] or '') ~= '' and ARGV[16]
 request.body = ARGV[17]
+request.session = (ARGV[18] or '') ~= '' and ARGV[18]
 local reenter, keep = ARGV[8] == '1', tonumber(ARGV[9])
 local wait_ms, waiter_id, instance = tonumber(ARGV[10]), ARGV[11] or '', ARGV[12]
 
@@ -109,18 +113,20 @@ if reenter then
   if state.kind == 'counted' and state.limit ~= request.limit then
     return {'limit-mismatch', 'limit', state.limit}
   end
+  -- A session's holder keeps its session's lease: re-entry renews nothing.
+  local ends = place.session and lease_end(ctx, place) or now_ms(ctx) + request.ttl
   local holds
   if state.kind == 'exclusive' then
     holds = redis.call('HINCRBY', ctx.lock, 'holds', 1)
-    redis.call('PEXPIRE', ctx.lock, request.ttl)
+    redis.call('PEXPIREAT', ctx.lock, ends)
   else
     holds = redis.call('HINCRBY', ctx.lock, 'h:' .. request.token, 1)
     redis.call('HINCRBY', ctx.lock, 'holds', 1)
-    redis.call('ZADD', ctx.holders, now_ms(ctx) + request.ttl, request.token)
+    redis.call('ZADD', ctx.holders, ends, request.token)
     expire_with_latest(ctx)
   end
-  return {'reentered', 'fence', place.fence, 'holds', holds, 'ttl_ms', request.ttl,
-    'expires_at_ms', now_ms(ctx) + request.ttl}
+  return {'reentered', 'fence', place.fence, 'holds', holds, 'ttl_ms', ends - now_ms(ctx),
+    'expires_at_ms', ends, 'session', session_of(place) or ''}
 end
 
 -- Two clients that disagree on a limit are told, never given another one.
@@ -157,6 +163,7 @@ else
   position = enqueue(ctx, {id = waiter_id, inst = instance, token = request.token,
     mode = request.mode, limit = request.limit, ttl = request.ttl, since = now,
     deadline = now + wait_ms, streamed = request.streamed and 1 or 0,
-    value = request.value or false, idem = request.idem or false, body = request.body})
+    value = request.value or false, idem = request.idem or false, body = request.body,
+    session = request.session or false})
 end
 return {'queued', 'position', position, 'free_in_ms', free_in}

@@ -11,13 +11,14 @@
 --              fencing_token, value, holds, acquired_at_ms, expires_at_ms,
 --              oldest grant first) and waiters (position, mode,
 --              waiting_since_ms, in the order they will be served)
---   not-found  no such lock: waiters (as above)
+--   not-found  no such lock: waiters (as above), and delayed_until_ms (the
+--              end of a lock-delay in force, else 0)
 
 local ctx = context(KEYS, ARGV)
 local now = now_ms(ctx)
 local state, leases, waiters = lock_view(ctx)
-if state.kind == 'free' then
-  return {'not-found', 'waiters', waiters}
+if state.kind == 'free' or state.kind == 'delayed' then
+  return {'not-found', 'waiters', waiters, 'delayed_until_ms', state.delayed or 0}
 end
 return {'held', 'mode', state.kind, 'limit', state.limit or 0, 'holders', state.count,
   'holds', state.holds, 'fence', state.fence, 'ttl_ms', state.latest - now,

@@ -12,7 +12,9 @@
 --
 -- Returns {code, field, value, ...}, by code:
 --   released    the holder's place is free (or granted to the next waiter);
---               its release channel was told its fencing token
+--               its release channel was told its fencing token; session:
+--               the handle of the session it hung on (that session forgets
+--               it), or ''
 --   holds-left  one re-entrant hold released: holds (what the holder has left)
 --   not-found   no such lock (never taken, released, or expired)
 --   not-owner   held under other tokens
@@ -39,4 +41,4 @@ take_place(ctx, token, place, 'released')
 if queued(ctx) then
   serve(ctx, keep)
 end
-return {'released'}
+return {'released', 'session', session_of(place) or ''}

@@ -3,6 +3,8 @@
 -- watchers get `revoked`, the queue is served, and the next grant's
 -- fencing token is larger than any before (the fence counter is kept), so
 -- a resource that checks fencing tokens refuses the old holders' writes.
+-- A hold of a session with a lock-delay keeps the lock unavailable that
+-- long.
 -- (After the lock libraries: KEYS and ARGV[1..3] as lib/base.lua says.)
 --
 -- ARGV[4]  how long the fence counter outlives the longest lease, in
@@ -34,6 +36,8 @@ for _, token in ipairs(tokens) do
   local place = holder(ctx, token)
   if place and (not only or place.fence == only) then
     take_place(ctx, token, place, 'revoked')
+    -- A session's lock keeps its session's lock-delay.
+    delay_until(ctx, now_ms(ctx) + session_delay(place))
     revoked = revoked + 1
   end
 end

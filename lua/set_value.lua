@@ -8,7 +8,8 @@
 --
 -- Returns {code, field, value, ...}, by code:
 --   set        fence and holds (the holder's own), expires_at_ms (its
---              lease's end, unchanged), ttl_ms (what is left of the lease)
+--              lease's end, unchanged), ttl_ms (what is left of the lease),
+--              session (the handle of its session, whose lease it is; or '')
 --   not-found  no such lock
 --   not-owner  held under other tokens
 --   released   the token released the lock (a streamed holder); revoked:
@@ -34,4 +35,4 @@ end
 on_value(ctx, place.fence, value)
 local ends = lease_end(ctx, place)
 return {'set', 'fence', place.fence, 'holds', place.holds, 'expires_at_ms', ends,
-  'ttl_ms', math.max(ends - now, 0)}
+  'ttl_ms', math.max(ends - now, 0), 'session', session_of(place) or ''}

@@ -5,7 +5,8 @@
 --
 -- Returns {code, field, value, ...}, by code:
 --   held       the fields inspect.lua's `held` has, and last_id
---   not-found  nobody holds the lock: waiters (a JSON list), and last_id
+--   not-found  nobody holds the lock: waiters (a JSON list), last_id, and
+--              delayed_until_ms (the end of a lock-delay in force, else 0)
 
 local ctx = context(KEYS, ARGV)
 local now = now_ms(ctx)
@@ -14,8 +15,8 @@ keep_watching(ctx)
 local newest = redis.call('XREVRANGE', ctx.events, '+', '-', 'COUNT', 1)[1]
 local last = newest and newest[1] or record(ctx, 'start', '{}')
 local state, leases, waiters = lock_view(ctx)
-if state.kind == 'free' then
-  return {'not-found', 'waiters', waiters, 'last_id', last}
+if state.kind == 'free' or state.kind == 'delayed' then
+  return {'not-found', 'waiters', waiters, 'last_id', last, 'delayed_until_ms', state.delayed or 0}
 end
 return {'held', 'mode', state.kind, 'limit', state.limit or 0, 'holders', state.count,
   'holds', state.holds, 'fence', state.fence, 'ttl_ms', state.latest - now,

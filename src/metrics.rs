@@ -153,6 +153,26 @@ impl RenewalOutcome {
     }
 }
 
+/// What became of sessions, as `lockgate_sessions_total` counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOutcome {
+    Opened,
+    /// Nobody kept it alive: its locks were freed (with its lock-delay).
+    Expired,
+    /// Deleted, or its stream's client left (or its gateway shut down).
+    Deleted,
+}
+
+impl SessionOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Opened => "opened",
+            Self::Expired => "expired",
+            Self::Deleted => "deleted",
+        }
+    }
+}
+
 /// Values read at the moment `/metrics` is rendered.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Gauges {
@@ -211,6 +231,8 @@ pub struct Metrics {
     rate_limited: Family<ScopeLabel, Counter>,
     redis_commands: Family<OperationLabel, Histogram, Buckets>,
     redis_errors: Family<KindLabel, Counter>,
+    sessions: Family<OutcomeLabel, Counter>,
+    deadlocks: Counter,
     now: NowGauges,
     handoff: Handoff,
 }
@@ -229,6 +251,8 @@ impl Default for Metrics {
             rate_limited: Family::default(),
             redis_commands: Family::new_with_constructor(Buckets),
             redis_errors: Family::default(),
+            sessions: Family::default(),
+            deadlocks: Counter::default(),
             now: NowGauges::default(),
             handoff: Handoff::default(),
         };
@@ -292,6 +316,16 @@ impl Metrics {
             "lockgate_stream_renewals",
             "Renewals of streamed locks by outcome",
             self.renewals.clone(),
+        );
+        r.register(
+            "lockgate_sessions",
+            "Sessions opened, expired (their locks freed with their lock-delay) and deleted, on this instance",
+            self.sessions.clone(),
+        );
+        r.register(
+            "lockgate_deadlocks",
+            "Cycles of session waits found, each answered once with 409 deadlock",
+            self.deadlocks.clone(),
         );
     }
 
@@ -373,6 +407,17 @@ impl Metrics {
     pub fn renewal(&self, outcome: RenewalOutcome) {
         let outcome = outcome.label();
         self.renewals.get_or_create(&OutcomeLabel { outcome }).inc();
+    }
+
+    /// A session opened, expired or deleted.
+    pub fn session(&self, outcome: SessionOutcome) {
+        let outcome = outcome.label();
+        self.sessions.get_or_create(&OutcomeLabel { outcome }).inc();
+    }
+
+    /// A deadlock found (and its youngest waiter refused).
+    pub fn deadlock(&self) {
+        self.deadlocks.inc();
     }
 
     /// How long a request waited for a lock (granted or not).

@@ -77,6 +77,14 @@ local function on_ended(ctx, kind, fence)
   record(ctx, kind, json({{'key', ctx.key}, {'fencing_token', fence}}))
 end
 
+-- No place is granted until `until_ms`: the lock-delay of a session that
+-- held it and expired (or was revoked).
+local function on_delayed(ctx, until_ms)
+  if watched(ctx) then
+    record(ctx, 'delayed', json({{'key', ctx.key}, {'delayed_until_ms', until_ms}}))
+  end
+end
+
 -- A holder replaced its value.
 local function on_value(ctx, fence, value)
   if watched(ctx) then

@@ -3,16 +3,24 @@
 --
 -- A plain lock (exclusive, one place) is one hash, `lock`, with fields
 -- owner, holds, fence, at (granted at, Unix ms), streamed (1 for a
--- streamed lock's holder), value (the holder's public value), and idem
--- and body (the Idempotency-Key it was granted under, and its request's
--- hash); its TTL is the lease.
+-- streamed lock's holder), value (the holder's public value), idem and
+-- body (the Idempotency-Key it was granted under, and its request's
+-- hash), and session (`<session handle> <its lock-delay ms>`, for a
+-- holder whose lock lives as long as its session); its TTL is the lease.
+-- A session's holder has the lease SESSION_LEASE: its session's end (which
+-- the gateways sweep) ends it, not a time.
+--
+-- delayed: the Unix ms until which no place is granted (lock-delay, after
+-- a session holding the lock expired or was revoked); a hash that has only
+-- this field expires then.
 --
 -- A lock with many holders (shared, or counted with more than one place):
 --   lock     hash: mode ('shared' or 'counted'), limit (counted), holds (of
 --            every holder together), fence (the newest grant's), and per
 --            holder h:<token> (its holds), f:<token> (its fencing token),
 --            a:<token> (granted at), s:<token> (streamed), v:<token> (its
---            value), i:<token> (`<idempotency key> <request hash>`), and
+--            value), i:<token> (`<idempotency key> <request hash>`),
+--            e:<token> (its session, as `session` above), and
 --            k:<idempotency key> -> token
 --   holders  sorted set: each holder's token, scored by its lease's end
 --            (Unix ms, Redis clock)
@@ -27,7 +35,28 @@
 
 -- The fields a holder of a lock with many holders has, but its idempotency
 -- record's reverse entry.
-local HOLDER_FIELDS = {'h:', 'f:', 'a:', 's:', 'v:', 'i:'}
+local HOLDER_FIELDS = {'h:', 'f:', 'a:', 's:', 'v:', 'i:', 'e:'}
+
+-- The lease of a session's holder: ends with its session, which the
+-- gateways' sweep ends (far in the future as a time: year 144 000).
+local SESSION_LEASE = 4503599627370496
+
+-- Keeps the lock unavailable until `until_ms` (lock-delay): a lock nobody
+-- holds any more is a hash of that one field, expiring then.
+local function delay_until(ctx, until_ms)
+  if until_ms <= now_ms(ctx) then
+    return
+  end
+  local held_by = redis.call('HMGET', ctx.lock, 'owner', 'mode')
+  if not held_by[1] and not held_by[2] then
+    redis.call('DEL', ctx.lock)
+    redis.call('HSET', ctx.lock, 'delayed', until_ms)
+    redis.call('PEXPIREAT', ctx.lock, until_ms)
+  else
+    redis.call('HSET', ctx.lock, 'delayed', until_ms)
+  end
+  on_delayed(ctx, until_ms)
+end
 
 -- Removes a holder's fields from a lock with many holders.
 local function forget_holder(ctx, token)
@@ -57,7 +86,9 @@ local function drop_ended(ctx)
   end
   local left = redis.call('ZCARD', ctx.holders)
   if left == 0 then
+    local delayed = tonumber(redis.call('HGET', ctx.lock, 'delayed') or '0')
     redis.call('DEL', ctx.lock, ctx.holders)
+    delay_until(ctx, delayed)
   end
   return left
 end
@@ -78,26 +109,42 @@ end
 -- 'free', 'exclusive' (a plain lock), 'shared' or 'counted'; `limit` its
 -- places (counted), `count` its holders, `free_in` the milliseconds until
 -- a place may free (the earliest lease end), `owner` a plain lock's token.
+-- `delayed` is the end of a lock-delay in force (Unix ms), else nil; a lock
+-- nobody holds during one is 'delayed', and frees when it ends.
 local function held(ctx)
-  local state = redis.call('HMGET', ctx.lock, 'owner', 'mode', 'limit')
+  local state = redis.call('HMGET', ctx.lock, 'owner', 'mode', 'limit', 'delayed')
   if state[1] then
     return {kind = 'exclusive', limit = 1, count = 1, owner = state[1],
       free_in = redis.call('PTTL', ctx.lock)}
   end
+  local delayed = state[4] and tonumber(state[4])
+  if delayed and delayed <= now_ms(ctx) then
+    delayed = nil
+  end
   if not state[2] then
+    if delayed then
+      return {kind = 'delayed', count = 0, free_in = delayed - now_ms(ctx), delayed = delayed}
+    end
     return {kind = 'free', count = 0, free_in = 0}
   end
   local count = drop_ended(ctx)
   if count == 0 then
-    return {kind = 'free', count = 0, free_in = 0}
+    return held(ctx)
+  end
+  local free_in = earliest_end(ctx) - now_ms(ctx)
+  if delayed then
+    free_in = math.max(free_in, delayed - now_ms(ctx))
   end
   return {kind = state[2], limit = tonumber(state[3]), count = count,
-    free_in = earliest_end(ctx) - now_ms(ctx)}
+    free_in = free_in, delayed = delayed}
 end
 
 -- Whether a request of `mode` ('exclusive', 'shared' or 'counted', with
 -- `limit`) can take a place of the lock as `state` (from held) says.
 local function admits(state, mode, limit)
+  if state.delayed then
+    return false
+  end
   if state.kind == 'free' then
     return true
   end
@@ -132,7 +179,7 @@ local function grant_request(token, mode, limit, ttl)
   local request = run_request
   request.token, request.mode, request.limit, request.ttl = token, mode, limit, ttl
   request.streamed, request.value, request.idem, request.body = false, false, false, nil
-  request.offer = nil
+  request.offer, request.session = nil, false
   return request
 end
 
@@ -164,7 +211,8 @@ local function grant_place(ctx, grant, lease_ms, keep_ms)
   local fence, fence_text = next_fence(ctx, lease_ms + keep_ms)
   local ends = now + lease_ms
   local token = grant.token
-  if grant.mode == 'exclusive' and not (grant.streamed or grant.value or grant.idem) then
+  if grant.mode == 'exclusive' and not (grant.streamed or grant.value or grant.idem
+      or grant.session) then
     -- The common grant, without a table to build.
     redis.call('HSET', ctx.lock, 'owner', token, 'holds', 1, 'fence', fence_text, 'at', now)
     redis.call('PEXPIREAT', ctx.lock, ends)
@@ -179,6 +227,9 @@ local function grant_place(ctx, grant, lease_ms, keep_ms)
     if grant.idem then
       fields[#fields + 1], fields[#fields + 2] = 'idem', grant.idem
       fields[#fields + 1], fields[#fields + 2] = 'body', grant.body
+    end
+    if grant.session then
+      fields[#fields + 1], fields[#fields + 2] = 'session', grant.session
     end
     redis.call('HSET', ctx.lock, unpack(fields))
     redis.call('PEXPIREAT', ctx.lock, ends)
@@ -201,6 +252,9 @@ local function grant_place(ctx, grant, lease_ms, keep_ms)
       fields[#fields + 1], fields[#fields + 2] = 'i:' .. token, grant.idem .. ' ' .. grant.body
       fields[#fields + 1], fields[#fields + 2] = 'k:' .. grant.idem, token
     end
+    if grant.session then
+      fields[#fields + 1], fields[#fields + 2] = 'e:' .. token, grant.session
+    end
     redis.call('HSET', ctx.lock, unpack(fields))
     redis.call('HINCRBY', ctx.lock, 'holds', 1)
     redis.call('ZADD', ctx.holders, ends, token)
@@ -221,19 +275,19 @@ end
 -- that is known already (see `no_place`).
 local function holder(ctx, token)
   local plain = redis.call('HMGET', ctx.lock, 'owner', 'fence', 'holds', 'streamed', 'value',
-    'mode')
+    'mode', 'session')
   if plain[1] then
     if plain[1] ~= token then
       return nil, 'not-owner'
     end
     return {fence = tonumber(plain[2]), holds = tonumber(plain[3]), plain = true,
-      streamed = plain[4], value = plain[5]}
+      streamed = plain[4], value = plain[5], session = plain[7]}
   end
   if not plain[6] then
     return nil, 'not-found'
   end
   local many = redis.call('HMGET', ctx.lock, 'h:' .. token, 'f:' .. token, 's:' .. token,
-    'v:' .. token)
+    'v:' .. token, 'e:' .. token)
   if not many[1] then
     return nil
   end
@@ -242,7 +296,17 @@ local function holder(ctx, token)
     return nil
   end
   return {fence = tonumber(many[2]), holds = tonumber(many[1]), ends = ends,
-    streamed = many[3], value = many[4]}
+    streamed = many[3], value = many[4], session = many[5]}
+end
+
+-- The handle of a holder's session (from its `session` record), or nil.
+local function session_of(place)
+  return place.session and string.match(place.session, '^(%S+)')
+end
+
+-- The lock-delay of a holder's session, in ms (0 without one).
+local function session_delay(place)
+  return tonumber(place.session and string.match(place.session, ' (%d+)$') or '0')
 end
 
 -- Why a token holds no place: `why` as `holder` said it, or else whether
@@ -265,13 +329,18 @@ local function lease_end(ctx, place)
   return place.ends
 end
 
--- Takes `token`'s place away, every hold of it: `why` is `released` or
--- `revoked`. A streamed holder's end is noted in `gone` (until its lease
--- would have ended), the watchers get the event, and the release channel
--- the holder's fencing token (or `revoked`).
+-- Takes `token`'s place away, every hold of it: `why` is `released`,
+-- `revoked` or `expired` (its session expired). A streamed holder's end is
+-- noted in `gone` (until its lease would have ended), the watchers get the
+-- event, and the release channel the holder's fencing token (or `revoked
+-- <fence>`, `expired <fence>`).
 local function take_place(ctx, token, place, why)
   if place.streamed then
-    local keep = math.max(lease_end(ctx, place) - now_ms(ctx), 0) + 1000
+    local ends = lease_end(ctx, place)
+    if ends >= SESSION_LEASE then
+      ends = now_ms(ctx)
+    end
+    local keep = math.max(ends - now_ms(ctx), 0) + 1000
     redis.call('HSET', ctx.gone, token, why)
     if redis.call('PTTL', ctx.gone) < keep then
       redis.call('PEXPIRE', ctx.gone, keep)
@@ -284,15 +353,20 @@ local function take_place(ctx, token, place, why)
     forget_holder(ctx, token)
     redis.call('ZREM', ctx.holders, token)
     if redis.call('ZCARD', ctx.holders) == 0 then
+      local delayed = tonumber(redis.call('HGET', ctx.lock, 'delayed') or '0')
       redis.call('DEL', ctx.lock, ctx.holders)
+      if delayed > now_ms(ctx) then
+        redis.call('HSET', ctx.lock, 'delayed', delayed)
+        redis.call('PEXPIREAT', ctx.lock, delayed)
+      end
     else
       expire_with_latest(ctx)
     end
   end
   on_ended(ctx, why, place.fence)
   local message = string.format('%d', place.fence)
-  if why == 'revoked' then
-    message = 'revoked ' .. message
+  if why ~= 'released' then
+    message = why .. ' ' .. message
   end
   redis.call(ctx.publish, channel(ctx, 'released'), message)
 end

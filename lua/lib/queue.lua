@@ -3,7 +3,8 @@
 --
 -- queue    sorted set: waiter id -> its ticket (the arrival order)
 -- waiters  hash: waiter id -> what it asked for (JSON: inst, token, mode,
---          limit, ttl, since, deadline, streamed, value, idem, body);
+--          limit, ttl, since, deadline, streamed, value, idem, body,
+--          session);
 --          @<instance> -> that instance's presence deadline (Unix ms),
 --          which it renews while it has waiters here; #seq -> the last
 --          ticket; ~<idempotency key> -> the ids (space-separated, the
@@ -161,7 +162,8 @@ local function offer(ctx, waiter, keep_ms)
   local lease = math.min(waiter.ttl, OFFER_MS)
   local place = {token = waiter.token, mode = waiter.mode, limit = waiter.limit,
     streamed = waiter.streamed == 1, value = waiter.value or false,
-    idem = waiter.idem or false, body = waiter.body, offer = true}
+    idem = waiter.idem or false, body = waiter.body, offer = true,
+    session = waiter.session or false}
   local fence, ends = grant_place(ctx, place, lease, keep_ms)
   if waiter.idem then
     for _, id in ipairs(waiting_under(ctx, waiter.idem)) do
@@ -210,30 +212,35 @@ end
 
 -- The lock as anyone may see it, never a token: its state (as held says,
 -- with holds, the newest fence and the latest lease's end) and two JSON
--- lists: the leases (oldest grant first) and the live waiters (in order).
+-- lists: the leases (oldest grant first; a session's holder names its
+-- session's public handle, and its lease is the session's) and the live
+-- waiters (in order).
 local function lock_view(ctx)
   local now = now_ms(ctx)
   local state = held(ctx)
   local leases = {}
+  local session_of_record = function(record)
+    return record and string.match(record, '^(%S+)') or false
+  end
   if state.kind == 'exclusive' then
-    local lock = redis.call('HMGET', ctx.lock, 'fence', 'holds', 'value', 'at')
+    local lock = redis.call('HMGET', ctx.lock, 'fence', 'holds', 'value', 'at', 'session')
     state.fence, state.holds = tonumber(lock[1]), tonumber(lock[2])
     state.latest = redis.call('PEXPIRETIME', ctx.lock)
     leases[1] = {state.fence, json({{'fencing_token', state.fence}, {'value', lock[3] or false},
       {'holds', state.holds}, {'acquired_at_ms', tonumber(lock[4] or now)},
-      {'expires_at_ms', state.latest}})}
-  elseif state.kind ~= 'free' then
+      {'expires_at_ms', state.latest}, {'session', session_of_record(lock[5])}})}
+  elseif state.kind ~= 'free' and state.kind ~= 'delayed' then
     local lock = redis.call('HMGET', ctx.lock, 'fence', 'holds')
     state.fence, state.holds = tonumber(lock[1]), tonumber(lock[2])
     local places = redis.call('ZRANGE', ctx.holders, 0, -1, 'WITHSCORES')
     for i = 1, #places, 2 do
       local token, ends = places[i], tonumber(places[i + 1])
       local fields = redis.call('HMGET', ctx.lock, 'f:' .. token, 'h:' .. token,
-        'v:' .. token, 'a:' .. token)
+        'v:' .. token, 'a:' .. token, 'e:' .. token)
       local fence = tonumber(fields[1])
       leases[#leases + 1] = {fence, json({{'fencing_token', fence}, {'value', fields[3] or false},
         {'holds', tonumber(fields[2])}, {'acquired_at_ms', tonumber(fields[4] or now)},
-        {'expires_at_ms', ends}})}
+        {'expires_at_ms', ends}, {'session', session_of_record(fields[5])}})}
       state.latest = ends
     end
   end

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::handoff::store::OrderStore;
 use crate::http;
-use crate::locks::{Locks, StreamedLocks, Waiting, Watches};
+use crate::locks::{Locks, Sessions, StreamedLocks, Waiting, Watches};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
 use crate::redis::pubsub::Subscriber;
@@ -20,6 +20,7 @@ pub(super) struct Domains {
     pub(super) watches: Watches,
     pub(super) sales: Sales,
     pub(super) waiting: Waiting,
+    pub(super) sessions: Sessions,
 }
 
 impl Domains {
@@ -34,10 +35,12 @@ impl Domains {
     ) -> Self {
         let waiting = Waiting::new(subscriber.clone(), instance_id, config.max_waiters);
         waiting.start_tending(redis.clone());
+        let sessions = Sessions::new(redis.clone(), &config.redis.key_prefix, metrics.clone());
+        sessions.start_sweeping();
         let locks = Locks::new(
             redis.clone(),
             &config.redis.key_prefix,
-            waiting.clone(),
+            (waiting.clone(), sessions.clone()),
             metrics.clone(),
             config.lock_limits(),
         );
@@ -51,10 +54,14 @@ impl Domains {
         let streamed = StreamedLocks::new(locks.clone(), subscriber.clone(), metrics.clone());
         // The sale's own locks live in a namespace of their own, which no
         // client can name through /locks (and so cannot hold).
+        let internal = format!("{}internal:", config.redis.key_prefix);
         let sale_locks = Locks::new(
             redis.clone(),
-            &format!("{}internal:", config.redis.key_prefix),
-            waiting.clone(),
+            &internal,
+            (
+                waiting.clone(),
+                Sessions::new(redis.clone(), &internal, metrics.clone()),
+            ),
             metrics.clone(),
             config.lock_limits(),
         );
@@ -75,6 +82,7 @@ impl Domains {
             watches,
             sales,
             waiting,
+            sessions,
         }
     }
 
@@ -88,6 +96,7 @@ impl Domains {
             locks: self.locks.clone(),
             streamed: self.streamed.clone(),
             watches: self.watches.clone(),
+            sessions: self.sessions.clone(),
             sales: self.sales.clone(),
             redis: redis.clone(),
             metrics,

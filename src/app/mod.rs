@@ -145,6 +145,7 @@ impl Gateway {
         tracing::info!("shutting down: refusing new connections, ending waits and streamed locks");
         stopping.cancel();
         self.domains.waiting.close();
+        self.domains.sessions.close();
         self.domains.watches.close();
         self.domains.streamed.close().await;
         let drain_limit = self.drain_timeout;

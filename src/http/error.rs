@@ -50,6 +50,9 @@ pub struct Problem {
     /// The limit the lock is held with (`limit-mismatch`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// The keys of a cycle of session waits, in order (`deadlock`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<Vec<String>>,
 }
 
 /// Everything a request can fail with. Each variant's doc names its status
@@ -170,6 +173,8 @@ impl ApiError {
                 ProblemType::Internal
             }
             Self::Lock(LockError::NotReplicated { .. }) => ProblemType::NotReplicated,
+            Self::Lock(LockError::SessionNotFound) => ProblemType::SessionNotFound,
+            Self::Lock(LockError::Deadlock { .. }) => ProblemType::Deadlock,
             Self::Lock(LockError::Backend(_)) => ProblemType::BackendUnavailable,
             Self::Sale(Refusal::NotFound { .. }) => ProblemType::SaleNotFound,
             Self::Sale(Refusal::SoldOut { .. }) => ProblemType::SoldOut,
@@ -226,6 +231,10 @@ impl ApiError {
                 Self::Lock(LockError::LimitMismatch { limit, .. }) => Some(*limit),
                 _ => None,
             },
+            cycle: match self {
+                Self::Lock(LockError::Deadlock { cycle, .. }) => Some(cycle.clone()),
+                _ => None,
+            },
         }
     }
 
@@ -239,7 +248,8 @@ impl ApiError {
                 | LockError::LimitMismatch { key, .. }
                 | LockError::ModeConflict { key }
                 | LockError::KeyReused { key }
-                | LockError::NotReplicated { key, .. },
+                | LockError::NotReplicated { key, .. }
+                | LockError::Deadlock { key, .. },
             ) => Some(key.to_string()),
             _ => None,
         }

@@ -59,7 +59,39 @@ pub struct LeaseEntry {
     holds: u64,
     /// When it was granted, in Unix ms by the Redis clock.
     acquired_at_ms: u64,
+    /// When its lease ends; a session's holder's is its session's.
     expires_at_ms: u64,
+    /// The public handle of the session it hangs on (never the session's
+    /// id), when it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "5f0c8e2a9d4b6c1e7a3f2b8d9c0e1f2a")]
+    session: Option<String>,
+}
+
+/// `snapshot` of a lock nobody holds.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FreeLock {
+    #[schema(example = "orders:42")]
+    key: String,
+    /// Always false.
+    held: bool,
+    /// The requests waiting, about to be served.
+    waiters: Vec<WaiterEntry>,
+    /// Until when no place is granted (a lock-delay: a session that held
+    /// it expired or was revoked); absent when none is in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delayed_until_ms: Option<u64>,
+}
+
+impl FreeLock {
+    pub fn new(key: &LockKey, waiters: Vec<WaiterView>, delayed_until_ms: Option<u64>) -> Self {
+        Self {
+            key: key.to_string(),
+            held: false,
+            waiters: waiters.into_iter().map(WaiterEntry::from).collect(),
+            delayed_until_ms,
+        }
+    }
 }
 
 /// One waiting request.
@@ -104,6 +136,7 @@ impl From<LeaseView> for LeaseEntry {
             holds: lease.holds,
             acquired_at_ms: lease.acquired_at_ms,
             expires_at_ms: lease.expires_at_ms,
+            session: lease.session,
         }
     }
 }
@@ -166,7 +199,8 @@ problem_responses!(
     security((), ("api_key" = [])),
     params(("key" = LockKeyText, Path, description = "The lock")),
     responses(
-        (status = 200, description = "Held", body = LockStatus),
+        (status = 200, description = "Held, or (`held: false`) free but kept unavailable until \
+            `delayed_until_ms` by the lock-delay of a session that held it", body = LockAnswer),
         InspectProblems,
     )
 )]
@@ -174,11 +208,27 @@ pub async fn inspect(
     _access: ApiKeyAccess,
     State(locks): State<Locks>,
     KeyPath(key): KeyPath,
-) -> Result<Json<LockStatus>, ApiError> {
+) -> Result<Json<LockAnswer>, ApiError> {
     match locks.inspect(&key).await? {
-        LockSight::Held(view) => Ok(Json(LockStatus::new(&key, view))),
+        LockSight::Held(view) => Ok(Json(LockAnswer::Held(LockStatus::new(&key, view)))),
+        LockSight::Free {
+            waiters,
+            delayed_until_ms: Some(delayed_until_ms),
+        } => Ok(Json(LockAnswer::Delayed(FreeLock::new(
+            &key,
+            waiters,
+            Some(delayed_until_ms),
+        )))),
         LockSight::Free { .. } => Err(LockError::NotFound { key }.into()),
     }
+}
+
+/// `GET /locks/{key}`: a held lock, or a free one under a lock-delay.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum LockAnswer {
+    Held(LockStatus),
+    Delayed(FreeLock),
 }
 
 /// The held locks whose key starts with `prefix`, a page at a time (about

@@ -20,7 +20,7 @@ use super::schema::{IdempotencyKeyText, LockKeyText, LockModeText, LockStreamEve
 use super::streamed::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
     AcquireRequest, EXAMPLE_TOKEN, IdempotencyKey, InvalidKind, LockKey, LockKind, LockLimits,
-    LockValue, Locks, Released, StreamedLocks, Token, Ttl, WaitTime, lock_kind,
+    LockValue, Locks, Released, SessionId, StreamedLocks, Token, Ttl, WaitTime, lock_kind,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -56,6 +56,10 @@ pub struct AcquireBody {
     /// reads or watches the lock (an address, a host name), never a secret.
     #[schema(example = "10.0.0.7:9000")]
     value: Option<String>,
+    /// A session's id: the lock lives as long as the session (its `ttl_ms`
+    /// is ignored) unless released first.
+    #[schema(value_type = Option<TokenText>)]
+    session: Option<String>,
 }
 
 /// `PUT /locks/{key}/ttl`: the owner's token and the new lease length.
@@ -113,7 +117,7 @@ problem_responses!(
         MalformedBody, Unauthorized, Forbidden, LockHeld, NotOwner, LimitMismatch,
         ModeConflict, BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidField,
         IdempotencyKeyReused, BackendUnavailable, TooManyWaiters, ShuttingDown, NotReplicated,
-        RequestTimeout,
+        RequestTimeout, SessionNotFound, Deadlock,
 );
 
 problem_responses!(
@@ -128,7 +132,7 @@ problem_responses!(
     ExtendProblems:
         MissingToken, MalformedBody, Unauthorized, Forbidden, LockNotFound, NotOwner,
         BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidToken, InvalidField,
-        BackendUnavailable, NotReplicated,
+        BackendUnavailable, NotReplicated, SessionNotFound,
 );
 
 problem_responses!(
@@ -136,7 +140,7 @@ problem_responses!(
     ValueProblems:
         MissingToken, MalformedBody, Unauthorized, Forbidden, LockNotFound, NotOwner,
         BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidToken, InvalidField,
-        BackendUnavailable,
+        BackendUnavailable, SessionNotFound,
 );
 
 /// Take a lock, wait for it, or re-enter it; or hold it as a stream.
@@ -223,6 +227,12 @@ pub async fn acquire(
     );
     request.token = body.token.as_deref().map(reentry_token).transpose()?;
     request.value = body.value.as_deref().map(value).transpose()?;
+    request.session = body
+        .session
+        .as_deref()
+        .map(SessionId::parse)
+        .transpose()
+        .map_err(|err| ApiError::invalid_field("session", err))?;
     if idempotency_key.is_some() && (streamed || request.token.is_some()) {
         return Err(ApiError::invalid_field(
             "Idempotency-Key",
@@ -433,7 +443,7 @@ fn reentry_token(text: &str) -> Result<Token, ApiError> {
     })
 }
 
-fn value(text: &str) -> Result<LockValue, ApiError> {
+pub(super) fn value(text: &str) -> Result<LockValue, ApiError> {
     LockValue::parse(text).map_err(|err| ApiError::invalid_field("value", err))
 }
 

@@ -13,6 +13,7 @@ mod problems;
 mod responses;
 mod schema;
 mod seckill;
+mod sessions;
 mod state;
 mod streamed;
 mod watch;
@@ -50,16 +51,19 @@ pub use streamed::StreamKeepAlive;
             shared and counting locks, public values and monotonic fencing tokens. \
             Every error is application/problem+json with a stable slug in `type`; \
             every response carries X-Instance-Id. Swagger UI is served at /docs.",
-        license(name = "MIT OR Apache-2.0"),
+        license(name = "MIT"),
     ),
     components(schemas(
         Problem, LockKeyText, TokenText, NameText, IdempotencyKeyText,
         streamed::RenewedEvent, streamed::ReleasedEvent, streamed::LostEvent, streamed::QueuedEvent,
-        watch::FreeLock, watch::AcquiredEvent, watch::ValueEvent, watch::EndedEvent,
+        lock_status::FreeLock, watch::AcquiredEvent, watch::ValueEvent, watch::EndedEvent,
+        sessions::SessionRenewedEvent, sessions::SessionEndedEvent,
     )),
     modifiers(&SecuritySchemes),
     tags(
         (name = "locks", description = "Named locks with leases, owner tokens and fencing tokens"),
+        (name = "sessions", description = "One liveness lease for many locks: kept alive through any \
+            instance; when it ends, its locks end with it (with its lock-delay, when it expired)"),
         (name = "seckill", description = "A flash sale that cannot oversell: Lua-atomic purchases under the \
             per-user lock, rate-limited per user across instances"),
         (name = "operations", description = "Health, readiness and the API description"),
@@ -101,6 +105,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(locks::release, lock_status::inspect))
         .routes(routes!(locks::extend))
         .routes(routes!(locks::set_value))
+        .routes(routes!(sessions::open))
+        .routes(routes!(sessions::keep, sessions::inspect, sessions::delete))
         .routes(routes!(watch::events))
         .routes(routes!(seckill::sales))
         .routes(routes!(seckill::reset_sale, seckill::sale))

@@ -117,6 +117,22 @@ problem_catalogue! {
         status: CONFLICT,
         about: "The token holds this lock in the other mode (shared or exclusive); a re-entry keeps the mode the lock was taken in.",
     },
+    SessionNotFound {
+        slug: "session-not-found",
+        title: "Session not found",
+        status: NOT_FOUND,
+        about: "There is no session with this id: it was never opened, or it ended (deleted, or expired because \
+                 nobody kept it alive). A request waiting with a session that ends is answered this too. Open \
+                 a new session with POST /sessions.",
+    },
+    Deadlock {
+        slug: "deadlock",
+        title: "Deadlock",
+        status: CONFLICT,
+        about: "Waiting would close a cycle: sessions each holding a lock the next one waits for (`cycle` names \
+                 the keys, in order). This request was the youngest wait of the cycle and was refused; the others \
+                 go on waiting. Release what this session holds, or take the locks in one order.",
+    },
     SaleNotFound {
         slug: "sale-not-found",
         title: "Sale not found",

@@ -8,7 +8,7 @@ use super::auth::{AdminToken, ApiKeys};
 use super::buyer::BuyerTokens;
 use super::extract::TrustedProxies;
 use super::streamed::StreamKeepAlive;
-use crate::locks::{LockLimits, Locks, StreamedLocks, Watches};
+use crate::locks::{LockLimits, Locks, Sessions, StreamedLocks, Watches};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
 use crate::seckill::Sales;
@@ -25,6 +25,7 @@ pub struct Parts {
     pub locks: Locks,
     pub streamed: StreamedLocks,
     pub watches: Watches,
+    pub sessions: Sessions,
     pub sales: Sales,
     pub redis: Redis,
     pub metrics: Arc<Metrics>,
@@ -58,6 +59,7 @@ macro_rules! parts_from_ref {
 parts_from_ref! {
     locks: Locks,
     streamed: StreamedLocks,
+    sessions: Sessions,
     watches: Watches,
     sales: Sales,
     redis: Redis,
@@ -87,6 +89,7 @@ pub struct RouteDomains {
     pub locks: Locks,
     pub streamed: StreamedLocks,
     pub watches: Watches,
+    pub sessions: Sessions,
     pub sales: Sales,
     pub redis: Redis,
     pub metrics: Arc<Metrics>,
@@ -98,6 +101,7 @@ impl AppState {
             locks,
             streamed,
             watches,
+            sessions,
             sales,
             redis,
             metrics,
@@ -114,6 +118,7 @@ impl AppState {
             locks,
             streamed,
             watches,
+            sessions,
             sales,
             redis,
             metrics,

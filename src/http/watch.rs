@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use super::auth::ApiKeyAccess;
 use super::error::ApiError;
 use super::extract::KeyPath;
-use super::lock_status::{LockStatus, WaiterEntry};
+use super::lock_status::{FreeLock, LockStatus};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockWatchEvent};
 use super::streamed::StreamKeepAlive;
@@ -25,17 +25,6 @@ const LAST_EVENT_ID: &str = "last-event-id";
 /// What a `Last-Event-ID` may look like: a stream id (each part is also
 /// checked to fit in 64 bits).
 pub(super) const LAST_EVENT_ID_PATTERN: &str = r"^[0-9]{1,20}-[0-9]{1,20}$";
-
-/// `snapshot` of a lock nobody holds.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct FreeLock {
-    #[schema(example = "orders:42")]
-    key: String,
-    /// Always false.
-    held: bool,
-    /// The requests waiting, about to be served.
-    waiters: Vec<WaiterEntry>,
-}
 
 /// `acquired`: a holder was granted the lock.
 #[derive(Debug, Serialize, ToSchema)]
@@ -161,11 +150,10 @@ fn sse_event(key: &LockKey, event: WatchEvent) -> Event {
         WatchEvent::Snapshot { id, sight } => {
             let data = match sight {
                 LockSight::Held(view) => serde_json::to_string(&LockStatus::new(key, view)),
-                LockSight::Free { waiters } => serde_json::to_string(&FreeLock {
-                    key: key.to_string(),
-                    held: false,
-                    waiters: waiters.into_iter().map(WaiterEntry::from).collect(),
-                }),
+                LockSight::Free {
+                    waiters,
+                    delayed_until_ms,
+                } => serde_json::to_string(&FreeLock::new(key, waiters, delayed_until_ms)),
             };
             Event::default()
                 .id(id)

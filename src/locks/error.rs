@@ -24,6 +24,10 @@ pub enum LockError {
     CannotWait(#[from] WaitRefused),
     #[error("{}", not_replicated(key, *undone))]
     NotReplicated { key: LockKey, undone: bool },
+    #[error("there is no session with this id: never opened, ended, or expired")]
+    SessionNotFound,
+    #[error("waiting for {key} would close a cycle of session waits: {}", cycle.join(" -> "))]
+    Deadlock { key: LockKey, cycle: Vec<String> },
     #[error(transparent)]
     Backend(#[from] BackendError),
 }

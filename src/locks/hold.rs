@@ -2,6 +2,7 @@
 
 use super::error::LockError;
 use super::inputs::{LockKey, LockValue, Token, Ttl};
+use super::sessions::SessionHandle;
 use super::shared::Locks;
 use crate::metrics::LockOutcome;
 use crate::redis::locks::LockState;
@@ -54,7 +55,13 @@ impl Locks {
         let holder = (&*token.expose(), fence);
         let reply = scripts::release(&mut conn, &keys, self.publish(), holder, holds).await?;
         let released = match reply {
-            ReleaseReply::Released => Released::Free,
+            ReleaseReply::Released { session } => {
+                if let Some(handle) = session {
+                    let handle = SessionHandle::from_stored(&handle);
+                    self.sessions().forget(&handle, &token.expose()).await;
+                }
+                Released::Free
+            }
             ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),
             ReleaseReply::NotFound => return Err(LockError::NotFound { key: key.clone() }),
             ReleaseReply::NotOwner => return Err(LockError::NotOwner { key: key.clone() }),
@@ -101,7 +108,7 @@ impl Locks {
                 key: key.clone(),
                 undone: false,
             }),
-            ExtendReply::Extended(state) => Ok(state),
+            ExtendReply::Extended(state) => Ok(self.with_session_expiry(state).await?),
             ExtendReply::Lost(why) => {
                 if why == NoPlace::NotFound {
                     self.metrics().lock(LockOutcome::ExpiredOnExtend);
@@ -109,6 +116,29 @@ impl Locks {
                 Err(LockError::lost(key, why))
             }
         }
+    }
+
+    /// A session's holder's state shows its session's expiry (its lease).
+    pub(super) async fn with_session_expiry(
+        &self,
+        mut state: LockState,
+    ) -> Result<LockState, LockError> {
+        let Some(handle) = &state.session else {
+            return Ok(state);
+        };
+        let handle = SessionHandle::from_stored(handle);
+        let (expiries, now) = self
+            .sessions()
+            .expiries(std::slice::from_ref(&handle))
+            .await?;
+        // Ended meanwhile: its lock is being ended too.
+        let expires_at_ms = expiries
+            .get(&handle)
+            .copied()
+            .ok_or(LockError::SessionNotFound)?;
+        state.expires_at_ms = expires_at_ms;
+        state.ttl_ms = expires_at_ms.saturating_sub(now);
+        Ok(state)
     }
 
     /// Replaces the holder's public value (none removes it); the holder's
@@ -125,17 +155,7 @@ impl Locks {
         let reply =
             scripts::set_value(&mut conn, &keys, self.publish(), &token.expose(), value).await?;
         match reply {
-            SetValueReply::Set {
-                fencing_token,
-                holds,
-                expires_at_ms,
-                ttl_ms,
-            } => Ok(LockState {
-                fencing_token,
-                holds,
-                ttl_ms,
-                expires_at_ms,
-            }),
+            SetValueReply::Set(state) => self.with_session_expiry(state).await,
             SetValueReply::Lost(why) => Err(LockError::lost(key, why)),
         }
     }

@@ -20,6 +20,7 @@ mod error;
 mod hold;
 mod inputs;
 mod reading;
+pub mod sessions;
 mod shared;
 mod streamed;
 pub mod waiting;
@@ -35,6 +36,9 @@ pub use inputs::{
     WaitTime, idempotency_key_pattern, key_pattern, lock_kind,
 };
 pub use reading::{ListCursor, LockPage, MAX_LIST};
+pub use sessions::{
+    SessionError, SessionHandle, SessionId, SessionLease, SessionTerms, SessionView, Sessions,
+};
 pub use shared::Locks;
 pub use streamed::{LostReason, StreamEnd, StreamEvent, StreamedLock, StreamedLocks};
 pub use waiting::{WaitRefused, Waiting};

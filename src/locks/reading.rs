@@ -2,6 +2,7 @@
 
 use super::error::LockError;
 use super::inputs::LockKey;
+use super::sessions::SessionHandle;
 use super::shared::Locks;
 use crate::redis::locks::view::{self, LockSight, LockView};
 use crate::redis::scan::{self, ScanCursor};
@@ -19,10 +20,45 @@ pub struct LockPage {
 }
 
 impl Locks {
-    /// Reads the lock's state, holders and waiters; never a token.
+    /// Reads the lock's state, holders and waiters; never a token. A
+    /// session's holder's lease is its session's.
     pub async fn inspect(&self, key: &LockKey) -> Result<LockSight, LockError> {
         let mut conn = self.redis().connection().await?;
-        Ok(view::inspect(&mut conn, &self.keys(key), self.publish()).await?)
+        let sight = view::inspect(&mut conn, &self.keys(key), self.publish()).await?;
+        drop(conn);
+        match sight {
+            LockSight::Held(view) => Ok(LockSight::Held(self.with_session_leases(view).await?)),
+            free => Ok(free),
+        }
+    }
+
+    /// The leases of sessions' holders as their sessions' (a time in the
+    /// far future otherwise); the lock's latest end with them.
+    async fn with_session_leases(&self, mut view: LockView) -> Result<LockView, LockError> {
+        let handles: Vec<SessionHandle> = view
+            .leases
+            .iter()
+            .filter_map(|lease| lease.session.as_deref().map(SessionHandle::from_stored))
+            .collect();
+        if handles.is_empty() {
+            return Ok(view);
+        }
+        let (expiries, now) = self.sessions().expiries(&handles).await?;
+        for lease in &mut view.leases {
+            if let Some(handle) = &lease.session {
+                // A session that ended is ending its locks: as it stands.
+                let handle = SessionHandle::from_stored(handle);
+                lease.expires_at_ms = expiries.get(&handle).copied().unwrap_or(now);
+            }
+        }
+        view.expires_at_ms = view
+            .leases
+            .iter()
+            .map(|lease| lease.expires_at_ms)
+            .max()
+            .unwrap_or(now);
+        view.ttl_ms = view.expires_at_ms.saturating_sub(now);
+        Ok(view)
     }
 
     /// About `limit` held locks whose key starts with `prefix` (any text of
@@ -59,7 +95,7 @@ impl Locks {
         for inspected in futures_util::future::join_all(sights).await {
             // A lock that ended since the walk found it is not listed.
             if let (key, LockSight::Held(view)) = inspected? {
-                locks.push((key, view));
+                locks.push((key, self.with_session_leases(view).await?));
             }
         }
         locks.sort_by(|(a, _), (b, _)| a.as_str().cmp(b.as_str()));

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::inputs::{LockKey, LockLimits};
+use super::sessions::Sessions;
 use super::waiting::Waiting;
 use crate::metrics::Metrics;
 use crate::redis::Redis;
@@ -19,6 +20,7 @@ struct Parts {
     redis: Redis,
     prefix: Arc<str>,
     waiting: Waiting,
+    sessions: Sessions,
     metrics: Arc<Metrics>,
     /// The longest lease a client may ask for: how long a revoked lock's
     /// fence counter must outlive it.
@@ -29,7 +31,7 @@ impl Locks {
     pub fn new(
         redis: Redis,
         prefix: &str,
-        waiting: Waiting,
+        (waiting, sessions): (Waiting, Sessions),
         metrics: Arc<Metrics>,
         limits: LockLimits,
     ) -> Self {
@@ -37,6 +39,7 @@ impl Locks {
             redis,
             prefix: prefix.into(),
             waiting,
+            sessions,
             metrics,
             max_ttl_ms: limits.max_ttl_ms,
         }))
@@ -55,6 +58,11 @@ impl Locks {
         &self.0.waiting
     }
 
+    /// The sessions locks are taken in.
+    pub fn sessions(&self) -> &Sessions {
+        &self.0.sessions
+    }
+
     pub(super) fn metrics(&self) -> &Metrics {
         &self.0.metrics
     }
@@ -67,6 +75,12 @@ impl Locks {
     /// The Redis keys of the lock `key`.
     pub(super) fn keys(&self, key: &LockKey) -> LockKeys {
         LockKeys::new(&self.0.prefix, key.as_str())
+    }
+
+    /// The Redis keys of the lock named `key` as Redis holds it (already a
+    /// lock key: read from a session's or a queue's records).
+    pub(super) fn keys_of(&self, key: &str) -> LockKeys {
+        LockKeys::new(&self.0.prefix, key)
     }
 
     /// `PUBLISH`, or `SPUBLISH` on a Redis Cluster: what the scripts send

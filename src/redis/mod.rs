@@ -9,6 +9,7 @@ pub mod scan;
 mod scripts;
 pub mod seckill;
 pub mod sentinel;
+pub mod sessions;
 
 use std::sync::Arc;
 use std::time::Duration;

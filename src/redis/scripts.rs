@@ -163,15 +163,25 @@ pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
 pub static ORDERS_ACK: LuaScript = lua_script!("orders_ack.lua");
 pub static ORDERS_DEAD_LETTER: LuaScript = lua_script!("orders_dead_letter.lua");
 pub static ORDERS_TIDY: LuaScript = lua_script!("orders_tidy.lua");
+pub static SESSION_OPEN: LuaScript = lua_script!("session_open.lua");
+pub static SESSION_KEEP: LuaScript = lua_script!("session_keep.lua");
+pub static SESSION_JOIN: LuaScript = lua_script!("session_join.lua");
+pub static SESSION_END: LuaScript = lua_script!("session_end.lua");
+pub static SESSION_VIEW: LuaScript = lua_script!("session_view.lua");
 
 /// The scripts run by SHA, for loading at start-up.
-pub static SCRIPTS: [&LuaScript; 6] = [
+pub static SCRIPTS: [&LuaScript; 11] = [
     &PURCHASE,
     &RESET_SALE,
     &RATE_LIMIT,
     &ORDERS_ACK,
     &ORDERS_DEAD_LETTER,
     &ORDERS_TIDY,
+    &SESSION_OPEN,
+    &SESSION_KEEP,
+    &SESSION_JOIN,
+    &SESSION_END,
+    &SESSION_VIEW,
 ];
 
 /// The libraries every lock script shares, in the order they build on
@@ -212,10 +222,21 @@ pub static WATCH: LockFunction = lock_function!("watch.lua");
 pub static HISTORY: LockFunction = lock_function!("history.lua");
 pub static SET_VALUE: LockFunction = lock_function!("set_value.lua");
 pub static REVOKE: LockFunction = lock_function!("revoke.lua");
+pub static SESSION_RELEASE: LockFunction = lock_function!("session_release.lua");
 
 /// Every lock script: the functions of the library.
-pub static LOCK_FUNCTIONS: [&LockFunction; 10] = [
-    &ACQUIRE, &RELEASE, &EXTEND, &INSPECT, &LEAVE, &TEND, &WATCH, &HISTORY, &SET_VALUE, &REVOKE,
+pub static LOCK_FUNCTIONS: [&LockFunction; 11] = [
+    &ACQUIRE,
+    &RELEASE,
+    &EXTEND,
+    &INSPECT,
+    &LEAVE,
+    &TEND,
+    &WATCH,
+    &HISTORY,
+    &SET_VALUE,
+    &REVOKE,
+    &SESSION_RELEASE,
 ];
 
 /// The lock library: its name (`lockgate_<hash of its source>`) and its

@@ -24,6 +24,7 @@ mod replication;
 mod run;
 mod seckill;
 mod sentinel;
+mod sessions;
 mod settings;
 mod shutdown;
 mod streams;

@@ -9,11 +9,15 @@
 //! extension): a waiter whose instance died meanwhile holds nothing long.
 
 use std::sync::OnceLock;
+
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 use super::AcquireRequest;
+use super::deadlock;
 use crate::duration::millis;
 use crate::locks::inputs::Token;
+use crate::locks::sessions::SessionHandle;
 use crate::locks::shared::Locks;
 use crate::locks::waiting::{Standing, Ticket, WaitRefused};
 use crate::metrics::LockOutcome;
@@ -21,7 +25,9 @@ use crate::redis::BackendError;
 use crate::redis::locks::grant::{
     self as scripts, AcquireReply, Attempt, ExtendReply, IfGranted, LeaveReply,
 };
+use crate::redis::locks::view;
 use crate::redis::locks::{LockKeys, LockState};
+use crate::redis::sessions::{self as session_keys, SessionKeys};
 
 /// What one acquisition wants, for every attempt it makes.
 #[derive(Clone, Copy)]
@@ -32,6 +38,12 @@ pub(super) struct AcquireTerms<'a> {
     /// The request's id in the lock's queue, should it wait there.
     pub(super) waiter_id: &'a str,
     pub(super) deadline: Instant,
+    /// The session it is taken in, as the lock records it.
+    pub(super) session: Option<&'a str>,
+    /// That session's handle.
+    pub(super) session_handle: Option<&'a SessionHandle>,
+    /// Cancelled when that session ends: the wait ends with it.
+    pub(super) session_ended: Option<&'a CancellationToken>,
 }
 
 /// A grant, however it came.
@@ -57,6 +69,10 @@ pub(super) enum NoGrant {
     CannotWait(WaitRefused),
     /// Granted, but too few replicas confirmed it.
     NotReplicated,
+    /// The session it waited with ended.
+    SessionEnded,
+    /// Its wait closed a cycle of session waits, as its youngest: the keys.
+    Deadlock(Vec<String>),
     Backend(BackendError),
 }
 
@@ -110,6 +126,24 @@ impl<'a> Acquisition<'a> {
         }
     }
 
+    /// As [`Acquisition::run`]; a session's wait noted while it waited is
+    /// forgotten once it is over, however it ended.
+    pub(super) async fn run_noting_waits(self) -> Result<Granted, NoGrant> {
+        let Some(session) = self.terms.session_handle else {
+            return self.run().await;
+        };
+        let (locks, keys) = (self.locks, self.terms.keys);
+        let waited = !self.terms.request.wait.is_zero();
+        let acquired = self.run().await;
+        if waited {
+            let session_keys = SessionKeys::new(locks.prefix(), session.as_str());
+            if let Ok(mut conn) = locks.redis().connection().await {
+                let _ = session_keys::note_wait(&mut conn, &session_keys, keys.key(), None).await;
+            }
+        }
+        acquired
+    }
+
     /// Tries once; without a place and with a wait, queues and waits for
     /// the grant, the deadline, or the instance's shutdown.
     pub(super) async fn run(mut self) -> Result<Granted, NoGrant> {
@@ -143,8 +177,31 @@ impl<'a> Acquisition<'a> {
             } => self.joined(ticket, position, free_in_ms),
         }
         let closing = ticket.closing();
+        let never = CancellationToken::new();
+        let session_ended = self.terms.session_ended.unwrap_or(&never);
+        // A session's wait is an edge others may close a cycle with: it is
+        // noted on the session, and searched for cycles (at once, then
+        // every few hundred milliseconds).
+        if let Some(session) = self.terms.session_handle {
+            Box::pin(self.note_wait(session, Some(ticket.id()))).await;
+        }
+        let mut cycles = tokio::time::interval(deadlock::CHECK_EVERY);
         loop {
             let standing = tokio::select! {
+                () = session_ended.cancelled() => {
+                    // Its session's end ends its wait, and what it was
+                    // offered goes on.
+                    let _ = Box::pin(self.give_up(ticket)).await;
+                    return Err(NoGrant::SessionEnded);
+                }
+                _ = cycles.tick(), if self.terms.session_handle.is_some() => {
+                    if let Some(cycle) = Box::pin(self.closes_a_cycle(ticket)).await {
+                        let _ = Box::pin(self.give_up(ticket)).await;
+                        self.locks.metrics().deadlock();
+                        return Err(NoGrant::Deadlock(cycle));
+                    }
+                    continue;
+                }
                 standing = ticket.changed() => standing,
                 () = tokio::time::sleep_until(self.terms.deadline.into()) => {
                     return match Box::pin(self.leave(ticket)).await? {
@@ -193,6 +250,47 @@ impl<'a> Acquisition<'a> {
         }
     }
 
+    /// Notes (or, `None`, forgets) the session's wait for this lock, as
+    /// waiter `id`: what a search for cycles follows.
+    pub(super) async fn note_wait(&self, session: &SessionHandle, id: Option<&str>) {
+        let keys = SessionKeys::new(self.locks.prefix(), session.as_str());
+        let noted = async {
+            let mut conn = self.locks.redis().connection().await?;
+            session_keys::note_wait(&mut conn, &keys, self.terms.keys.key(), id).await
+        };
+        if let Err(err) = noted.await {
+            tracing::debug!(error = %err, "a session's wait could not be noted");
+        }
+    }
+
+    /// The keys of the cycle this wait closes, when it is the wait of the
+    /// cycle to refuse (see `deadlock`).
+    async fn closes_a_cycle(&self, ticket: &Ticket) -> Option<Vec<String>> {
+        let session = self.terms.session_handle?;
+        let found = async {
+            let mut conn = self.locks.redis().connection().await?;
+            let Some(queued) = view::queued_wait(&mut conn, self.terms.keys, ticket.id()).await?
+            else {
+                return Ok(None);
+            };
+            drop(conn);
+            let start = deadlock::Wait {
+                session: session.clone(),
+                key: self.terms.keys.key().to_owned(),
+                since: queued.since,
+                waiter_id: ticket.id().to_owned(),
+            };
+            deadlock::refused(self.locks, &start).await
+        };
+        match found.await {
+            Ok(cycle) => cycle,
+            Err(err) => {
+                tracing::debug!(error = %err, "could not search for a cycle of waits");
+                None
+            }
+        }
+    }
+
     /// Notes a place in the queue: the ticket hears it, the client (of a
     /// streamed lock) is told, and the lock is tended when its lease ends.
     fn joined(&self, ticket: &Ticket, position: u64, free_in_ms: u64) {
@@ -229,7 +327,12 @@ impl<'a> Acquisition<'a> {
     /// to the next waiter. A retry under an Idempotency-Key keeps it (the
     /// requests waiting with it share it; an offer unclaimed lapses).
     async fn give_up(&self, ticket: &Ticket) -> Result<(), NoGrant> {
-        let if_granted = if self.terms.request.idempotency_key.is_some() {
+        let if_granted = if self.terms.request.idempotency_key.is_some()
+            && self
+                .terms
+                .session_ended
+                .is_none_or(|ended| !ended.is_cancelled())
+        {
             IfGranted::Keep
         } else {
             IfGranted::GiveBack
@@ -316,6 +419,7 @@ impl<'a> Acquisition<'a> {
                 .as_ref()
                 .map(crate::locks::inputs::LockValue::as_str),
             idempotency: idempotency.map(|key| (key.as_str(), terms.request_hash)),
+            session: terms.session,
         };
         let publish = self.locks.publish();
         let sent = Instant::now();

@@ -4,6 +4,7 @@
 //! queue) and [`guard`] (a grant whose client went away is undone).
 
 mod attempts;
+mod deadlock;
 mod guard;
 
 use std::time::{Duration, Instant};
@@ -13,10 +14,12 @@ pub use guard::GrantGuard;
 
 use super::error::LockError;
 use super::inputs::{IdempotencyKey, LockKey, LockValue, Token, Ttl, WaitTime};
+use super::sessions::{SessionError, SessionHandle, SessionId, SessionLease};
 use super::shared::Locks;
 use crate::metrics::LockOutcome;
-use crate::redis::locks::grant::{self as scripts};
+use crate::redis::locks::grant::{self as scripts, ExtendReply};
 use crate::redis::locks::{LockKind, LockState};
+use crate::redis::sessions::Hold;
 
 /// A request to take (or re-enter) a lock.
 #[derive(Debug, Clone)]
@@ -43,6 +46,9 @@ pub struct AcquireRequest {
     /// Told the request's place in the queue while it waits (a streamed
     /// lock's `queued` events).
     pub positions: Option<tokio::sync::watch::Sender<u64>>,
+    /// The session the lock is taken in: it lives as long as the session
+    /// (its `ttl` is ignored), and a wait ends when the session does.
+    pub session: Option<SessionId>,
 }
 
 impl AcquireRequest {
@@ -59,6 +65,7 @@ impl AcquireRequest {
             value: None,
             idempotency_key: None,
             positions: None,
+            session: None,
         }
     }
 
@@ -67,13 +74,16 @@ impl AcquireRequest {
     /// lock, its kind, lease, wait and value.
     fn request_hash(&self) -> String {
         let described = format!(
-            "{}\u{1f}{}\u{1f}{:?}\u{1f}{}\u{1f}{}\u{1f}{}",
+            "{}\u{1f}{}\u{1f}{:?}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
             self.key,
             self.kind.mode(),
             self.kind.limit(),
             self.ttl.as_millis(),
             self.wait.as_millis(),
             self.value.as_ref().map_or("\u{0}", LockValue::as_str),
+            self.session
+                .as_ref()
+                .map_or_else(String::new, |id| id.handle().to_string()),
         );
         let hash = described
             .bytes()
@@ -82,6 +92,14 @@ impl AcquireRequest {
             });
         format!("{hash:016x}")
     }
+}
+
+/// A lock that joined its session before it is taken.
+struct JoinedSession {
+    handle: SessionHandle,
+    /// What the lock records of its session: `<handle> <lock-delay ms>`.
+    record: String,
+    lease: SessionLease,
 }
 
 /// A held lease, as acquisition reports it.
@@ -112,7 +130,7 @@ impl Locks {
     /// waiting) or the lease is dropped before the guard completes, the
     /// grant is released, so a client that went away holds nothing (unless
     /// it sent an Idempotency-Key: its retry gets the grant).
-    pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, LockError> {
+    pub async fn acquire(&self, mut request: AcquireRequest) -> Result<Lease, LockError> {
         if let Some(token) = request.token {
             // Boxed, like every round trip here: see `Acquisition::run`.
             return Box::pin(self.reenter(request, token)).await;
@@ -120,6 +138,15 @@ impl Locks {
         let started = Instant::now();
         let keys = self.keys(&request.key);
         let token = Token::generate();
+        // A session's lock joins it before any grant; its lease is the
+        // session's length until it is attached.
+        let session = match &request.session {
+            Some(id) => Some(Box::pin(self.join_session(&request, id, &token)).await?),
+            None => None,
+        };
+        if let Some(joined) = &session {
+            request.ttl = Ttl::fixed(Duration::from_millis(joined.lease.ttl_ms));
+        }
         let keep_if_left = request.idempotency_key.is_some();
         let mut guard = GrantGuard::new(self.clone(), request.key.clone(), token, keep_if_left);
         let request_hash = match &request.idempotency_key {
@@ -139,20 +166,108 @@ impl Locks {
             guard.queued_as(Some(&id));
             id
         };
+        let watch = session
+            .as_ref()
+            .map(|joined| self.sessions().watch(&joined.handle));
         let terms = AcquireTerms {
             keys: &keys,
             request: &request,
             request_hash: &request_hash,
             waiter_id: &waiter_id,
             deadline: started + request.wait.as_duration(),
+            session: session.as_ref().map(|joined| joined.record.as_str()),
+            session_handle: session.as_ref().map(|joined| &joined.handle),
+            session_ended: watch.as_ref().map(|watch| watch.ended()),
         };
-        match Acquisition::new(self, terms, &token).run().await {
-            Ok(granted) => Ok(self.lease(request.key, token, granted, guard)),
+        let acquisition = Acquisition::new(self, terms, &token);
+        let acquired = acquisition.run_noting_waits().await;
+        match acquired {
+            Ok(mut granted) => {
+                if let (Some(id), None) = (&request.session, &granted.replayed_token) {
+                    granted.state = Box::pin(self.attach(&request, id, &token, granted.state))
+                        .await
+                        .inspect_err(|_| guard.queued_as(None))?;
+                }
+                Ok(self.lease(request.key, token, granted, guard))
+            }
             Err(refused) => {
                 let waited = (!request.wait.is_zero()).then(|| started.elapsed());
                 let grant = (request.key, token, guard);
                 Err(self.not_granted(refused, grant, waited).await)
             }
+        }
+    }
+
+    /// The lock joins its session before it is taken (a session that has
+    /// ended is `SessionNotFound`).
+    async fn join_session(
+        &self,
+        request: &AcquireRequest,
+        id: &SessionId,
+        token: &Token,
+    ) -> Result<JoinedSession, LockError> {
+        let text = token.expose();
+        let hold = Hold {
+            token: &text,
+            key: request.key.as_str(),
+            mode: request.kind.mode(),
+            fencing_token: 0,
+        };
+        let lease = self
+            .sessions()
+            .join(id, hold)
+            .await
+            .map_err(|err| match err {
+                SessionError::NotFound => LockError::SessionNotFound,
+                SessionError::Backend(err) => err.into(),
+            })?;
+        let handle = id.handle();
+        let record = format!("{handle} {}", lease.lock_delay_ms);
+        Ok(JoinedSession {
+            handle,
+            record,
+            lease,
+        })
+    }
+
+    /// A grant in a session, attached to it: the session confirms it holds
+    /// the lock (else the grant is given back: the session ended
+    /// meanwhile), then the lock's lease becomes the session's. Its state
+    /// shows the session's expiry.
+    async fn attach(
+        &self,
+        request: &AcquireRequest,
+        id: &SessionId,
+        token: &Token,
+        state: LockState,
+    ) -> Result<LockState, LockError> {
+        let text = token.expose();
+        let hold = Hold {
+            token: &text,
+            key: request.key.as_str(),
+            mode: request.kind.mode(),
+            fencing_token: state.fencing_token,
+        };
+        let lease = match self.sessions().join(id, hold).await {
+            Ok(lease) => lease,
+            Err(err) => {
+                let _ = self.release_all(&request.key, token).await;
+                return Err(match err {
+                    SessionError::NotFound => LockError::SessionNotFound,
+                    SessionError::Backend(err) => err.into(),
+                });
+            }
+        };
+        let keys = self.keys(&request.key);
+        let mut conn = self.redis().connection().await?;
+        match scripts::attach(&mut conn, &keys, self.publish(), &text).await? {
+            ExtendReply::Extended(state) => Ok(LockState {
+                ttl_ms: lease.ttl_ms,
+                expires_at_ms: lease.expires_at_ms,
+                ..state
+            }),
+            // Ended with its session between the two steps.
+            ExtendReply::Lost(_) => Err(LockError::SessionNotFound),
         }
     }
 
@@ -245,6 +360,14 @@ impl Locks {
                 guard.complete();
                 err.into()
             }
+            NoGrant::SessionEnded => {
+                guard.complete();
+                LockError::SessionNotFound
+            }
+            NoGrant::Deadlock(cycle) => {
+                guard.complete();
+                LockError::Deadlock { key, cycle }
+            }
             NoGrant::NotReplicated => {
                 // Undo the grant now, so the answer is true when it is read;
                 // if that fails, the guard keeps trying in the background.
@@ -273,6 +396,7 @@ impl Locks {
             streamed: false,
             value: None,
             idempotency: None,
+            session: None,
         };
         let publish = self.publish();
         let sent = Instant::now();
@@ -293,6 +417,7 @@ impl Locks {
                 Err(LockError::NotReplicated { key, undone: true })
             }
             scripts::AcquireReply::Reentered(state) => {
+                let state = self.with_session_expiry(state).await?;
                 self.metrics().lock(LockOutcome::Reentered);
                 Ok(Lease {
                     key,

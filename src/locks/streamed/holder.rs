@@ -31,6 +31,9 @@ pub(super) struct Holder {
     pub(super) keys: LockKeys,
     pub(super) fencing_token: u64,
     pub(super) ttl: Ttl,
+    /// Its lease is its session's: the session's keepalive keeps it, and
+    /// this instance renews nothing (it hears its end as any holder).
+    pub(super) in_session: bool,
     /// When the lease surely ends by this instance's clock: the sending time
     /// of the last renewal that Redis confirmed, plus the lease.
     pub(super) lease_end: Mutex<Instant>,

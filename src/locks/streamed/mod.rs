@@ -60,6 +60,8 @@ pub enum LostReason {
     ShuttingDown,
     /// An operator revoked the lock (`DELETE ?force=true`).
     Revoked,
+    /// The session it hung on ended (expired).
+    SessionEnded,
 }
 
 impl LostReason {
@@ -71,6 +73,7 @@ impl LostReason {
             Self::BackendUnavailable => "backend-unavailable",
             Self::ShuttingDown => "shutting-down",
             Self::Revoked => "revoked",
+            Self::SessionEnded => "session-ended",
         }
     }
 }
@@ -125,6 +128,7 @@ impl StreamedLocks {
             token: lease.token,
             fencing_token: lease.state.fencing_token,
             ttl,
+            in_session: lease.state.session.is_some(),
             lease_end: Mutex::new(Instant::from_std(lease.lease_from) + ttl.as_duration()),
             progress,
         });

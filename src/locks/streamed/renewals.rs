@@ -99,7 +99,9 @@ impl Renewals {
     /// returns the confirmation of its channel's subscription.
     pub(super) fn register(&self, holder: &Arc<Holder>) -> tokio::sync::oneshot::Receiver<()> {
         self.held.fetch_add(1, Ordering::AcqRel);
-        self.renew_at(holder, Instant::now() + holder.period());
+        if !holder.in_session {
+            self.renew_at(holder, Instant::now() + holder.period());
+        }
         let channel = holder.keys.released();
         let mut by_channel = lock(&self.by_channel);
         by_channel
@@ -240,7 +242,7 @@ impl Renewals {
                 Ok(outcomes) => outcomes
                     .get(index)
                     .map_or(Err(()), |outcome| match outcome {
-                        Ok(reply) => Ok(*reply),
+                        Ok(reply) => Ok(reply.clone()),
                         Err(_) => Err(()),
                     }),
                 Err(_) => Err(()),
@@ -333,11 +335,15 @@ impl Listener for Renewals {
             return;
         }
         // The payload is the fencing token of the holder whose place ended:
-        // released, or (`revoked <fence>`) revoked.
+        // released, or (`revoked <fence>`) revoked, or (`expired <fence>`)
+        // ended with its session.
         let text = String::from_utf8_lossy(payload);
-        let (revoked, fence) = match text.strip_prefix("revoked ") {
-            Some(fence) => (true, fence),
-            None => (false, &*text),
+        let (lost, fence) = if let Some(fence) = text.strip_prefix("revoked ") {
+            (Some(LostReason::Revoked), fence)
+        } else if let Some(fence) = text.strip_prefix("expired ") {
+            (Some(LostReason::SessionEnded), fence)
+        } else {
+            (None, &*text)
         };
         let Ok(fence) = fence.parse::<u64>() else {
             return;
@@ -350,10 +356,11 @@ impl Listener for Renewals {
             if holder.fencing_token != fence {
                 continue;
             }
-            if revoked {
-                self.lose(&holder, LostReason::Revoked);
-            } else {
-                holder.end(StreamEnd::Released);
+            match lost {
+                Some(reason) => self.lose(&holder, reason),
+                None => {
+                    holder.end(StreamEnd::Released);
+                }
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use super::{FENCE_RETENTION_MS, LockKeys, LockKind, LockState};
 use crate::redis::scripts::{
-    ACQUIRE, EXTEND, FunctionCall, LEAVE, RELEASE, REVOKE, Reply, SET_VALUE,
+    ACQUIRE, EXTEND, FunctionCall, LEAVE, RELEASE, REVOKE, Reply, SESSION_RELEASE, SET_VALUE,
 };
 use crate::redis::{BackendError, Connection};
 
@@ -26,6 +26,8 @@ pub struct Attempt<'a> {
     pub value: Option<&'a str>,
     /// The request's Idempotency-Key and the hash of the request.
     pub idempotency: Option<(&'a str, &'a str)>,
+    /// The session it is taken in: `<handle> <lock-delay ms>`.
+    pub session: Option<&'a str>,
 }
 
 /// A request that may join a lock's queue.
@@ -95,7 +97,8 @@ pub async fn acquire(
     let plain = attempt.waiter.is_none()
         && !attempt.streamed
         && attempt.value.is_none()
-        && attempt.idempotency.is_none();
+        && attempt.idempotency.is_none()
+        && attempt.session.is_none();
     if !plain {
         invocation
             .arg(waiter_id)
@@ -104,7 +107,8 @@ pub async fn acquire(
             .arg(flag(attempt.value.is_some()))
             .arg(attempt.value.unwrap_or(""))
             .arg(idempotency_key)
-            .arg(request_hash);
+            .arg(request_hash)
+            .arg(attempt.session.unwrap_or(""));
     }
     let reply = ACQUIRE.run(&invocation, conn).await?;
     let ttl_ms = attempt.ttl_ms;
@@ -141,6 +145,10 @@ fn lock_state(reply: &Reply, ttl_ms: u64) -> Option<LockState> {
         holds: reply.number("holds")?,
         ttl_ms,
         expires_at_ms: reply.number("expires_at_ms")?,
+        session: reply
+            .text("session")
+            .filter(|handle| !handle.is_empty())
+            .map(str::to_owned),
     })
 }
 
@@ -153,9 +161,12 @@ pub enum Holds {
     All,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseReply {
-    Released,
+    /// The place is free; the handle of the session it hung on, if any.
+    Released {
+        session: Option<String>,
+    },
     HoldsLeft(u64),
     NotFound,
     NotOwner,
@@ -176,7 +187,12 @@ pub async fn release(
     }
     let reply = RELEASE.run(&invocation, conn).await?;
     RELEASE.read(&reply, |reply| match reply.code() {
-        "released" => Some(ReleaseReply::Released),
+        "released" => Some(ReleaseReply::Released {
+            session: reply
+                .text("session")
+                .filter(|handle| !handle.is_empty())
+                .map(str::to_owned),
+        }),
         "holds-left" => reply.number("holds").map(ReleaseReply::HoldsLeft),
         "not-found" => Some(ReleaseReply::NotFound),
         "not-owner" => Some(ReleaseReply::NotOwner),
@@ -240,7 +256,7 @@ impl NoPlace {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExtendReply {
     Extended(LockState),
     Lost(NoPlace),
@@ -259,6 +275,45 @@ pub async fn extend(
         .run(&extension(keys, publish, token, ttl_ms), conn)
         .await?;
     extend_reply(&reply, ttl_ms)
+}
+
+/// Runs `extend.lua` to attach a session's holder to its session: its
+/// lease becomes the session's.
+pub async fn attach(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    token: &str,
+) -> Result<ExtendReply, BackendError> {
+    let mut invocation = extension(keys, publish, token, 0);
+    invocation.arg("1");
+    let reply = EXTEND.run(&invocation, conn).await?;
+    extend_reply(&reply, 0)
+}
+
+/// Runs `session_release.lua`: the session holder `token`'s place ends
+/// with its session (`expired`: watchers get `expired`, and the lock keeps
+/// its lock-delay until `delayed_until_ms`; else as a release). Whether it
+/// held a place.
+pub async fn session_release(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    token: &str,
+    (why, delayed_until_ms): (&str, u64),
+) -> Result<bool, BackendError> {
+    let mut invocation = SESSION_RELEASE.call(keys, publish);
+    invocation
+        .arg(token)
+        .arg(why)
+        .arg(delayed_until_ms)
+        .arg(FENCE_RETENTION_MS);
+    let reply = SESSION_RELEASE.run(&invocation, conn).await?;
+    SESSION_RELEASE.read(&reply, |reply| match reply.code() {
+        "ended" => Some(true),
+        "gone" => Some(false),
+        _ => None,
+    })
 }
 
 /// One lease to renew: the lock, its holder's token, the new lease in ms.
@@ -359,15 +414,10 @@ pub async fn leave(
     })
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetValueReply {
-    /// Set: the holder's fencing token, holds, lease end and what is left of it.
-    Set {
-        fencing_token: u64,
-        holds: u64,
-        expires_at_ms: u64,
-        ttl_ms: u64,
-    },
+    /// Set: the holder's lease as it stands.
+    Set(LockState),
     Lost(NoPlace),
 }
 
@@ -387,12 +437,7 @@ pub async fn set_value(
         .arg(value.unwrap_or(""));
     let reply = SET_VALUE.run(&invocation, conn).await?;
     SET_VALUE.read(&reply, |reply| match reply.code() {
-        "set" => Some(SetValueReply::Set {
-            fencing_token: reply.number("fence")?,
-            holds: reply.number("holds")?,
-            expires_at_ms: reply.number("expires_at_ms")?,
-            ttl_ms: reply.number("ttl_ms")?,
-        }),
+        "set" => lock_state(reply, reply.number("ttl_ms")?).map(SetValueReply::Set),
         code => NoPlace::of(code).map(SetValueReply::Lost),
     })
 }

@@ -63,6 +63,11 @@ impl LockKeys {
         self.name("lock")
     }
 
+    /// The queue (waiter id -> ticket) and what each waiter asked for.
+    pub fn queue(&self) -> (String, String) {
+        (self.name("queue"), self.name("waiters"))
+    }
+
     /// The channel on which a holder's place freed is told (its fencing
     /// token, or `revoked <fencing token>`).
     pub fn released(&self) -> String {
@@ -151,12 +156,15 @@ impl LockKind {
 /// A held lock's state as the scripts report it, without its token; its end
 /// is the expiry Redis holds. The domain hands it on as it is
 /// (`locks::LockState`), so a grant, a renewal and an inspection share it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockState {
     pub fencing_token: u64,
     pub holds: u64,
     pub ttl_ms: u64,
     pub expires_at_ms: u64,
+    /// The public handle of the session the hold hangs on: its lease is
+    /// then the session's (`expires_at_ms` is not a time).
+    pub session: Option<String>,
 }
 
 /// One holder's lease, as anyone may see it (never its token).
@@ -167,6 +175,9 @@ pub struct LeaseView {
     pub holds: u64,
     pub acquired_at_ms: u64,
     pub expires_at_ms: u64,
+    /// The public handle of the session the hold hangs on, if any.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// One waiter, as anyone may see it.

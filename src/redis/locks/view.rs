@@ -1,5 +1,6 @@
 //! The scripts that read a lock as anyone may see it (inspect, watch, its history), and the one each instance runs for the locks it has waiters or watchers on (tend).
 
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
@@ -30,7 +31,12 @@ pub struct LockView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockSight {
     Held(LockView),
-    Free { waiters: Vec<WaiterView> },
+    /// Nobody holds it; `delayed_until_ms`: the end of a lock-delay in
+    /// force (no place is granted until then).
+    Free {
+        waiters: Vec<WaiterView>,
+        delayed_until_ms: Option<u64>,
+    },
 }
 
 /// Runs `inspect.lua`.
@@ -58,13 +64,64 @@ fn sight(reply: &Reply) -> Option<LockSight> {
             leases: json_field(reply, "leases")?,
             waiters,
         })),
-        "not-found" => Some(LockSight::Free { waiters }),
+        "not-found" => Some(LockSight::Free {
+            waiters,
+            delayed_until_ms: reply.number("delayed_until_ms").filter(|until| *until > 0),
+        }),
         _ => None,
     }
 }
 
 fn json_field<T: DeserializeOwned>(reply: &Reply, name: &str) -> Option<T> {
     serde_json::from_str(reply.text(name)?).ok()
+}
+
+/// A request waiting in a lock's queue, as the queue holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedWait {
+    /// The public handle of the session it waits with, if any.
+    pub session: Option<String>,
+    /// Since when it waits (Unix ms, Redis clock).
+    pub since: u64,
+}
+
+/// Waiter `id` of the lock's queue, if it is there.
+pub async fn queued_wait(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    id: &str,
+) -> Result<Option<QueuedWait>, BackendError> {
+    #[derive(Deserialize)]
+    struct Entry {
+        since: u64,
+        #[serde(default)]
+        session: serde_json::Value,
+    }
+    let (queue, waiters) = keys.queue();
+    let (ticket, entry): (Option<f64>, Option<String>) = redis::pipe()
+        .cmd("ZSCORE")
+        .arg(queue)
+        .arg(id)
+        .cmd("HGET")
+        .arg(waiters)
+        .arg(id)
+        .query_async(conn)
+        .await?;
+    let (Some(_), Some(entry)) = (ticket, entry) else {
+        return Ok(None);
+    };
+    let Ok(entry) = serde_json::from_str::<Entry>(&entry) else {
+        return Ok(None);
+    };
+    let session = entry
+        .session
+        .as_str()
+        .and_then(|record| record.split(' ').next())
+        .map(str::to_owned);
+    Ok(Some(QueuedWait {
+        session,
+        since: entry.since,
+    }))
 }
 
 /// Runs `watch.lua`: starts (or keeps) the lock's watch; the lock now, and

@@ -1,0 +1,455 @@
+//! Sessions: one lease for many locks, kept alive through any instance, freed with every lock at its expiry (within a second, whichever instance kept it), with a visible lock-delay; a wait that ends with its session; a keepalive whose cost does not grow with the locks.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    ADMIN, EventStream, GatewayProcess, RedisServer, TestApp, assert_problem, command_calls,
+    eventually,
+};
+
+/// Opens a session on `app`; its 201 body.
+async fn open(app: &TestApp, body: Value) -> Value {
+    let response = app.post_json("/sessions", &body).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json().await.unwrap()
+}
+
+/// Takes `key` in `session`; the grant.
+async fn take_in(app: &TestApp, key: &str, session: &str, extra: Value) -> Value {
+    let mut body = json!({"key": key, "session": session});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    let response = app.acquire(body).await;
+    assert_eq!(response.status(), StatusCode::CREATED, "taking {key}");
+    response.json().await.unwrap()
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_session_holds_many_locks_kept_alive_through_any_instance_and_deleted_at_once() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let session = open(&one, json!({"ttl_ms": 5_000, "value": "worker-7"})).await;
+    let id = session["id"].as_str().unwrap();
+    assert_eq!(session["ttl_ms"], 5_000);
+    assert_eq!(session["lock_delay_ms"], 0);
+    let a = take_in(&one, "sess:a", id, json!({"ttl_ms": 100})).await;
+    let b = take_in(&two, "sess:b", id, json!({"mode": "shared"})).await;
+    // The lock's lease is the session's, whatever ttl_ms said.
+    assert_eq!(a["expires_at_ms"], session["expires_at_ms"]);
+    assert!(b["fencing_token"].as_u64().unwrap() > 0);
+
+    // Kept alive through the other instance; its locks with it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kept = two
+        .http
+        .put(two.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.status(), StatusCode::OK);
+    let kept: Value = kept.json().await.unwrap();
+    assert_eq!(kept["locks"], 2);
+    assert!(kept["expires_at_ms"].as_u64() > session["expires_at_ms"].as_u64());
+    let lock: Value = one.get("/locks/sess:a").await.json().await.unwrap();
+    assert_eq!(lock["expires_at_ms"], kept["expires_at_ms"], "{lock}");
+    assert_eq!(
+        lock["leases"][0]["session"].as_str().map(str::len),
+        Some(32)
+    );
+    assert!(
+        !lock.to_string().contains(id),
+        "a lock showed its session's id"
+    );
+
+    let status: Value = one
+        .get(&format!("/sessions/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["value"], "worker-7");
+    let mut keys: Vec<&str> = status["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|lock| lock["key"].as_str().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["sess:a", "sess:b"]);
+
+    // A waiter for one of them, served when the session is deleted.
+    let waiter = {
+        let request = two
+            .http
+            .post(two.url("/locks"))
+            .json(&json!({"key": "sess:a", "wait_ms": 10_000}));
+        tokio::spawn(request.send())
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deleted = one
+        .http
+        .delete(one.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    assert_eq!(waiter.await.unwrap().unwrap().status(), StatusCode::CREATED);
+    assert_eq!(
+        one.get("/locks/sess:b").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    // A clean end keeps no lock-delay.
+    let again = one.acquire(json!({"key": "sess:b"})).await;
+    assert_eq!(again.status(), StatusCode::CREATED);
+    for request in [
+        one.http.put(one.url(&format!("/sessions/{id}"))),
+        one.http.get(one.url(&format!("/sessions/{id}"))),
+        one.http.delete(one.url(&format!("/sessions/{id}"))),
+    ] {
+        assert_problem(request.send().await.unwrap(), 404, "session-not-found").await;
+    }
+    let late = one.acquire(json!({"key": "sess:c", "session": id})).await;
+    assert_problem(late, 404, "session-not-found").await;
+}
+
+/// A session nobody keeps alive expires: every lock freed, and the next
+/// waiter granted, no earlier than its expiry and no later than a second
+/// after, though the instance that opened it and kept it alive is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_sessions_locks_are_freed_within_a_second_of_its_expiry() {
+    let redis = RedisServer::start().await;
+    let mut keeper = GatewayProcess::spawn(&redis, &[], &[]).await;
+    let other = TestApp::spawn(&redis).await;
+    let opened = keeper
+        .http
+        .post(keeper.url("/sessions"))
+        .json(&json!({"ttl_ms": 1_500}))
+        .send()
+        .await
+        .unwrap();
+    let session: Value = opened.json().await.unwrap();
+    let id = session["id"].as_str().unwrap().to_owned();
+    let keys = ["exp:a", "exp:b", "exp:c"];
+    for key in keys {
+        GatewayProcess::granted(keeper.acquire(&json!({"key": key, "session": id}))).await;
+    }
+    let kept: Value = keeper
+        .http
+        .put(keeper.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let expires_at = kept["expires_at_ms"].as_u64().unwrap();
+    let waiter = {
+        let request = other
+            .http
+            .post(other.url("/locks"))
+            .json(&json!({"key": "exp:a", "wait_ms": 10_000}));
+        tokio::spawn(async move {
+            let response = request.send().await.unwrap();
+            (now_ms(), response.status())
+        })
+    };
+    keeper.child.kill().unwrap();
+    let _ = keeper.child.wait();
+
+    let (granted_at, status) = waiter.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(
+        granted_at + 50 >= expires_at,
+        "granted {} ms early",
+        expires_at - granted_at
+    );
+    assert!(
+        granted_at <= expires_at + 1_000,
+        "granted {} ms after the session expired",
+        granted_at - expires_at
+    );
+    for key in &keys[1..] {
+        assert_eq!(
+            other.get(&format!("/locks/{key}")).await.status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+}
+
+/// A session with a lock-delay expires: each of its locks stays
+/// unavailable until the expiry plus the delay, visibly (`GET`, a refusal's
+/// `retry_after_ms`, watchers' `delayed`), and a waiter is granted as it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_sessions_locks_keep_its_lock_delay_visibly() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let session = open(&app, json!({"ttl_ms": 1_000, "lock_delay_ms": 1_500})).await;
+    let id = session["id"].as_str().unwrap();
+    take_in(&app, "delay:a", id, json!({})).await;
+    let watcher = app
+        .http
+        .get(app.url("/locks/delay:a/events"))
+        .send()
+        .await
+        .unwrap();
+    let mut watcher = EventStream::of(watcher);
+    assert_eq!(
+        watcher.next(Duration::from_secs(2)).await.unwrap().name,
+        "snapshot"
+    );
+
+    let delayed = eventually(Duration::from_secs(4), || async {
+        let response = app.get("/locks/delay:a").await;
+        response.status() == StatusCode::OK
+            && response
+                .json::<Value>()
+                .await
+                .is_ok_and(|body| body["held"] == false)
+    })
+    .await;
+    assert!(delayed, "the lock was never shown delayed");
+    let status: Value = app.get("/locks/delay:a").await.json().await.unwrap();
+    let until = status["delayed_until_ms"].as_u64().unwrap();
+    assert!(until >= session["expires_at_ms"].as_u64().unwrap() + 1_500);
+
+    let refused = app.acquire(json!({"key": "delay:a"})).await;
+    let problem = assert_problem(refused, 409, "lock-held").await;
+    assert!(problem["retry_after_ms"].as_u64().unwrap() <= 1_500);
+    let waiter = app
+        .acquire(json!({"key": "delay:a", "wait_ms": 5_000}))
+        .await;
+    let granted_at = now_ms();
+    assert_eq!(waiter.status(), StatusCode::CREATED);
+    assert!(
+        granted_at + 20 >= until,
+        "granted {} ms before the delay ended",
+        until - granted_at
+    );
+    assert!(
+        granted_at <= until + 500,
+        "granted {} ms after the delay ended",
+        granted_at - until
+    );
+    let events = watcher.read_for(Duration::from_millis(300)).await;
+    let names: Vec<&str> = events.iter().map(|event| event.name.as_str()).collect();
+    assert!(
+        names.starts_with(&["expired", "delayed"]),
+        "the watcher saw {names:?}"
+    );
+}
+
+/// A request waiting with a session that ends stops waiting and is
+/// answered `404 session-not-found` within a second, holding nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_with_its_session() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let holder = one.take("wait:a", 30_000).await;
+    for ending in ["deleted", "expired"] {
+        let session = open(&one, json!({"ttl_ms": 1_000})).await;
+        let id = session["id"].as_str().unwrap().to_owned();
+        let waiter = {
+            let body = json!({"key": "wait:a", "wait_ms": 20_000, "session": id});
+            let request = two.http.post(two.url("/locks")).json(&body);
+            tokio::spawn(async move {
+                let response = request.send().await.unwrap();
+                (Instant::now(), response)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let ended_at = if ending == "deleted" {
+            let deleted = one
+                .http
+                .delete(one.url(&format!("/sessions/{id}")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+            Instant::now()
+        } else {
+            // Nobody keeps it alive: it ends within its ttl and a second.
+            Instant::now() + Duration::from_millis(800)
+        };
+        let (answered, response) = waiter.await.unwrap();
+        assert_problem(response, 404, "session-not-found").await;
+        assert!(
+            answered <= ended_at + Duration::from_millis(1_300),
+            "{ending}: the wait went on {:?} after its session ended",
+            answered.saturating_duration_since(ended_at)
+        );
+    }
+    let status: Value = one.get("/locks/wait:a").await.json().await.unwrap();
+    assert_eq!(status["fencing_token"], holder.fencing_token);
+    assert_eq!(status["waiters"], json!([]));
+}
+
+/// A keepalive costs the same few Redis commands whether one lock or a
+/// hundred hang on the session.
+#[tokio::test]
+async fn a_keepalive_costs_the_same_with_one_lock_or_a_hundred() {
+    let redis = RedisServer::start_single().await;
+    let app = TestApp::spawn(&redis).await;
+    let mut costs = Vec::new();
+    for count in [1, 100] {
+        let session = open(&app, json!({"ttl_ms": 30_000})).await;
+        let id = session["id"].as_str().unwrap();
+        for n in 0..count {
+            take_in(&app, &format!("cost:{count}:{n}"), id, json!({})).await;
+        }
+        let before: u64 = command_calls(&redis).await.values().sum();
+        let kept = app
+            .http
+            .put(app.url(&format!("/sessions/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(kept.status(), StatusCode::OK);
+        let after: u64 = command_calls(&redis).await.values().sum();
+        // Less the one INFO that read the count.
+        costs.push(after - before - 1);
+    }
+    // Six (the script, its four commands, the index), and the sweep's few
+    // a quarter second: a keepalive that touched every lock would cost a
+    // hundred more.
+    assert!(
+        costs[1] <= costs[0] + 6,
+        "a keepalive cost {costs:?} commands"
+    );
+    assert!(costs[0] <= 12, "a keepalive cost {} commands", costs[0]);
+}
+
+/// A streamed session lives while its response stays open: `opened`, then
+/// `renewed`; closing the connection ends it and frees its locks.
+#[tokio::test]
+async fn a_streamed_session_lives_while_its_client_stays() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let response = app
+        .http
+        .post(app.url("/sessions"))
+        .header("Accept", "text/event-stream")
+        .json(&json!({"ttl_ms": 1_200}))
+        .send()
+        .await
+        .unwrap();
+    let mut events = EventStream::of(response);
+    let opened = events.next(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(opened.name, "opened");
+    let id = opened.data["id"].as_str().unwrap().to_owned();
+    take_in(&app, "streamed:a", &id, json!({})).await;
+    // Kept alive well past its lease.
+    let renewed = events.until("renewed", Duration::from_secs(2)).await;
+    assert!(renewed.data["expires_at_ms"].as_u64().is_some());
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(app.get("/locks/streamed:a").await.status(), StatusCode::OK);
+    drop(events);
+    let freed = eventually(Duration::from_secs(2), || async {
+        app.get("/locks/streamed:a").await.status() == StatusCode::NOT_FOUND
+    })
+    .await;
+    assert!(freed, "closing the stream did not end the session");
+}
+
+/// Bad input gets its problem answer, and nothing is left held.
+#[tokio::test]
+async fn bad_session_input_is_refused_and_leaves_nothing() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_with(&redis, &["--admin-token", ADMIN]).await;
+    for (body, status, slug) in [
+        (json!({"ttl": 1_000}), 400, "malformed-body"),
+        (json!({"ttl_ms": 999}), 422, "invalid-field"),
+        (json!({"ttl_ms": 3_600_001}), 422, "invalid-field"),
+        (json!({"lock_delay_ms": 60_001}), 422, "invalid-field"),
+        (json!({"ttl_ms": "10"}), 400, "malformed-body"),
+    ] {
+        let response = app.post_json("/sessions", &body).await;
+        assert_problem(response, status, slug).await;
+    }
+    let malformed = app.get("/sessions/not-a-session").await;
+    assert_problem(malformed, 422, "invalid-field").await;
+    let bad = app
+        .acquire(json!({"key": "bad:a", "session": "nope"}))
+        .await;
+    assert_problem(bad, 422, "invalid-field").await;
+    let unknown = app
+        .acquire(json!({"key": "bad:a", "session": "0b6e2f4c-3d5a-4f1e-9a8b-7c6d5e4f3a2b"}))
+        .await;
+    assert_problem(unknown, 404, "session-not-found").await;
+    assert_eq!(
+        app.get("/locks/bad:a").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let session = open(&app, json!({})).await;
+    let id = session["id"].as_str().unwrap();
+    let keep = app
+        .http
+        .put(app.url(&format!("/sessions/{id}")))
+        .json(&json!({"ttl_ms": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(keep, 422, "invalid-field").await;
+}
+
+/// Two sessions, each holding what the other waits for, through two
+/// instances: the wait that closes the cycle (the youngest) is refused
+/// `409 deadlock` naming the cycle's keys, at once; the other goes on and
+/// is granted when the refused session gives its lock back. A wait in no
+/// cycle is never refused so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_of_session_waits_is_found_and_its_youngest_wait_refused() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let a = open(&one, json!({"ttl_ms": 30_000})).await;
+    let b = open(&two, json!({"ttl_ms": 30_000})).await;
+    let (a, b) = (a["id"].as_str().unwrap(), b["id"].as_str().unwrap());
+    take_in(&one, "cycle:x", a, json!({})).await;
+    let y = take_in(&two, "cycle:y", b, json!({})).await;
+
+    let older = {
+        let body = json!({"key": "cycle:y", "session": a, "wait_ms": 20_000});
+        let request = one.http.post(one.url("/locks")).json(&body);
+        tokio::spawn(request.send())
+    };
+    // In no cycle yet: waiting, never refused.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!older.is_finished(), "a wait in no cycle ended");
+
+    let closing = Instant::now();
+    let refused = two
+        .acquire(json!({"key": "cycle:x", "session": b, "wait_ms": 20_000}))
+        .await;
+    let found_in = closing.elapsed();
+    let problem = assert_problem(refused, 409, "deadlock").await;
+    assert_eq!(problem["key"], "cycle:x");
+    assert_eq!(problem["cycle"], json!(["cycle:x", "cycle:y"]));
+    assert!(
+        found_in < Duration::from_secs(1),
+        "found {found_in:?} after it closed"
+    );
+    assert!(!older.is_finished(), "the older wait was refused too");
+
+    let released = two
+        .http
+        .delete(two.url("/locks/cycle:y"))
+        .header("Lock-Token", y["token"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    assert_eq!(older.await.unwrap().unwrap().status(), StatusCode::CREATED);
+}
