@@ -6,8 +6,8 @@
 -- lib/base.lua says.)
 --
 -- ARGV[4]  the session holder's token
--- ARGV[5]  why: `expired` (watchers get `expired`, a streamed holder is
---          told it lost the lock) or `deleted` (as a release)
+-- ARGV[5]  why: `expired` (watchers get `expired`) or `deleted` (watchers
+--          get `released`); a streamed holder is told its session ended
 -- ARGV[6]  the end of the lock-delay (Unix ms; 0 for none)
 -- ARGV[7]  how long a fence counter outlives a lease, in milliseconds
 --
@@ -23,7 +23,7 @@ local place = holder(ctx, token)
 if not place then
   return {'gone'}
 end
-take_place(ctx, token, place, why == 'expired' and 'expired' or 'released')
+take_place(ctx, token, place, why == 'expired' and 'expired' or 'ended')
 delay_until(ctx, delayed)
 if queued(ctx) then
   serve(ctx, keep)

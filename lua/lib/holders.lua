@@ -330,10 +330,11 @@ local function lease_end(ctx, place)
 end
 
 -- Takes `token`'s place away, every hold of it: `why` is `released`,
--- `revoked` or `expired` (its session expired). A streamed holder's end is
--- noted in `gone` (until its lease would have ended), the watchers get the
--- event, and the release channel the holder's fencing token (or `revoked
--- <fence>`, `expired <fence>`).
+-- `revoked`, `expired` (its session expired) or `ended` (its session was
+-- deleted: watchers see a release). A streamed holder's end is noted in
+-- `gone` (until its lease would have ended), the watchers get the event,
+-- and the release channel the holder's fencing token (or `revoked
+-- <fence>`, `expired <fence>`, `ended <fence>`).
 local function take_place(ctx, token, place, why)
   if place.streamed then
     local ends = lease_end(ctx, place)
@@ -363,7 +364,7 @@ local function take_place(ctx, token, place, why)
       expire_with_latest(ctx)
     end
   end
-  on_ended(ctx, why, place.fence)
+  on_ended(ctx, why == 'ended' and 'released' or why, place.fence)
   local message = string.format('%d', place.fence)
   if why ~= 'released' then
     message = why .. ' ' .. message

@@ -38,7 +38,9 @@ impl LockError {
         let key = key.clone();
         match why {
             NoPlace::NotOwner => Self::NotOwner { key },
-            NoPlace::NotFound | NoPlace::Released | NoPlace::Revoked => Self::NotFound { key },
+            NoPlace::NotFound | NoPlace::Released | NoPlace::Revoked | NoPlace::SessionEnded => {
+                Self::NotFound { key }
+            }
         }
     }
 }

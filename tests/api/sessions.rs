@@ -453,3 +453,219 @@ async fn a_cycle_of_session_waits_is_found_and_its_youngest_wait_refused() {
     assert_eq!(released.status(), StatusCode::NO_CONTENT);
     assert_eq!(older.await.unwrap().unwrap().status(), StatusCode::CREATED);
 }
+
+/// Every kind of hold hangs on a session: a wait granted later, a
+/// re-entry, a counting lock, a streamed lock (which the gateway does not
+/// renew: the session is its lease); deleting the session ends them all
+/// at once, the streamed holder told `lost {"reason": "session-ended"}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_hold_hangs_on_a_session_and_ends_with_it() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let session = open(&one, json!({"ttl_ms": 20_000})).await;
+    let id = session["id"].as_str().unwrap();
+
+    let other = one.take("kinds:waited", 30_000).await;
+    let waiter = {
+        let body = json!({"key": "kinds:waited", "session": id, "wait_ms": 10_000});
+        let request = two.http.post(two.url("/locks")).json(&body);
+        tokio::spawn(request.send())
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        one.release("kinds:waited", &other.token).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let waited = waiter.await.unwrap().unwrap();
+    assert_eq!(waited.status(), StatusCode::CREATED);
+    let waited: Value = waited.json().await.unwrap();
+
+    let held = take_in(&one, "kinds:again", id, json!({})).await;
+    let again = one
+        .acquire(json!({"key": "kinds:again", "session": id, "token": held["token"]}))
+        .await;
+    assert_eq!(again.status(), StatusCode::OK);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["holds"], 2);
+
+    let counted = take_in(&two, "kinds:pool", id, json!({"limit": 3})).await;
+
+    let streamed = one
+        .stream(json!({"key": "kinds:streamed", "session": id, "ttl_ms": 200}))
+        .await;
+    let mut streamed = EventStream::of(streamed);
+    let acquired = streamed.next(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(acquired.name, "acquired");
+    // Its lease is the session's, and it outlives the ttl_ms it named.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let lock: Value = one.get("/locks/kinds:streamed").await.json().await.unwrap();
+    assert_eq!(lock["held"], true, "{lock}");
+
+    let status: Value = two
+        .get(&format!("/sessions/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        status["locks"].as_array().map(Vec::len),
+        Some(4),
+        "{status}"
+    );
+    for (key, lock) in [("kinds:waited", &waited), ("kinds:pool", &counted)] {
+        let shown: Value = one
+            .get(&format!("/locks/{key}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(shown["expires_at_ms"], lock["expires_at_ms"], "{shown}");
+    }
+
+    let deleted = two
+        .http
+        .delete(two.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let lost = streamed.until("lost", Duration::from_secs(2)).await;
+    assert_eq!(lost.data["reason"], "session-ended");
+    // Its token renews nothing now, and is told so plainly.
+    let token = acquired.data["token"].as_str().unwrap();
+    assert_problem(
+        one.extend("kinds:streamed", token, 5_000).await,
+        404,
+        "lock-not-found",
+    )
+    .await;
+    for key in [
+        "kinds:waited",
+        "kinds:again",
+        "kinds:pool",
+        "kinds:streamed",
+    ] {
+        assert_eq!(
+            one.get(&format!("/locks/{key}")).await.status(),
+            StatusCode::NOT_FOUND,
+            "{key} outlived its session"
+        );
+    }
+}
+
+/// A revoked lock of a session with a lock-delay stays unavailable for the
+/// delay; a lock of the same session released with its token is free at once.
+#[tokio::test]
+async fn a_revoked_lock_keeps_its_sessions_lock_delay_and_a_released_one_none() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_with(&redis, &["--admin-token", ADMIN]).await;
+    let session = open(&app, json!({"ttl_ms": 20_000, "lock_delay_ms": 2_000})).await;
+    let id = session["id"].as_str().unwrap();
+    let released = take_in(&app, "revdelay:released", id, json!({})).await;
+    take_in(&app, "revdelay:revoked", id, json!({})).await;
+
+    let response = app
+        .release("revdelay:released", released["token"].as_str().unwrap())
+        .await;
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let after_release = app.acquire(json!({"key": "revdelay:released"})).await;
+    assert_eq!(after_release.status(), StatusCode::CREATED);
+
+    let revoked_at = now_ms();
+    let revoked = app
+        .http
+        .delete(app.url("/locks/revdelay:revoked?force=true"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    let status: Value = app
+        .get("/locks/revdelay:revoked")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["held"], false, "{status}");
+    let until = status["delayed_until_ms"].as_u64().unwrap();
+    assert!(
+        until >= revoked_at + 1_900 && until <= now_ms() + 2_000,
+        "delayed until {until}, revoked at {revoked_at}"
+    );
+    let refused = app.acquire(json!({"key": "revdelay:revoked"})).await;
+    let problem = assert_problem(refused, 409, "lock-held").await;
+    assert!(problem["retry_after_ms"].as_u64().unwrap() > 1_000);
+    // The session itself goes on.
+    let kept = app
+        .http
+        .put(app.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.status(), StatusCode::OK);
+}
+
+/// A wait without a session pays nothing for sessions: no command of the
+/// wait, its grant or its release names a session's key.
+#[tokio::test]
+async fn a_wait_without_a_session_touches_nothing_of_sessions() {
+    use futures_util::StreamExt;
+
+    let redis = RedisServer::start_single().await;
+    let app = TestApp::spawn(&redis).await;
+    // A session in the system, so there is something to touch.
+    let session = open(&app, json!({"ttl_ms": 20_000})).await;
+    take_in(
+        &app,
+        "plain:other",
+        session["id"].as_str().unwrap(),
+        json!({}),
+    )
+    .await;
+    let holder = app.take("plain:a", 30_000).await;
+
+    let mut monitor = redis.node(0).client().get_async_monitor().await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let seen = tokio::spawn(async move {
+        let mut lines = Vec::new();
+        let messages = monitor.on_message::<String>().take_until(stopped);
+        futures_util::pin_mut!(messages);
+        while let Some(line) = messages.next().await {
+            lines.push(line);
+        }
+        lines
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiter = {
+        let request = app
+            .http
+            .post(app.url("/locks"))
+            .json(&json!({"key": "plain:a", "wait_ms": 5_000}));
+        tokio::spawn(request.send())
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        app.release("plain:a", &holder.token).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let granted: Value = waiter.await.unwrap().unwrap().json().await.unwrap();
+    let released = app
+        .release("plain:a", granted["token"].as_str().unwrap())
+        .await;
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.send(()).unwrap();
+    let lines = seen.await.unwrap();
+    assert!(
+        lines.iter().any(|line| line.contains("plain:a")),
+        "the monitor saw nothing of the wait: {lines:?}"
+    );
+    let touching: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.contains("session:{"))
+        .collect();
+    assert!(
+        touching.is_empty(),
+        "a wait without a session touched sessions: {touching:?}"
+    );
+}

@@ -60,7 +60,7 @@ pub enum LostReason {
     ShuttingDown,
     /// An operator revoked the lock (`DELETE ?force=true`).
     Revoked,
-    /// The session it hung on ended (expired).
+    /// The session it hung on ended (expired, or deleted).
     SessionEnded,
 }
 

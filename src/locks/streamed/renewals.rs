@@ -259,6 +259,9 @@ impl Renewals {
                     holder.end(StreamEnd::Released);
                 }
                 Ok(ExtendReply::Lost(NoPlace::Revoked)) => self.lose(holder, LostReason::Revoked),
+                Ok(ExtendReply::Lost(NoPlace::SessionEnded)) => {
+                    self.lose(holder, LostReason::SessionEnded);
+                }
                 Ok(ExtendReply::Lost(NoPlace::NotFound)) => self.lose(holder, LostReason::Gone),
                 Ok(ExtendReply::Lost(NoPlace::NotOwner)) => {
                     self.lose(holder, LostReason::HeldByAnother)
@@ -335,12 +338,15 @@ impl Listener for Renewals {
             return;
         }
         // The payload is the fencing token of the holder whose place ended:
-        // released, or (`revoked <fence>`) revoked, or (`expired <fence>`)
-        // ended with its session.
+        // released, or (`revoked <fence>`) revoked, or (`expired <fence>`,
+        // `ended <fence>`) ended with its session.
         let text = String::from_utf8_lossy(payload);
         let (lost, fence) = if let Some(fence) = text.strip_prefix("revoked ") {
             (Some(LostReason::Revoked), fence)
-        } else if let Some(fence) = text.strip_prefix("expired ") {
+        } else if let Some(fence) = text
+            .strip_prefix("expired ")
+            .or_else(|| text.strip_prefix("ended "))
+        {
             (Some(LostReason::SessionEnded), fence)
         } else {
             (None, &*text)

@@ -242,6 +242,8 @@ pub enum NoPlace {
     Released,
     /// An operator revoked it.
     Revoked,
+    /// The session it hung on ended (expired, or deleted).
+    SessionEnded,
 }
 
 impl NoPlace {
@@ -251,6 +253,7 @@ impl NoPlace {
             "not-owner" => Some(Self::NotOwner),
             "released" => Some(Self::Released),
             "revoked" => Some(Self::Revoked),
+            "expired" | "ended" => Some(Self::SessionEnded),
             _ => None,
         }
     }
