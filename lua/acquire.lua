@@ -5,7 +5,9 @@
 --
 -- ARGV[4]   token: a fresh one, or the holder's own when re-entering
 -- ARGV[5]   mode: 'exclusive' (a plain lock), 'shared' or 'counted'
--- ARGV[6]   the limit of a counted lock (2 or more); 1 otherwise
+-- ARGV[6]   the limit of a counted lock (2 or more), and after a space
+--           the places the holder takes of it when more than one
+--           (`5 2`); 1 otherwise
 -- ARGV[7]   lease in milliseconds
 -- ARGV[8]   "1" when the client asks to re-enter with its token, else "0"
 -- ARGV[9]   how long the fence counter outlives the lease, in milliseconds
@@ -46,7 +48,7 @@
 --   mode-conflict   re-entry asked in the other mode than the token holds it
 
 local ctx = context(KEYS, ARGV)
-local request = grant_request(ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]))
+local request = grant_request(ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]))
 request.streamed = ARGV[13] == '1'
 request.value = ARGV[14] == '1' and ARGV[15]
 request.idem = (ARGV[16] or '') ~= '' and ARGV[16]
@@ -146,7 +148,7 @@ if state.kind ~= 'exclusive' and queued(ctx) then
   waits = served_all
   state = held(ctx)
 end
-if admits(state, request.mode, request.limit) and not waits then
+if admits(state, request.mode, request.limit, request.permits) and not waits then
   local fence, ends = grant_place(ctx, request, request.ttl, keep)
   return {'granted', 'fence', fence, 'holds', 1, 'ttl_ms', request.ttl, 'expires_at_ms', ends}
 end
@@ -161,7 +163,8 @@ if position then
 else
   local now = now_ms(ctx)
   position = enqueue(ctx, {id = waiter_id, inst = instance, token = request.token,
-    mode = request.mode, limit = request.limit, ttl = request.ttl, since = now,
+    mode = request.mode, limit = request.limit, permits = request.permits, ttl = request.ttl,
+    since = now,
     deadline = now + wait_ms, streamed = request.streamed and 1 or 0,
     value = request.value or false, idem = request.idem or false, body = request.body,
     session = request.session or false})

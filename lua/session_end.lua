@@ -37,7 +37,7 @@ local locks = {}
 local entries = redis.call('HGETALL', KEYS[2])
 for i = 1, #entries, 2 do
   local key = string.match(entries[i + 1], '^%S+ %S+ (.*)$')
-  locks[#locks + 1] = cjson.encode({entries[i], key})
+  locks[#locks + 1] = cjson.encode({string.match(entries[i], '^(%S+)'), key})
 end
 return {'ending', 'why', why, 'delayed_until_ms', delayed_until,
   'locks', '[' .. table.concat(locks, ',') .. ']'}

@@ -17,6 +17,7 @@ local session = redis.call('HMGET', KEYS[1], 'ttl', 'expires', 'ended', 'delay')
 if not session[1] or session[3] or tonumber(session[2]) < now then
   return {'not-found'}
 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[2])
+-- By token and key: a batch's locks share one token.
+redis.call('HSET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2], ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[2])
 return {'joined', 'ttl_ms', tonumber(session[1]), 'lock_delay_ms', tonumber(session[4]),
   'expires_at_ms', tonumber(session[2])}

@@ -1,6 +1,7 @@
 -- lib/base.lua: what every lock script starts from. The lock scripts are
--- this file, then lib/events.lua, lib/holders.lua and lib/queue.lua, then
--- the script's own file, concatenated when the gateway loads them.
+-- this file, then lib/events.lua, lib/holders.lua, lib/modes.lua and
+-- lib/queue.lua, then the script's own file, concatenated when the gateway
+-- loads them.
 --
 -- Every lock script takes the same keys, all of one lock (so all in one
 -- Redis Cluster slot, by the hash tag {<key>}), and the same first three
@@ -63,7 +64,7 @@ local function context(keys, args)
   ctx.lock, ctx.fence, ctx.holders, ctx.queue = keys[1], keys[2], keys[3], keys[4]
   ctx.waiters, ctx.watch, ctx.events, ctx.gone = keys[5], keys[6], keys[7], keys[8]
   ctx.publish, ctx.prefix, ctx.key = args[1], args[2], args[3]
-  ctx.seconds, ctx.micros, ctx.busy = nil, nil, nil
+  ctx.seconds, ctx.micros, ctx.busy, ctx.batch = nil, nil, nil, nil
   return ctx
 end
 

@@ -77,6 +77,19 @@ local function on_ended(ctx, kind, fence)
   record(ctx, kind, json({{'key', ctx.key}, {'fencing_token', fence}}))
 end
 
+-- A holder changed its mode without letting go: `mode` is now 'exclusive'
+-- (an upgrade, with the new fencing token `fence`) or 'shared' (a
+-- downgrade, keeping `was_fence`).
+local function on_mode(ctx, token, was_fence, fence, mode, expires_at)
+  if not watched(ctx) then
+    return
+  end
+  redis.call('HDEL', ctx.watch, fence_field(was_fence))
+  redis.call('HSET', ctx.watch, fence_field(fence), token)
+  record(ctx, 'mode', json({{'key', ctx.key}, {'fencing_token', fence},
+    {'previous_fencing_token', was_fence}, {'mode', mode}, {'expires_at_ms', expires_at}}))
+end
+
 -- No place is granted until `until_ms`: the lock-delay of a session that
 -- held it and expired (or was revoked).
 local function on_delayed(ctx, until_ms)

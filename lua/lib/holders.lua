@@ -15,13 +15,15 @@
 -- this field expires then.
 --
 -- A lock with many holders (shared, or counted with more than one place):
---   lock     hash: mode ('shared' or 'counted'), limit (counted), holds (of
---            every holder together), fence (the newest grant's), and per
---            holder h:<token> (its holds), f:<token> (its fencing token),
---            a:<token> (granted at), s:<token> (streamed), v:<token> (its
---            value), i:<token> (`<idempotency key> <request hash>`),
---            e:<token> (its session, as `session` above), and
---            k:<idempotency key> -> token
+--   lock     hash: mode ('shared' or 'counted'), limit and taken (counted:
+--            its places, and how many the holders take together), holds
+--            (of every holder together), fence (the newest grant's), and
+--            per holder h:<token> (its holds), f:<token> (its fencing
+--            token), a:<token> (granted at), s:<token> (streamed),
+--            v:<token> (its value), i:<token> (`<idempotency key> <request
+--            hash>`), e:<token> (its session, as `session` above),
+--            p:<token> (the places it takes of a counted lock, when more
+--            than one), and k:<idempotency key> -> token
 --   holders  sorted set: each holder's token, scored by its lease's end
 --            (Unix ms, Redis clock)
 -- The hash and the holders set expire with the latest lease, so nothing
@@ -35,7 +37,7 @@
 
 -- The fields a holder of a lock with many holders has, but its idempotency
 -- record's reverse entry.
-local HOLDER_FIELDS = {'h:', 'f:', 'a:', 's:', 'v:', 'i:', 'e:'}
+local HOLDER_FIELDS = {'h:', 'f:', 'a:', 's:', 'v:', 'i:', 'e:', 'p:'}
 
 -- The lease of a session's holder: ends with its session, which the
 -- gateways' sweep ends (far in the future as a time: year 144 000).
@@ -58,11 +60,15 @@ local function delay_until(ctx, until_ms)
   on_delayed(ctx, until_ms)
 end
 
--- Removes a holder's fields from a lock with many holders.
+-- Removes a holder's fields from a lock with many holders, and gives
+-- back the places it took of a counted one.
 local function forget_holder(ctx, token)
-  local record = redis.call('HGET', ctx.lock, 'i:' .. token)
-  if record then
-    redis.call('HDEL', ctx.lock, 'k:' .. string.match(record, '^(.*) [^ ]*$'))
+  local record = redis.call('HMGET', ctx.lock, 'i:' .. token, 'p:' .. token, 'taken')
+  if record[1] then
+    redis.call('HDEL', ctx.lock, 'k:' .. string.match(record[1], '^(.*) [^ ]*$'))
+  end
+  if record[3] then
+    redis.call('HINCRBY', ctx.lock, 'taken', -tonumber(record[2] or '1'))
   end
   local fields = {}
   for _, field in ipairs(HOLDER_FIELDS) do
@@ -107,7 +113,8 @@ end
 
 -- How the lock is held now (after dropping ended holders): `kind` is
 -- 'free', 'exclusive' (a plain lock), 'shared' or 'counted'; `limit` its
--- places (counted), `count` its holders, `free_in` the milliseconds until
+-- places (counted), `count` its holders, `taken` the places they take
+-- (counted: a holder may take several), `free_in` the milliseconds until
 -- a place may free (the earliest lease end), `owner` a plain lock's token.
 -- `delayed` is the end of a lock-delay in force (Unix ms), else nil; a lock
 -- nobody holds during one is 'delayed', and frees when it ends.
@@ -135,13 +142,18 @@ local function held(ctx)
   if delayed then
     free_in = math.max(free_in, delayed - now_ms(ctx))
   end
-  return {kind = state[2], limit = tonumber(state[3]), count = count,
+  local taken = count
+  if state[2] == 'counted' then
+    taken = tonumber(redis.call('HGET', ctx.lock, 'taken') or count)
+  end
+  return {kind = state[2], limit = tonumber(state[3]), count = count, taken = taken,
     free_in = free_in, delayed = delayed}
 end
 
 -- Whether a request of `mode` ('exclusive', 'shared' or 'counted', with
--- `limit`) can take a place of the lock as `state` (from held) says.
-local function admits(state, mode, limit)
+-- `limit`, for `permits` of its places) can take a place of the lock as
+-- `state` (from held) says.
+local function admits(state, mode, limit, permits)
   if state.delayed then
     return false
   end
@@ -152,7 +164,7 @@ local function admits(state, mode, limit)
     return mode == 'shared'
   end
   return state.kind == 'counted' and mode == 'counted' and state.limit == limit
-    and state.count < limit
+    and state.taken + (permits or 1) <= limit
 end
 
 -- A new fencing token: one more than the last, and never below the Redis
@@ -172,12 +184,16 @@ end
 
 -- The request a grant is made for, in the one table the library keeps
 -- for it (so that a run leaves no garbage for it; see `context`): `token`,
--- `mode`, `limit`, `ttl`, and nothing else until the caller sets it
--- (`streamed`, `value`, `idem`, `body`, `offer`).
+-- `mode`, `limit`, `permits`, `ttl`, and nothing else until the caller
+-- sets it (`streamed`, `value`, `idem`, `body`, `offer`, `session`).
+-- `places` is a counted lock's limit as the scripts take it: `<limit>`,
+-- or `<limit> <permits>` for a holder that takes several places.
 local run_request = {}
-local function grant_request(token, mode, limit, ttl)
+local function grant_request(token, mode, places, ttl)
   local request = run_request
-  request.token, request.mode, request.limit, request.ttl = token, mode, limit, ttl
+  local limit, permits = string.match(places, '^(%d+) ?(%d*)$')
+  request.token, request.mode, request.ttl = token, mode, ttl
+  request.limit, request.permits = tonumber(limit), tonumber(permits) or 1
   request.streamed, request.value, request.idem, request.body = false, false, false, nil
   request.offer, request.session = nil, false
   return request
@@ -234,10 +250,20 @@ local function grant_place(ctx, grant, lease_ms, keep_ms)
     redis.call('HSET', ctx.lock, unpack(fields))
     redis.call('PEXPIREAT', ctx.lock, ends)
   else
-    if redis.call('ZCARD', ctx.holders) == 0 then
+    local first = redis.call('ZCARD', ctx.holders) == 0
+    if first then
       redis.call('HSET', ctx.lock, 'mode', grant.mode)
-      if grant.mode == 'counted' then
-        redis.call('HSET', ctx.lock, 'limit', grant.limit)
+    end
+    if grant.mode == 'counted' then
+      local permits = grant.permits or 1
+      if first then
+        redis.call('HSET', ctx.lock, 'limit', grant.limit, 'taken', permits)
+      elseif redis.call('HINCRBY', ctx.lock, 'taken', permits) == permits then
+        -- A lock taken before holders counted their places: one each.
+        redis.call('HINCRBY', ctx.lock, 'taken', redis.call('ZCARD', ctx.holders))
+      end
+      if permits > 1 then
+        redis.call('HSET', ctx.lock, 'p:' .. token, permits)
       end
     end
     local fields = {'h:' .. token, 1, 'f:' .. token, fence_text, 'fence', fence_text,

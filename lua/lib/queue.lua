@@ -3,12 +3,16 @@
 --
 -- queue    sorted set: waiter id -> its ticket (the arrival order)
 -- waiters  hash: waiter id -> what it asked for (JSON: inst, token, mode,
---          limit, ttl, since, deadline, streamed, value, idem, body,
---          session);
+--          limit, permits, ttl, since, deadline, streamed, value, idem,
+--          body, session; batch, for a batch's waiter; upgrade, for a
+--          shared holder waiting to become the exclusive one);
 --          @<instance> -> that instance's presence deadline (Unix ms),
 --          which it renews while it has waiters here; #seq -> the last
 --          ticket; ~<idempotency key> -> the ids (space-separated, the
---          first request's first) of the requests waiting under that key
+--          first request's first) of the requests waiting under that key;
+--          ^upgrade -> the id of the holder waiting to upgrade (one at a
+--          time); !<id> -> set once a batch's waiter was told that this
+--          lock is ready for it
 -- Both expire a while after the last wait could end.
 --
 -- A place that frees goes to the head of the queue (and, for a shared
@@ -28,6 +32,18 @@
 -- another instance, while its first request still waits) wait as one:
 -- the retry takes the first request's ticket and token, and the grant
 -- goes to all of them at once, so one key never makes two grants.
+--
+-- A batch (several locks at once, on one Redis) waits in the queue of
+-- each of its locks, having joined them all in one step, so any two
+-- batches stand in the same order in every queue they share: none waits
+-- for another in a circle. At the head of a queue with a place for it, a
+-- batch's waiter is not offered the place (it takes all its locks itself,
+-- in one step, when each has a place for it); its instance is told the
+-- lock is ready, and nobody behind it goes first.
+--
+-- A shared holder waiting to upgrade waits at ticket 0, ahead of everyone:
+-- it holds its place, so an exclusive waiter ahead of it would wait for it
+-- while it waits for that waiter.
 
 local PRESENCE_MS = 1000
 local AWAY_MS = 10000
@@ -89,6 +105,12 @@ end
 local function dequeue(ctx, id, waiter)
   redis.call('ZREM', ctx.queue, id)
   redis.call('HDEL', ctx.waiters, id)
+  if waiter and waiter.batch then
+    redis.call('HDEL', ctx.waiters, '!' .. id)
+  end
+  if waiter and waiter.upgrade then
+    redis.call('HDEL', ctx.waiters, '^upgrade')
+  end
   if waiter and waiter.idem then
     local left = {}
     for _, other in ipairs(waiting_under(ctx, waiter.idem)) do
@@ -161,7 +183,7 @@ end
 local function offer(ctx, waiter, keep_ms)
   local lease = math.min(waiter.ttl, OFFER_MS)
   local place = {token = waiter.token, mode = waiter.mode, limit = waiter.limit,
-    streamed = waiter.streamed == 1, value = waiter.value or false,
+    permits = waiter.permits or 1, streamed = waiter.streamed == 1, value = waiter.value or false,
     idem = waiter.idem or false, body = waiter.body, offer = true,
     session = waiter.session or false}
   local fence, ends = grant_place(ctx, place, lease, keep_ms)
@@ -176,6 +198,32 @@ local function offer(ctx, waiter, keep_ms)
   end
   tell_granted(ctx, waiter, fence, ends)
   dequeue(ctx, waiter.id, waiter)
+end
+
+-- Tells a batch's waiter's instance, once, that this lock has a place for
+-- it (the batch then tries all its locks again). Not the batch whose own
+-- request is running.
+local function tell_ready(ctx, waiter)
+  if waiter.id ~= ctx.batch and redis.call('HSETNX', ctx.waiters, '!' .. waiter.id, 1) == 1 then
+    redis.call(ctx.publish, channel(ctx, 'granted') .. ':' .. waiter.inst, waiter.id .. ' ready')
+  end
+end
+
+-- Serves the holder waiting at the head to upgrade: granted once it is the
+-- only holder. Returns whether it was, or nil when it must wait on.
+local function serve_upgrade(ctx, waiter, keep_ms)
+  local place = holder(ctx, waiter.token)
+  if place and not place.plain then
+    if held(ctx).count > 1 then
+      return nil
+    end
+    local fence, ends = upgrade_place(ctx, waiter.token, place, keep_ms)
+    tell_granted(ctx, waiter, fence, ends)
+  end
+  -- Granted, or (it let go meanwhile) nothing to wait for: its request
+  -- finds out when it asks.
+  dequeue(ctx, waiter.id, waiter)
+  return place ~= nil
 end
 
 -- Grants the places that are free to the waiters at the head of the
@@ -197,10 +245,21 @@ local function serve(ctx, keep_ms)
       dequeue(ctx, head, waiter)
     elseif now_standing == 'away' then
       index = index + 1
-    else
-      if not admits(held(ctx), waiter.mode, waiter.limit) then
+    elseif waiter.upgrade then
+      local upgraded = serve_upgrade(ctx, waiter, keep_ms)
+      if upgraded == nil then
         return granted, true
       end
+      if upgraded then
+        granted = granted + 1
+      end
+      index = 0
+    elseif not admits(held(ctx), waiter.mode, waiter.limit, waiter.permits) then
+      return granted, true
+    elseif waiter.batch then
+      tell_ready(ctx, waiter)
+      return granted, true
+    else
       offer(ctx, waiter, keep_ms)
       granted = granted + 1
       -- The offer took the waiters under its key out too, wherever they
@@ -236,11 +295,15 @@ local function lock_view(ctx)
     for i = 1, #places, 2 do
       local token, ends = places[i], tonumber(places[i + 1])
       local fields = redis.call('HMGET', ctx.lock, 'f:' .. token, 'h:' .. token,
-        'v:' .. token, 'a:' .. token, 'e:' .. token)
+        'v:' .. token, 'a:' .. token, 'e:' .. token, 'p:' .. token)
       local fence = tonumber(fields[1])
-      leases[#leases + 1] = {fence, json({{'fencing_token', fence}, {'value', fields[3] or false},
+      local lease = {{'fencing_token', fence}, {'value', fields[3] or false},
         {'holds', tonumber(fields[2])}, {'acquired_at_ms', tonumber(fields[4] or now)},
-        {'expires_at_ms', ends}, {'session', session_of_record(fields[5])}})}
+        {'expires_at_ms', ends}, {'session', session_of_record(fields[5])}}
+      if state.kind == 'counted' then
+        lease[#lease + 1] = {'permits', tonumber(fields[6] or '1')}
+      end
+      leases[#leases + 1] = {fence, json(lease)}
       state.latest = ends
     end
   end

@@ -47,7 +47,7 @@ impl Domains {
         let watches = Watches::new(
             redis.clone(),
             &config.redis.key_prefix,
-            waiting.clone(),
+            (waiting.clone(), sessions.clone()),
             subscriber.clone(),
             metrics.clone(),
         );

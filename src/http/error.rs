@@ -160,7 +160,9 @@ impl ApiError {
             Self::Lock(LockError::NotOwner { .. }) => ProblemType::NotOwner,
             Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
             Self::Lock(LockError::LimitMismatch { .. }) => ProblemType::LimitMismatch,
-            Self::Lock(LockError::ModeConflict { .. }) => ProblemType::ModeConflict,
+            Self::Lock(LockError::ModeConflict { .. } | LockError::NoOtherMode { .. }) => {
+                ProblemType::ModeConflict
+            }
             Self::Lock(LockError::KeyReused { .. }) => ProblemType::IdempotencyKeyReused,
             Self::Lock(LockError::CannotWait(WaitRefused::TooManyWaiters(_))) => {
                 ProblemType::TooManyWaiters
@@ -174,7 +176,9 @@ impl ApiError {
             }
             Self::Lock(LockError::NotReplicated { .. }) => ProblemType::NotReplicated,
             Self::Lock(LockError::SessionNotFound) => ProblemType::SessionNotFound,
-            Self::Lock(LockError::Deadlock { .. }) => ProblemType::Deadlock,
+            Self::Lock(LockError::Deadlock { .. } | LockError::UpgradeDeadlock { .. }) => {
+                ProblemType::Deadlock
+            }
             Self::Lock(LockError::Backend(_)) => ProblemType::BackendUnavailable,
             Self::Sale(Refusal::NotFound { .. }) => ProblemType::SaleNotFound,
             Self::Sale(Refusal::SoldOut { .. }) => ProblemType::SoldOut,
@@ -233,6 +237,7 @@ impl ApiError {
             },
             cycle: match self {
                 Self::Lock(LockError::Deadlock { cycle, .. }) => Some(cycle.clone()),
+                Self::Lock(LockError::UpgradeDeadlock { key }) => Some(vec![key.to_string()]),
                 _ => None,
             },
         }
@@ -249,7 +254,9 @@ impl ApiError {
                 | LockError::ModeConflict { key }
                 | LockError::KeyReused { key }
                 | LockError::NotReplicated { key, .. }
-                | LockError::Deadlock { key, .. },
+                | LockError::Deadlock { key, .. }
+                | LockError::UpgradeDeadlock { key }
+                | LockError::NoOtherMode { key },
             ) => Some(key.to_string()),
             _ => None,
         }

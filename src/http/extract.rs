@@ -90,6 +90,11 @@ impl<S: Send + Sync> FromRequestParts<S> for KeyPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        // `POST /locks/batch` takes the path of a lock named `batch`, whose
+        // other routes it shares.
+        if parts.uri.path() == "/locks/batch" {
+            return Ok(Self(LockKey::parse("batch")?));
+        }
         // The only way this path extraction fails is a segment that does not
         // percent-decode to UTF-8, which no valid key does.
         let Path(text) = parts

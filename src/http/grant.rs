@@ -79,16 +79,21 @@ pub fn granted(mut lease: Lease) -> Result<Response, ApiError> {
     };
     let location =
         HeaderValue::try_from(format!("/locks/{}", lease.key)).map_err(|_| ApiError::Internal)?;
-    let body = GrantBody {
-        json: Some(Bytes::from(json)),
-        guard: Some(guard),
-    };
     Ok((
         StatusCode::CREATED,
         [json_type, (header::LOCATION, location)],
-        Body::new(body),
+        guarded_body(json, vec![guard]),
     )
         .into_response())
+}
+
+/// The body of a new grant (or batch of grants) guarded by `guards`: see
+/// [`GrantBody`].
+pub fn guarded_body(json: Vec<u8>, guards: Vec<GrantGuard>) -> Body {
+    Body::new(GrantBody {
+        json: Some(Bytes::from(json)),
+        guards,
+    })
 }
 
 /// The body of a new grant. Hyper polls a body only to write it to a live
@@ -97,7 +102,7 @@ pub fn granted(mut lease: Lease) -> Result<Response, ApiError> {
 /// grant instead of leaving it held by nobody.
 struct GrantBody {
     json: Option<Bytes>,
-    guard: Option<GrantGuard>,
+    guards: Vec<GrantGuard>,
 }
 
 impl http_body::Body for GrantBody {
@@ -109,7 +114,7 @@ impl http_body::Body for GrantBody {
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let body = self.get_mut();
-        if let Some(guard) = body.guard.take() {
+        for guard in body.guards.drain(..) {
             guard.complete();
         }
         Poll::Ready(body.json.take().map(|json| Ok(Frame::data(json))))

@@ -66,6 +66,10 @@ pub struct LeaseEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(example = "5f0c8e2a9d4b6c1e7a3f2b8d9c0e1f2a")]
     session: Option<String>,
+    /// The places it takes of a counting lock (absent for other kinds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = 1, minimum = 1)]
+    permits: Option<u64>,
 }
 
 /// `snapshot` of a lock nobody holds.
@@ -137,6 +141,7 @@ impl From<LeaseView> for LeaseEntry {
             acquired_at_ms: lease.acquired_at_ms,
             expires_at_ms: lease.expires_at_ms,
             session: lease.session,
+            permits: lease.permits,
         }
     }
 }

@@ -20,7 +20,8 @@ use super::schema::{IdempotencyKeyText, LockKeyText, LockModeText, LockStreamEve
 use super::streamed::{self, StreamKeepAlive, WantsStream};
 use crate::locks::{
     AcquireRequest, EXAMPLE_TOKEN, IdempotencyKey, InvalidKind, LockKey, LockKind, LockLimits,
-    LockValue, Locks, Released, SessionId, StreamedLocks, Token, Ttl, WaitTime, lock_kind,
+    LockValue, Locks, OutOfRange, Released, SessionId, StreamedLocks, Token, Ttl, WaitTime,
+    lock_kind,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -52,6 +53,11 @@ pub struct AcquireBody {
     /// key must name the limit it was taken with. Not with `shared`.
     #[schema(value_type = Option<u64>, default = 1, example = 1)]
     limit: Option<Number>,
+    /// How many of a counting lock's places this holder takes, 1 to
+    /// `limit`. Waiters are served in arrival order: a request for many at
+    /// the head of the queue holds back smaller ones behind it.
+    #[schema(value_type = Option<u64>, default = 1, example = 1)]
+    permits: Option<Number>,
     /// The holder's public value, at most 1024 bytes: shown to everyone who
     /// reads or watches the lock (an address, a host name), never a secret.
     #[schema(example = "10.0.0.7:9000")]
@@ -225,6 +231,7 @@ pub async fn acquire(
         ttl(body.ttl_ms.as_ref(), limits)?,
         wait(body.wait_ms.as_ref(), limits)?,
     );
+    request.permits = permits(body.permits.as_ref(), request.kind)?;
     request.token = body.token.as_deref().map(reentry_token).transpose()?;
     request.value = body.value.as_deref().map(value).transpose()?;
     request.session = body
@@ -447,7 +454,7 @@ pub(super) fn value(text: &str) -> Result<LockValue, ApiError> {
     LockValue::parse(text).map_err(|err| ApiError::invalid_field("value", err))
 }
 
-fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {
+pub(super) fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {
     let ms = whole_number_or("ttl_ms", field, Ttl::DEFAULT_MS)?;
     Ttl::new(ms, limits).map_err(|range| ApiError::OutOfRange {
         field: "ttl_ms",
@@ -455,7 +462,7 @@ fn ttl(field: Option<&Number>, limits: LockLimits) -> Result<Ttl, ApiError> {
     })
 }
 
-fn kind(mode: Option<&str>, limit: Option<&Number>) -> Result<LockKind, ApiError> {
+pub(super) fn kind(mode: Option<&str>, limit: Option<&Number>) -> Result<LockKind, ApiError> {
     let shared = match mode {
         None | Some("exclusive") => false,
         Some("shared") => true,
@@ -478,7 +485,32 @@ fn kind(mode: Option<&str>, limit: Option<&Number>) -> Result<LockKind, ApiError
     })
 }
 
-fn wait(field: Option<&Number>, limits: LockLimits) -> Result<WaitTime, ApiError> {
+/// The places a holder of `kind` takes: 1 to a counting lock's limit, 1
+/// for any other kind.
+pub(super) fn permits(field: Option<&Number>, kind: LockKind) -> Result<u32, ApiError> {
+    let Some(number) = field else {
+        return Ok(1);
+    };
+    let permits = whole_number("permits", number)?;
+    let Some(limit) = kind.limit() else {
+        return Err(ApiError::invalid_field(
+            "permits",
+            "is for counting locks: a shared lock has no places to count",
+        ));
+    };
+    match u32::try_from(permits) {
+        Ok(permits) if (1..=limit).contains(&permits) => Ok(permits),
+        _ => Err(ApiError::OutOfRange {
+            field: "permits",
+            range: OutOfRange {
+                min: 1,
+                max: u64::from(limit),
+            },
+        }),
+    }
+}
+
+pub(super) fn wait(field: Option<&Number>, limits: LockLimits) -> Result<WaitTime, ApiError> {
     let ms = whole_number_or("wait_ms", field, 0)?;
     WaitTime::new(ms, limits).map_err(|range| ApiError::OutOfRange {
         field: "wait_ms",

@@ -1,6 +1,7 @@
 //! The API surface: routes, extractors, problem answers, and the OpenAPI document built from the same routes.
 
 mod auth;
+mod batch;
 mod buyer;
 mod console;
 mod error;
@@ -57,6 +58,7 @@ pub use streamed::StreamKeepAlive;
         Problem, LockKeyText, TokenText, NameText, IdempotencyKeyText,
         streamed::RenewedEvent, streamed::ReleasedEvent, streamed::LostEvent, streamed::QueuedEvent,
         lock_status::FreeLock, watch::AcquiredEvent, watch::ValueEvent, watch::EndedEvent,
+        watch::ModeEvent, watch::DelayedEvent,
         sessions::SessionRenewedEvent, sessions::SessionEndedEvent,
     )),
     modifiers(&SecuritySchemes),
@@ -105,6 +107,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(locks::release, lock_status::inspect))
         .routes(routes!(locks::extend))
         .routes(routes!(locks::set_value))
+        .routes(routes!(batch::acquire_batch))
+        .routes(routes!(batch::change_mode))
         .routes(routes!(sessions::open))
         .routes(routes!(sessions::keep, sessions::inspect, sessions::delete))
         .routes(routes!(watch::events))
@@ -146,6 +150,11 @@ pub fn openapi_json_for(limits: LockLimits) -> &'static str {
 /// passes through and the state.
 pub fn api() -> Router<AppState> {
     let (routes, _) = api_routes().split_for_parts();
+    // A lock named `batch` keeps its routes beside `POST /locks/batch`.
+    let routes = routes.route(
+        "/locks/batch",
+        axum::routing::get(lock_status::inspect).delete(locks::release),
+    );
     let docs = SwaggerUi::new("/docs").config(
         utoipa_swagger_ui::Config::from("/openapi.json")
             // Swagger UI would otherwise send the document to an online validator.

@@ -86,6 +86,18 @@ pub struct LockWatchEvent {
     data: String,
 }
 
+/// Why a streamed lock was lost.
+#[derive(ToSchema)]
+#[schema(rename_all = "kebab-case")]
+pub enum LostReasonText {
+    LockGone,
+    HeldByAnother,
+    BackendUnavailable,
+    Revoked,
+    SessionEnded,
+    ShuttingDown,
+}
+
 /// The events of a watched lock.
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
@@ -93,9 +105,11 @@ pub enum LockWatchEventName {
     Snapshot,
     Acquired,
     Value,
+    Mode,
     Released,
     Expired,
     Revoked,
+    Delayed,
     Gap,
 }
 
@@ -123,6 +137,21 @@ impl Modify for Bounds {
                 Bound::Range(0, self.0.max_wait_ms),
             ),
             ("AcquireBody", Some("limit"), Bound::Range(1, MAX_LIMIT)),
+            ("AcquireBody", Some("permits"), Bound::Range(1, MAX_LIMIT)),
+            ("BatchBody", Some("ttl_ms"), Bound::Range(ttl.0, ttl.1)),
+            (
+                "BatchBody",
+                Some("wait_ms"),
+                Bound::Range(0, self.0.max_wait_ms),
+            ),
+            ("BatchLockBody", Some("key"), Bound::Pattern(key_pattern())),
+            ("BatchLockBody", Some("limit"), Bound::Range(1, MAX_LIMIT)),
+            ("BatchLockBody", Some("permits"), Bound::Range(1, MAX_LIMIT)),
+            (
+                "ModeBody",
+                Some("wait_ms"),
+                Bound::Range(0, self.0.max_wait_ms),
+            ),
             ("ExtendBody", Some("ttl_ms"), Bound::Range(ttl.0, ttl.1)),
             ("SaleBody", Some("stock"), Bound::Range(0, MAX_STOCK)),
             (
@@ -189,14 +218,29 @@ pub fn refined(openapi: &OpenApi) -> String {
         }
     }
     let schemas = &mut document["components"]["schemas"];
-    schemas["AcquireBody"]["not"] = json!({
-        "description": "A shared lock has no limit.",
-        "required": ["mode", "limit"],
-        "properties": {"mode": {"const": "shared"}, "limit": {"type": "integer"}},
-    });
+    for body in ["AcquireBody", "BatchLockBody"] {
+        schemas[body]["not"] = json!({
+            "description": "A shared lock has no limit, and no places to count; a holder \
+                takes no more places than its lock has (one, without a limit).",
+            "anyOf": [
+                {
+                    "required": ["mode", "limit"],
+                    "properties": {"mode": {"const": "shared"}, "limit": {"type": "integer"}},
+                },
+                {
+                    "required": ["mode", "permits"],
+                    "properties": {"mode": {"const": "shared"}, "permits": {"type": "integer"}},
+                },
+                {
+                    "required": ["permits"],
+                    "properties": {"permits": {"minimum": 2}, "limit": {"maximum": 1}},
+                },
+            ],
+        });
+    }
     schemas["OrderBody"]["required"] = json!(["user_id"]);
     schemas["OrderBody"]["properties"]["user_id"]["type"] = json!("string");
-    for body in ["AcquireBody", "ValueBody"] {
+    for body in ["AcquireBody", "ValueBody", "BatchBody"] {
         schemas[body]["properties"]["value"]["maxLength"] = json!(MAX_VALUE_BYTES);
     }
     serde_json::to_string_pretty(&document).expect("the OpenAPI document serialises")

@@ -16,6 +16,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::grant::LockGrant;
+use super::schema::LostReasonText;
 use crate::locks::{
     AcquireRequest, LockError, StreamEnd, StreamEvent, StreamedLock, StreamedLocks,
 };
@@ -44,9 +45,10 @@ pub struct ReleasedEvent {
 pub struct LostEvent {
     /// `lock-gone` (its lease ran out or it was deleted), `held-by-another`,
     /// `backend-unavailable` (no renewal reached Redis before the lease
-    /// would end), `revoked` (an operator revoked it) or `shutting-down`
-    /// (the instance released it as it stopped).
-    #[schema(example = "lock-gone")]
+    /// would end), `revoked` (an operator revoked it), `session-ended` (the
+    /// session it hung on expired or was deleted) or `shutting-down` (the
+    /// instance released it as it stopped).
+    #[schema(example = "lock-gone", value_type = LostReasonText)]
     reason: &'static str,
 }
 

@@ -50,6 +50,31 @@ pub struct ValueEvent {
     value: Option<String>,
 }
 
+/// `mode`: a holder changed its mode without letting go (an upgrade, with
+/// a new fencing token, or a downgrade).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModeEvent {
+    #[schema(example = "orders:42")]
+    key: String,
+    /// The hold's fencing token now.
+    fencing_token: u64,
+    /// Its fencing token before (the same after a downgrade).
+    previous_fencing_token: u64,
+    /// `exclusive` or `shared`.
+    #[schema(example = "exclusive")]
+    mode: String,
+    expires_at_ms: u64,
+}
+
+/// `delayed`: nobody may take the lock until `delayed_until_ms` (the
+/// lock-delay of a session that held it and expired, or of a revoked hold).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DelayedEvent {
+    #[schema(example = "orders:42")]
+    key: String,
+    delayed_until_ms: u64,
+}
+
 /// `released`, `expired` or `revoked`: a holder's place ended.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EndedEvent {
@@ -69,9 +94,10 @@ problem_responses!(
 ///
 /// Server-Sent Events, each with an `id`: first `snapshot` (the `GET
 /// /locks/{key}` body, or `FreeLock`), then `acquired` (`AcquiredEvent`),
-/// `value` (`ValueEvent`), `released`, `expired` (at most a second after
-/// the lease ended) and `revoked` (each an `EndedEvent`), in the order the
-/// changes were made. Reconnect with `Last-Event-ID`, through any instance,
+/// `value` (`ValueEvent`), `mode` (`ModeEvent`), `released`, `expired` (at
+/// most a second after the lease ended) and `revoked` (each an
+/// `EndedEvent`), and `delayed` (`DelayedEvent`), in the order the changes
+/// were made. Reconnect with `Last-Event-ID`, through any instance,
 /// to get every event after that one, none twice; `gap` (`{}`) says the
 /// events after it are no longer kept, and a `snapshot` follows. An idle
 /// stream gets an SSE comment at least every 15 s.

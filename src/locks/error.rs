@@ -28,6 +28,13 @@ pub enum LockError {
     SessionNotFound,
     #[error("waiting for {key} would close a cycle of session waits: {}", cycle.join(" -> "))]
     Deadlock { key: LockKey, cycle: Vec<String> },
+    #[error(
+        "another holder of {key} waits to upgrade already: each would wait for the other; the \
+         token keeps its shared place"
+    )]
+    UpgradeDeadlock { key: LockKey },
+    #[error("the token holds a place of the counting lock {key}, which has no other mode")]
+    NoOtherMode { key: LockKey },
     #[error(transparent)]
     Backend(#[from] BackendError),
 }

@@ -58,7 +58,9 @@ impl Locks {
             ReleaseReply::Released { session } => {
                 if let Some(handle) = session {
                     let handle = SessionHandle::from_stored(&handle);
-                    self.sessions().forget(&handle, &token.expose()).await;
+                    self.sessions()
+                        .forget(&handle, &token.expose(), key.as_str())
+                        .await;
                 }
                 Released::Free
             }

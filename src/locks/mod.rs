@@ -12,13 +12,16 @@
 //! parsing), `waiting` and `watch` (this instance's waiters and watchers),
 //! `shared` ([`Locks`], what every operation uses), `error`; then one file
 //! per kind of operation: `acquire/` (new grants, re-entry, the guard of a grant
-//! to the client), `hold` (release, extend, value, revoke), `reading`
-//! (inspect, listing) and `streamed/` (streamed locks).
+//! to the client), `batch/` (several locks at once), `hold` (release,
+//! extend, value, revoke), `modes` (upgrade, downgrade), `reading`
+//! (inspect, listing), `sessions/` and `streamed/` (streamed locks).
 
 mod acquire;
+mod batch;
 mod error;
 mod hold;
 mod inputs;
+mod modes;
 mod reading;
 pub mod sessions;
 mod shared;
@@ -27,6 +30,7 @@ pub mod waiting;
 pub mod watch;
 
 pub use acquire::{AcquireRequest, GrantGuard, Lease};
+pub use batch::{BatchHold, BatchLease, BatchLock, BatchRequest, MAX_BATCH};
 pub use error::LockError;
 pub use hold::Released;
 pub use inputs::{
@@ -35,6 +39,7 @@ pub use inputs::{
     MAX_KEY_LEN, MAX_LIMIT, MAX_VALUE_BYTES, MIN_TTL_MS, OutOfRange, Token, Ttl, ValueTooLong,
     WaitTime, idempotency_key_pattern, key_pattern, lock_kind,
 };
+pub use modes::{HoldMode, ModeChanged};
 pub use reading::{ListCursor, LockPage, MAX_LIST};
 pub use sessions::{
     SessionError, SessionHandle, SessionId, SessionLease, SessionTerms, SessionView, Sessions,

@@ -2,7 +2,6 @@
 
 use super::error::LockError;
 use super::inputs::LockKey;
-use super::sessions::SessionHandle;
 use super::shared::Locks;
 use crate::redis::locks::view::{self, LockSight, LockView};
 use crate::redis::scan::{self, ScanCursor};
@@ -32,33 +31,9 @@ impl Locks {
         }
     }
 
-    /// The leases of sessions' holders as their sessions' (a time in the
-    /// far future otherwise); the lock's latest end with them.
-    async fn with_session_leases(&self, mut view: LockView) -> Result<LockView, LockError> {
-        let handles: Vec<SessionHandle> = view
-            .leases
-            .iter()
-            .filter_map(|lease| lease.session.as_deref().map(SessionHandle::from_stored))
-            .collect();
-        if handles.is_empty() {
-            return Ok(view);
-        }
-        let (expiries, now) = self.sessions().expiries(&handles).await?;
-        for lease in &mut view.leases {
-            if let Some(handle) = &lease.session {
-                // A session that ended is ending its locks: as it stands.
-                let handle = SessionHandle::from_stored(handle);
-                lease.expires_at_ms = expiries.get(&handle).copied().unwrap_or(now);
-            }
-        }
-        view.expires_at_ms = view
-            .leases
-            .iter()
-            .map(|lease| lease.expires_at_ms)
-            .max()
-            .unwrap_or(now);
-        view.ttl_ms = view.expires_at_ms.saturating_sub(now);
-        Ok(view)
+    /// The leases of sessions' holders as their sessions'.
+    async fn with_session_leases(&self, view: LockView) -> Result<LockView, LockError> {
+        Ok(self.sessions().with_session_leases(view).await?)
     }
 
     /// About `limit` held locks whose key starts with `prefix` (any text of

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LockError;
 use super::inputs::LockKey;
+use super::sessions::Sessions;
 use super::waiting::{WaitRefused, Waiting};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
@@ -60,6 +61,8 @@ pub struct Watches(Arc<WatchesState>);
 
 struct WatchesState {
     redis: Redis,
+    /// Whose expiry a session's holder's lease shows.
+    sessions: Sessions,
     prefix: Arc<str>,
     waiting: Waiting,
     subscriber: Subscriber,
@@ -97,12 +100,13 @@ impl Watches {
     pub fn new(
         redis: Redis,
         prefix: &str,
-        waiting: Waiting,
+        (waiting, sessions): (Waiting, Sessions),
         subscriber: Subscriber,
         metrics: Arc<Metrics>,
     ) -> Self {
         let state = Arc::new(WatchesState {
             redis,
+            sessions,
             prefix: prefix.into(),
             waiting,
             subscriber: subscriber.clone(),
@@ -268,7 +272,16 @@ impl Watcher {
     async fn snapshot(&self) -> Result<(LockSight, String), LockError> {
         let redis = &self.watches.0.redis;
         let mut conn = redis.connection().await?;
-        Ok(view::watch(&mut conn, &self.hub.keys, redis.publish_command()).await?)
+        let (sight, id) = view::watch(&mut conn, &self.hub.keys, redis.publish_command()).await?;
+        drop(conn);
+        // A session's holder's lease is its session's.
+        let sight = match sight {
+            LockSight::Held(view) => {
+                LockSight::Held(self.watches.0.sessions.with_session_leases(view).await?)
+            }
+            free => free,
+        };
+        Ok((sight, id))
     }
 
     /// Reads the history after the last id into the backlog; false when it

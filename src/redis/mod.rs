@@ -239,6 +239,11 @@ impl Redis {
         }
     }
 
+    /// Whether it is a Redis Cluster (a script sees only one slot's keys).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.0.backend, Backend::Cluster { .. })
+    }
+
     /// The bound on each Redis operation.
     pub fn timeout(&self) -> Duration {
         self.0.timeout

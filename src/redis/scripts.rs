@@ -190,6 +190,7 @@ const LOCK_LIBRARIES: &str = concat!(
     include_str!("../../lua/lib/base.lua"),
     include_str!("../../lua/lib/events.lua"),
     include_str!("../../lua/lib/holders.lua"),
+    include_str!("../../lua/lib/modes.lua"),
     include_str!("../../lua/lib/queue.lua"),
 );
 
@@ -223,9 +224,11 @@ pub static HISTORY: LockFunction = lock_function!("history.lua");
 pub static SET_VALUE: LockFunction = lock_function!("set_value.lua");
 pub static REVOKE: LockFunction = lock_function!("revoke.lua");
 pub static SESSION_RELEASE: LockFunction = lock_function!("session_release.lua");
+pub static MODE: LockFunction = lock_function!("mode.lua");
+pub static BATCH: LockFunction = lock_function!("batch.lua");
 
 /// Every lock script: the functions of the library.
-pub static LOCK_FUNCTIONS: [&LockFunction; 11] = [
+pub static LOCK_FUNCTIONS: [&LockFunction; 13] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
@@ -237,6 +240,8 @@ pub static LOCK_FUNCTIONS: [&LockFunction; 11] = [
     &SET_VALUE,
     &REVOKE,
     &SESSION_RELEASE,
+    &MODE,
+    &BATCH,
 ];
 
 /// The lock library: its name (`lockgate_<hash of its source>`) and its
@@ -283,6 +288,22 @@ impl LockFunction {
         let mut command = redis::cmd("FCALL");
         command.arg(self.function());
         keys.bind(&mut command, publish);
+        FunctionCall { command }
+    }
+
+    /// Starts a call over several locks (`batch.lua`): each lock's keys in
+    /// turn, then `publish` and the prefix; add the script's own
+    /// arguments, then [`LockFunction::run`].
+    pub fn call_many(&self, locks: &[LockKeys], publish: &str) -> FunctionCall {
+        let mut command = redis::cmd("FCALL");
+        command
+            .arg(self.function())
+            .arg(locks.len() * LockKeys::COUNT);
+        for keys in locks {
+            keys.bind_keys(&mut command);
+        }
+        let prefix = locks.first().map_or("", LockKeys::prefix);
+        command.arg(publish).arg(prefix);
         FunctionCall { command }
     }
 

@@ -17,7 +17,8 @@ use super::{BackendError, Connection};
 pub struct SessionKeys {
     /// The session's hash.
     pub session: String,
-    /// Its locks: holder token -> `<mode> <fencing token> <lock key>`.
+    /// Its locks: `<holder token> <lock key>` -> `<mode> <fencing token>
+    /// <lock key>` (a batch's locks share one token).
     pub locks: String,
     /// The locks it waits for: lock key -> waiter id (what deadlock
     /// detection follows).
@@ -178,10 +179,11 @@ pub async fn forget(
     conn: &mut Connection,
     keys: &SessionKeys,
     token: &str,
+    key: &str,
 ) -> Result<(), BackendError> {
     let _: () = redis::cmd("HDEL")
         .arg(&keys.locks)
-        .arg(token)
+        .arg(format!("{token} {key}"))
         .query_async(conn)
         .await?;
     Ok(())
@@ -266,11 +268,17 @@ pub async fn end(
     })
 }
 
-/// A session ended and its locks freed: its keys and its index entry go.
+/// How long an ended session's reason outlives it, for the instances
+/// whose waiters and streams learn of its end by finding it gone.
+const ENDED_KEPT_MS: u64 = 60_000;
+
+/// A session ended (`why`, when known) and its locks freed: its keys and
+/// its index entry go, but for a short-lived record of why it ended.
 pub async fn drop_ended(
     conn: &mut Connection,
     keys: &SessionKeys,
     handle: &str,
+    why: Option<Ending>,
 ) -> Result<(), BackendError> {
     let _: () = redis::cmd("DEL")
         .arg(&keys.session)
@@ -278,6 +286,18 @@ pub async fn drop_ended(
         .arg(&keys.waits)
         .query_async(conn)
         .await?;
+    if let Some(why) = why {
+        let _: () = redis::pipe()
+            .cmd("HSET")
+            .arg(&keys.session)
+            .arg("ended")
+            .arg(why.word())
+            .cmd("PEXPIRE")
+            .arg(&keys.session)
+            .arg(ENDED_KEPT_MS)
+            .query_async(conn)
+            .await?;
+    }
     let _: () = redis::cmd("ZREM")
         .arg(&keys.index)
         .arg(handle)
@@ -358,13 +378,26 @@ pub async fn due(
     Ok((due, next))
 }
 
-/// The expiry of many sessions at once (their handles' keys), `None` for
-/// one gone or ended; and the Redis clock (Unix ms) as they were read.
+/// Whether a session lives, as Redis holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Alive, until this expiry (Unix ms).
+    Alive(u64),
+    /// Ended: why, while that is still known.
+    Ended(Option<Ending>),
+}
+
+/// How each of many sessions stands (their handles' keys); and the Redis
+/// clock (Unix ms) as they were read.
 pub async fn alive_many(
     conn: &mut Connection,
     sessions: &[SessionKeys],
-) -> Result<(Vec<Option<u64>>, u64), BackendError> {
+) -> Result<(Vec<Liveness>, u64), BackendError> {
     let mut alive = Vec::with_capacity(sessions.len());
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
+        _ => None,
+    };
     for keys in sessions {
         let fields: Vec<Value> = redis::cmd("HMGET")
             .arg(&keys.session)
@@ -372,11 +405,13 @@ pub async fn alive_many(
             .arg("ended")
             .query_async(conn)
             .await?;
-        alive.push(match fields.as_slice() {
-            [Value::BulkString(expires), Value::Nil] => std::str::from_utf8(expires)
-                .ok()
-                .and_then(|expires| expires.parse().ok()),
-            _ => None,
+        let (expires, ended) = match fields.as_slice() {
+            [expires, ended] => (text(expires), text(ended)),
+            _ => (None, None),
+        };
+        alive.push(match (expires.and_then(|e| e.parse().ok()), ended) {
+            (Some(expires), None) => Liveness::Alive(expires),
+            (_, ended) => Liveness::Ended(ended.as_deref().and_then(Ending::of)),
         });
     }
     let now = redis_now_ms(conn).await?;

@@ -1,4 +1,4 @@
-//! `lockgate run`: hold a lock through a gateway while a command runs, and stop the command if the lock is lost.
+//! `lockgate run`: hold a lock (or several) through a gateway while a command runs, and stop the command if a lock is lost.
 //!
 //! A client of the HTTP API (never of Redis), in the same binary. It holds a
 //! streamed lock: the gateway renews it while the connection stays open and
@@ -6,7 +6,10 @@
 //! killed, even with SIGKILL, frees the lock at once. The command runs as
 //! the leader of its own process group; losing the lock is treated like a
 //! watchdog firing: SIGTERM to the whole group, SIGKILL after a grace, exit
-//! 75. The parts: [`client`] (HTTP and the event stream) and [`child`]
+//! 75. Several keys are several streamed locks, taken one after another in
+//! the order of their keys (two runs naming the same keys never wait for
+//! each other in a circle) within one wait, and given back if one cannot
+//! be had. The parts: [`client`] (HTTP and the event stream) and [`child`]
 //! (the process group).
 
 mod child;
@@ -46,6 +49,12 @@ LOCKGATE_FENCING_TOKEN in its environment: hand the fencing token to what
 the command writes to. The gateway renews the lock while the command runs
 and releases it when the command exits, or the moment `lockgate run` dies.
 SIGINT, SIGTERM and SIGHUP are passed on to the command's process group.
+
+With several keys (-k a -k b), every lock is held, or none: they are taken
+in the order of their keys within the one --wait, and the command gets
+LOCKGATE_KEYS and LOCKGATE_FENCING_TOKENS (each space-separated, in that
+order) and LOCKGATE_TOKENS (each lock's token, in that order); LOCKGATE_KEY
+and its tokens are the first lock's. Losing any lock stops the command.
 
 Exit status: the command's own (128 + the signal number when a signal ended
 it); the --conflict-exit-code (1) when the lock was not acquired; 75 when the
@@ -118,8 +127,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", default_value = "5")]
     pub kill_after: Seconds,
 
-    /// The lock: 1 to 200 of A-Z a-z 0-9 . _ : -
-    pub key: String,
+    /// Another lock to hold as well (repeat for more): every lock is held
+    /// while the command runs, or none.
+    #[arg(short = 'k', long = "key", value_name = "KEY")]
+    pub keys: Vec<String>,
+
+    /// The lock: 1 to 200 of A-Z a-z 0-9 . _ : - (optional with --key)
+    #[arg(required_unless_present = "keys")]
+    pub key: Option<String>,
 
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -182,26 +197,24 @@ impl Signals {
 async fn supervise(args: &RunArgs) -> Result<u8, String> {
     let gateway = GatewayClient::new(&args.url, args.api_key.clone())?;
     let mut signals = Signals::new().map_err(|err| format!("cannot watch signals: {err}"))?;
+    let keys = args.lock_keys();
     let acquired = tokio::select! {
-        acquired = acquire(&gateway, args) => acquired,
+        acquired = acquire_all(&gateway, args, &keys) => acquired,
         // Interrupted while waiting: the request is dropped, so the gateway
-        // stops waiting and grants nothing.
+        // stops waiting and grants nothing (and the locks taken so far are
+        // released as their streams close).
         signal = signals.recv() => return Ok(128 + signal as u8),
     };
-    let (grant, mut stream) = match acquired {
-        Ok(granted) => granted,
+    let mut held = match acquired {
+        Ok(held) => held,
         Err(NotGranted::Held) => return Ok(args.conflict_exit_code),
         Err(NotGranted::Unavailable(message)) => return Err(message),
     };
-    let env = [
-        ("LOCKGATE_KEY", args.key.clone()),
-        ("LOCKGATE_TOKEN", grant.token.clone()),
-        ("LOCKGATE_FENCING_TOKEN", grant.fencing_token.to_string()),
-    ];
+    let env = environment(&held);
     let mut group = match Group::spawn(&args.command, &env, args.kill_after.0) {
         Ok(group) => group,
         Err(err) => {
-            gateway.release(&args.key, &grant.token).await;
+            release_all(&gateway, &held).await;
             eprintln!(
                 "lockgate run: cannot start {}: {err}",
                 args.command[0].to_string_lossy()
@@ -210,70 +223,167 @@ async fn supervise(args: &RunArgs) -> Result<u8, String> {
             return Ok(if not_found { 127 } else { 126 });
         }
     };
-    match watch(args, &mut group, &mut stream, &mut signals).await {
+    match watch(args, &mut group, &mut held, &mut signals).await {
         Ending::Exited(code) => {
-            if !gateway.release(&args.key, &grant.token).await {
-                // Closing the stream (below) makes the gateway release it.
-                eprintln!(
-                    "lockgate run: could not release {}; closing its stream releases it",
-                    args.key
-                );
-            }
+            release_all(&gateway, &held).await;
             Ok(code)
         }
-        Ending::Lost(reason) => {
-            eprintln!(
-                "lockgate run: lost the lock {} ({reason}); stopping the command",
-                args.key
-            );
+        Ending::Lost(key, reason) => {
+            eprintln!("lockgate run: lost the lock {key} ({reason}); stopping the command");
             group.stop(args.kill_after.0).await;
             Ok(EXIT_LOST)
         }
     }
 }
 
-/// How the command's run under the lock ended.
-enum Ending {
-    /// The command exited with this status while the lock was held.
-    Exited(u8),
-    /// The lock was lost while the command ran.
-    Lost(String),
+impl RunArgs {
+    /// Every lock to hold, in the order they are taken: the order of their
+    /// keys, each once.
+    fn lock_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.keys.iter().chain(&self.key).cloned().collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
 }
 
-/// Runs until the command exits or the lock is lost, passing signals on.
+/// One lock held while the command runs.
+struct HeldLock {
+    key: String,
+    grant: Grant,
+    stream: LockStream,
+    /// The lease surely ends by then unless a renewal is heard: a gateway
+    /// that froze or vanished without closing the stream renews nothing.
+    lease_end: Instant,
+    /// Its stream is followed (not once the command gave the lock back).
+    watching: bool,
+}
+
+/// The command's environment: the first lock's key and tokens, and with
+/// several locks each one's, in the order they were taken.
+fn environment(held: &[HeldLock]) -> Vec<(&'static str, String)> {
+    let first = &held[0];
+    let mut env = vec![
+        ("LOCKGATE_KEY", first.key.clone()),
+        ("LOCKGATE_TOKEN", first.grant.token.clone()),
+        (
+            "LOCKGATE_FENCING_TOKEN",
+            first.grant.fencing_token.to_string(),
+        ),
+    ];
+    if held.len() > 1 {
+        let each =
+            |field: fn(&HeldLock) -> String| held.iter().map(field).collect::<Vec<_>>().join(" ");
+        env.push(("LOCKGATE_KEYS", each(|lock| lock.key.clone())));
+        env.push(("LOCKGATE_TOKENS", each(|lock| lock.grant.token.clone())));
+        env.push((
+            "LOCKGATE_FENCING_TOKENS",
+            each(|lock| lock.grant.fencing_token.to_string()),
+        ));
+    }
+    env
+}
+
+/// Gives every lock back (closing its stream, below, releases any that
+/// could not be).
+async fn release_all(gateway: &GatewayClient, held: &[HeldLock]) {
+    for lock in held {
+        if !gateway.release(&lock.key, &lock.grant.token).await {
+            eprintln!(
+                "lockgate run: could not release {}; closing its stream releases it",
+                lock.key
+            );
+        }
+    }
+}
+
+/// How the command's run under the locks ended.
+enum Ending {
+    /// The command exited with this status while the locks were held.
+    Exited(u8),
+    /// A lock was lost while the command ran: its key, and why.
+    Lost(String, String),
+}
+
+/// What happened next while the command runs.
+enum Step {
+    Exited(u8),
+    Signal(Signal),
+    /// Lock `index`'s stream said something (`None`: it ended).
+    Event(usize, Option<LockEvent>),
+    /// Lock `index`'s lease would have ended with no renewal heard.
+    Silent(usize),
+}
+
+/// Runs until the command exits or a lock is lost, passing signals on.
 async fn watch(
     args: &RunArgs,
     group: &mut Group,
-    stream: &mut LockStream,
+    held: &mut [HeldLock],
     signals: &mut Signals,
 ) -> Ending {
     let ttl = args.ttl.0;
-    // The lease surely ends by then unless a renewal is heard: a gateway
-    // that froze or vanished without closing the stream renews nothing.
-    let mut lease_end = Instant::now() + ttl;
-    let mut watching = true;
+    for lock in held.iter_mut() {
+        lock.lease_end = Instant::now() + ttl;
+    }
     loop {
-        tokio::select! {
-            status = group.wait() => {
-                return Ending::Exited(status.map_or(u8::MAX, child::exit_code));
+        let earliest = held
+            .iter()
+            .enumerate()
+            .filter(|(_, lock)| lock.watching)
+            .min_by_key(|(_, lock)| lock.lease_end)
+            .map(|(index, lock)| (index, lock.lease_end));
+        let step = tokio::select! {
+            status = group.wait() => Step::Exited(status.map_or(u8::MAX, child::exit_code)),
+            signal = signals.recv() => Step::Signal(signal),
+            (index, event) = next_event(held), if earliest.is_some() => Step::Event(index, event),
+            () = sleep_until(earliest.map(|(_, at)| at)) => {
+                Step::Silent(earliest.map_or(0, |(index, _)| index))
             }
-            signal = signals.recv() => group.signal(signal),
-            event = stream.next(), if watching => match event {
-                Some(LockEvent::Renewed) => lease_end = Instant::now() + ttl,
-                // The command gave the lock back itself (with its token):
-                // nothing is lost, it runs on without it.
-                Some(LockEvent::Released) => watching = false,
-                Some(LockEvent::Lost(reason)) => return Ending::Lost(reason),
-                None => return Ending::Lost("the stream from the gateway ended".into()),
-            },
-            () = tokio::time::sleep_until(lease_end), if watching => {
-                return Ending::Lost("no renewal was heard before the lease would end".into());
+        };
+        match step {
+            Step::Exited(code) => return Ending::Exited(code),
+            Step::Signal(signal) => group.signal(signal),
+            Step::Event(index, event) => {
+                let lock = &mut held[index];
+                match event {
+                    Some(LockEvent::Renewed) => lock.lease_end = Instant::now() + ttl,
+                    // The command gave the lock back itself (with its
+                    // token): nothing is lost, it runs on without it.
+                    Some(LockEvent::Released) => lock.watching = false,
+                    Some(LockEvent::Lost(reason)) => return Ending::Lost(lock.key.clone(), reason),
+                    None => {
+                        let reason = "the stream from the gateway ended".into();
+                        return Ending::Lost(lock.key.clone(), reason);
+                    }
+                }
+            }
+            Step::Silent(index) => {
+                let reason = "no renewal was heard before the lease would end".into();
+                return Ending::Lost(held[index].key.clone(), reason);
             }
         }
     }
 }
 
-/// Why `lockgate run` did not get the lock.
+/// The next event of any followed lock's stream, and which lock's.
+async fn next_event(held: &mut [HeldLock]) -> (usize, Option<LockEvent>) {
+    let streams = held
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, lock)| lock.watching)
+        .map(|(index, lock)| Box::pin(async move { (index, lock.stream.next().await) }));
+    futures_util::future::select_all(streams).await.0
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Why `lockgate run` did not get the locks.
 enum NotGranted {
     /// Held by another owner past the wait, or at once with `--nonblock`.
     Held,
@@ -281,14 +391,42 @@ enum NotGranted {
     Unavailable(String),
 }
 
-/// Takes the lock as `args` say: once (`--nonblock`), until `--wait` runs
-/// out, or as long as it takes, in requests no longer than the gateway's
-/// longest wait.
+/// Takes every lock, in the order of `keys`, within the one wait; gives
+/// back those taken if one cannot be had.
+async fn acquire_all(
+    gateway: &GatewayClient,
+    args: &RunArgs,
+    keys: &[String],
+) -> Result<Vec<HeldLock>, NotGranted> {
+    let deadline = args.wait.map(|wait| Instant::now() + wait.0);
+    let mut held: Vec<HeldLock> = Vec::with_capacity(keys.len());
+    for key in keys {
+        match acquire(gateway, args, key, deadline).await {
+            Ok((grant, stream)) => held.push(HeldLock {
+                key: key.clone(),
+                grant,
+                stream,
+                lease_end: Instant::now() + args.ttl.0,
+                watching: true,
+            }),
+            Err(refused) => {
+                release_all(gateway, &held).await;
+                return Err(refused);
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// Takes `key` as `args` say: once (`--nonblock`), until the wait's
+/// `deadline`, or as long as it takes, in requests no longer than the
+/// gateway's longest wait.
 async fn acquire(
     gateway: &GatewayClient,
     args: &RunArgs,
+    key: &str,
+    deadline: Option<Instant>,
 ) -> Result<(Grant, LockStream), NotGranted> {
-    let deadline = args.wait.map(|wait| Instant::now() + wait.0);
     let mut longest = DEFAULT_MAX_WAIT;
     let kind = Holding {
         shared: args.shared,
@@ -302,7 +440,7 @@ async fn acquire(
             (false, None) => longest,
         }
         .min(longest);
-        match gateway.acquire(&args.key, &kind, args.ttl.0, wait).await {
+        match gateway.acquire(key, &kind, args.ttl.0, wait).await {
             Ok(granted) => return Ok(granted),
             Err(Refused::Held)
                 if !args.nonblock && deadline.is_none_or(|at| Instant::now() < at) => {}

@@ -3,6 +3,7 @@
 mod access;
 mod backend;
 mod bad_input;
+mod batch;
 mod buyers;
 mod cluster;
 mod connections;

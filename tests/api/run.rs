@@ -588,3 +588,81 @@ async fn the_help_explains_the_exit_statuses_with_an_example() {
         );
     }
 }
+
+/// With several keys every lock is held while the command runs, or none:
+/// one held elsewhere means the conflict code and nothing left held; the
+/// command gets each key and fencing token; losing any one lock stops it.
+#[tokio::test]
+async fn several_keys_are_held_together_or_not_at_all() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let dir = TempDir::new().unwrap();
+    let out = dir.path().join("env");
+    let script = format!(
+        "echo \"$LOCKGATE_KEYS|$LOCKGATE_FENCING_TOKENS|$LOCKGATE_KEY\" > {}; sleep 30",
+        out.display()
+    );
+    let keys = ["--ttl", "3", "-k", "pair:b", "-k", "pair:a"];
+    let mut run = lockgate_run(&app, &[&keys[..], &["--", "sh", "-c", &script]].concat())
+        .spawn()
+        .unwrap();
+    let seen = wait_for_file(&out).await;
+    let mut parts = seen.split('|');
+    assert_eq!(parts.next(), Some("pair:a pair:b"), "{seen}");
+    let fences: Vec<u64> = parts
+        .next()
+        .unwrap()
+        .split(' ')
+        .map(|fence| fence.parse().unwrap())
+        .collect();
+    assert_eq!(parts.next(), Some("pair:a"));
+    for (key, fence) in ["pair:a", "pair:b"].iter().zip(&fences) {
+        let lock: Value = app
+            .get(&format!("/locks/{key}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(lock["fencing_token"], *fence, "{key}");
+    }
+    // Losing one stops the command.
+    delete_in_redis(&redis, "pair:b").await;
+    let status = tokio::time::timeout(Duration::from_secs(15), run.wait())
+        .await
+        .expect("lockgate run went on without one of its locks")
+        .unwrap();
+    assert_eq!(status.code(), Some(75));
+    let freed = eventually(Duration::from_secs(3), || async {
+        app.get("/locks/pair:a").await.status() == StatusCode::NOT_FOUND
+    })
+    .await;
+    assert!(freed, "the other lock outlived the run");
+
+    // One of them held elsewhere: the conflict code, nothing run, nothing held.
+    let other = app.take("pair:b", 30_000).await;
+    let touched = dir.path().join("ran");
+    let (status, _) = finished(lockgate_run(
+        &app,
+        &[
+            "-n",
+            "-k",
+            "pair:a",
+            "-k",
+            "pair:b",
+            "--",
+            "touch",
+            touched.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert_eq!(status.code(), Some(1));
+    assert!(!touched.exists());
+    assert_eq!(
+        app.get("/locks/pair:a").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        app.release("pair:b", &other.token).await.status(),
+        StatusCode::NO_CONTENT
+    );
+}

@@ -232,13 +232,14 @@ async fn a_release_that_races_a_renewal_still_ends_the_stream_with_released() {
                 let (holding, releasing) = (holding.clone(), releasing.clone());
                 tokio::spawn(async move {
                     let key = format!("race:{batch}:{n}");
-                    // A 150 ms lease is renewed every 50 ms: a release lands
-                    // next to a renewal often, and a machine busy with
-                    // other work still renews it in time (a shorter lease
-                    // can truly run out there, which is another test's).
-                    let (mut stream, grant) = streamed(&holding, &key, 150).await;
+                    // A 300 ms lease is renewed every 100 ms: a release
+                    // lands next to a renewal often, and a machine busy
+                    // with other work still renews it in time (a shorter
+                    // lease can truly run out there, which is another
+                    // test's).
+                    let (mut stream, grant) = streamed(&holding, &key, 300).await;
                     let token = grant["token"].as_str().unwrap().to_owned();
-                    tokio::time::sleep(Duration::from_micros(fastrand_like(&key) % 200_000)).await;
+                    tokio::time::sleep(Duration::from_micros(fastrand_like(&key) % 400_000)).await;
                     let released = releasing.release(&key, &token).await.status();
                     let mut last = None;
                     while let Some(event) = stream.next(Duration::from_secs(5)).await {

@@ -223,6 +223,8 @@ impl<'a> Acquisition<'a> {
             };
             match standing {
                 Standing::Queued { position } => self.report(position),
+                // Only a batch's waiter is told so.
+                Standing::Ready(_) => continue,
                 Standing::Granted { .. } => {
                     if let Some(granted) = Box::pin(self.claim()).await? {
                         return Ok(granted);
@@ -409,6 +411,7 @@ impl<'a> Acquisition<'a> {
         let attempt = Attempt {
             token: self.token(),
             kind: request.kind,
+            permits: request.permits,
             ttl_ms: request.ttl.as_millis(),
             reenter: false,
             wait_left_ms: millis(terms.deadline.saturating_duration_since(Instant::now())),

@@ -26,7 +26,12 @@ pub struct GrantGuard {
 }
 
 impl GrantGuard {
-    pub(super) fn new(locks: Locks, key: LockKey, token: Token, keep_if_left: bool) -> Self {
+    pub(in crate::locks) fn new(
+        locks: Locks,
+        key: LockKey,
+        token: Token,
+        keep_if_left: bool,
+    ) -> Self {
         Self {
             armed: Some((locks, key, token)),
             keep_if_left,
@@ -41,7 +46,7 @@ impl GrantGuard {
     }
 
     /// The request waits in the lock's queue as `id` (until `None`).
-    pub(super) fn queued_as(&mut self, id: Option<&str>) {
+    pub(in crate::locks) fn queued_as(&mut self, id: Option<&str>) {
         self.queued_as = id.map(str::to_owned);
     }
 }

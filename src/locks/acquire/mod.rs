@@ -27,6 +27,9 @@ pub struct AcquireRequest {
     pub key: LockKey,
     /// Exclusive (alone, or one of a counting lock's places) or shared.
     pub kind: LockKind,
+    /// How many of a counting lock's places the holder takes (1 for any
+    /// other kind).
+    pub permits: u32,
     pub ttl: Ttl,
     pub wait: WaitTime,
     /// Present when the client re-enters a lock it holds.
@@ -57,6 +60,7 @@ impl AcquireRequest {
         Self {
             key,
             kind,
+            permits: 1,
             ttl,
             wait,
             token: None,
@@ -74,10 +78,11 @@ impl AcquireRequest {
     /// lock, its kind, lease, wait and value.
     fn request_hash(&self) -> String {
         let described = format!(
-            "{}\u{1f}{}\u{1f}{:?}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
+            "{}\u{1f}{}\u{1f}{:?}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
             self.key,
             self.kind.mode(),
             self.kind.limit(),
+            self.permits,
             self.ttl.as_millis(),
             self.wait.as_millis(),
             self.value.as_ref().map_or("\u{0}", LockValue::as_str),
@@ -95,11 +100,11 @@ impl AcquireRequest {
 }
 
 /// A lock that joined its session before it is taken.
-struct JoinedSession {
-    handle: SessionHandle,
+pub(super) struct JoinedSession {
+    pub(super) handle: SessionHandle,
     /// What the lock records of its session: `<handle> <lock-delay ms>`.
-    record: String,
-    lease: SessionLease,
+    pub(super) record: String,
+    pub(super) lease: SessionLease,
 }
 
 /// A held lease, as acquisition reports it.
@@ -130,14 +135,23 @@ impl Locks {
     /// waiting) or the lease is dropped before the guard completes, the
     /// grant is released, so a client that went away holds nothing (unless
     /// it sent an Idempotency-Key: its retry gets the grant).
-    pub async fn acquire(&self, mut request: AcquireRequest) -> Result<Lease, LockError> {
+    pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, LockError> {
         if let Some(token) = request.token {
             // Boxed, like every round trip here: see `Acquisition::run`.
             return Box::pin(self.reenter(request, token)).await;
         }
+        self.acquire_as(request, Token::generate()).await
+    }
+
+    /// Takes the lock for a new holder with `token` (a batch's locks share
+    /// one), as [`Locks::acquire`].
+    pub(super) async fn acquire_as(
+        &self,
+        mut request: AcquireRequest,
+        token: Token,
+    ) -> Result<Lease, LockError> {
         let started = Instant::now();
         let keys = self.keys(&request.key);
-        let token = Token::generate();
         // A session's lock joins it before any grant; its lease is the
         // session's length until it is attached.
         let session = match &request.session {
@@ -200,7 +214,7 @@ impl Locks {
 
     /// The lock joins its session before it is taken (a session that has
     /// ended is `SessionNotFound`).
-    async fn join_session(
+    pub(super) async fn join_session(
         &self,
         request: &AcquireRequest,
         id: &SessionId,
@@ -234,7 +248,7 @@ impl Locks {
     /// the lock (else the grant is given back: the session ended
     /// meanwhile), then the lock's lease becomes the session's. Its state
     /// shows the session's expiry.
-    async fn attach(
+    pub(super) async fn attach(
         &self,
         request: &AcquireRequest,
         id: &SessionId,
@@ -389,6 +403,7 @@ impl Locks {
         let attempt = scripts::Attempt {
             token: &text,
             kind: request.kind,
+            permits: request.permits,
             ttl_ms: request.ttl.as_millis(),
             reenter: true,
             wait_left_ms: 0,

@@ -28,7 +28,10 @@ pub use inputs::{
 use crate::metrics::{Metrics, SessionOutcome};
 use crate::redis::locks::LockKeys;
 use crate::redis::locks::grant;
-use crate::redis::sessions::{self as scripts, EndReply, Ending, Hold, Opening, SessionKeys};
+use crate::redis::locks::view::LockView;
+use crate::redis::sessions::{
+    self as scripts, EndReply, Ending, Hold, Liveness, Opening, SessionKeys,
+};
 use crate::redis::{BackendError, Redis};
 use crate::sync::lock;
 
@@ -215,7 +218,7 @@ impl Sessions {
             grant::session_release(&mut conn, &keys, publish, token, (word, delayed_until_ms))
                 .await?;
         }
-        scripts::drop_ended(&mut conn, &self.keys(handle), handle.as_str()).await?;
+        scripts::drop_ended(&mut conn, &self.keys(handle), handle.as_str(), Some(why)).await?;
         self.0.metrics.session(match why {
             Ending::Expired => SessionOutcome::Expired,
             Ending::Deleted | Ending::ShuttingDown => SessionOutcome::Deleted,
@@ -247,12 +250,25 @@ impl Sessions {
         })
     }
 
+    /// A hold of the session changed (its mode, and with an upgrade its
+    /// fencing token): the session's record of it follows. (An ended
+    /// session ends the hold anyway.)
+    pub(crate) async fn note_hold(&self, handle: &SessionHandle, hold: Hold<'_>) {
+        let noted = async {
+            let mut conn = self.0.redis.connection().await?;
+            scripts::join(&mut conn, &self.keys(handle), hold).await
+        };
+        if let Err(err) = noted.await {
+            tracing::debug!(error = %err, "a session could not note a hold's new mode");
+        }
+    }
+
     /// A lock released by its holder: the session forgets it (if that
     /// fails, its end releases a token that holds nothing: harmless).
-    pub(crate) async fn forget(&self, handle: &SessionHandle, token: &str) {
+    pub(crate) async fn forget(&self, handle: &SessionHandle, token: &str, key: &str) {
         let forgotten = async {
             let mut conn = self.0.redis.connection().await?;
-            scripts::forget(&mut conn, &self.keys(handle), token).await
+            scripts::forget(&mut conn, &self.keys(handle), token, key).await
         };
         if let Err(err) = forgotten.await {
             tracing::debug!(error = %err, "a session could not forget a released lock");
@@ -266,15 +282,59 @@ impl Sessions {
         &self,
         handles: &[SessionHandle],
     ) -> Result<(HashMap<SessionHandle, u64>, u64), BackendError> {
-        let keys: Vec<SessionKeys> = handles.iter().map(|handle| self.keys(handle)).collect();
-        let mut conn = self.0.redis.connection().await?;
-        let (alive, now) = scripts::alive_many(&mut conn, &keys).await?;
+        let (states, now) = self.states(handles).await?;
         let expiries = handles
             .iter()
-            .zip(alive)
-            .filter_map(|(handle, expires)| Some((handle.clone(), expires?)))
+            .zip(states)
+            .filter_map(|(handle, state)| match state {
+                Liveness::Alive(expires) => Some((handle.clone(), expires)),
+                Liveness::Ended(_) => None,
+            })
             .collect();
         Ok((expiries, now))
+    }
+
+    /// The leases of sessions' holders as their sessions' (a time in the
+    /// far future otherwise); the lock's latest end with them.
+    pub(crate) async fn with_session_leases(
+        &self,
+        mut view: LockView,
+    ) -> Result<LockView, BackendError> {
+        let handles: Vec<SessionHandle> = view
+            .leases
+            .iter()
+            .filter_map(|lease| lease.session.as_deref().map(SessionHandle::from_stored))
+            .collect();
+        if handles.is_empty() {
+            return Ok(view);
+        }
+        let (expiries, now) = self.expiries(&handles).await?;
+        for lease in &mut view.leases {
+            if let Some(handle) = &lease.session {
+                // A session that ended is ending its locks: as it stands.
+                let handle = SessionHandle::from_stored(handle);
+                lease.expires_at_ms = expiries.get(&handle).copied().unwrap_or(now);
+            }
+        }
+        view.expires_at_ms = view
+            .leases
+            .iter()
+            .map(|lease| lease.expires_at_ms)
+            .max()
+            .unwrap_or(now);
+        view.ttl_ms = view.expires_at_ms.saturating_sub(now);
+        Ok(view)
+    }
+
+    /// How each session named stands, in order; and the Redis clock as
+    /// they were read.
+    pub(super) async fn states(
+        &self,
+        handles: &[SessionHandle],
+    ) -> Result<(Vec<Liveness>, u64), BackendError> {
+        let keys: Vec<SessionKeys> = handles.iter().map(|handle| self.keys(handle)).collect();
+        let mut conn = self.0.redis.connection().await?;
+        scripts::alive_many(&mut conn, &keys).await
     }
 
     /// Told when the session ends (checked with the sweep, a few times a

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{SessionHandle, Sessions};
 use crate::redis::BackendError;
-use crate::redis::sessions::{self as scripts, EndReply, Ending};
+use crate::redis::sessions::{self as scripts, EndReply, Ending, Liveness};
 use crate::sync::lock;
 
 /// The longest pause between two sweeps.
@@ -60,7 +60,9 @@ impl Sessions {
             EndReply::Alive { expires_at_ms } => {
                 scripts::indexed(&mut conn, &keys, handle.as_str(), expires_at_ms).await
             }
-            EndReply::NotFound => scripts::drop_ended(&mut conn, &keys, handle.as_str()).await,
+            EndReply::NotFound => {
+                scripts::drop_ended(&mut conn, &keys, handle.as_str(), None).await
+            }
         }
     }
 
@@ -70,10 +72,20 @@ impl Sessions {
         if handles.is_empty() {
             return Ok(());
         }
-        let (alive, _) = self.expiries(&handles).await?;
+        let (states, _) = self.states(&handles).await?;
         let watched = lock(&self.0.watched);
-        for handle in handles.iter().filter(|handle| !alive.contains_key(*handle)) {
+        for (handle, state) in handles.iter().zip(states) {
+            let Liveness::Ended(why) = state else {
+                continue;
+            };
             if let Some(watched) = watched.get(handle) {
+                // Ended elsewhere (or here, a moment ago): why, as Redis
+                // keeps it.
+                let mut known = lock(&watched.why);
+                if known.is_none() {
+                    *known = why;
+                }
+                drop(known);
                 watched.ended.cancel();
             }
         }

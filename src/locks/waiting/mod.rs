@@ -50,6 +50,10 @@ pub enum Standing {
     /// Not in the queue any more, and no grant was heard: granted with the
     /// message missed, or passed over. Leaving the queue tells which.
     Unaccounted,
+    /// A batch's waiter: one of its locks has a place for it now (it
+    /// takes all its locks itself, when each has). Each time it is told,
+    /// the count goes up.
+    Ready(u64),
 }
 
 /// The waiting room of this instance.
@@ -270,26 +274,39 @@ impl Interest {
 
 impl Listener for Room {
     /// A grant for one of this instance's waiters: `<id> <fencing token>
-    /// <lease end>`.
+    /// <lease end>`; or, for a batch's waiter, `<id> ready`.
     fn message(&self, channel: &str, payload: &[u8]) {
         let text = String::from_utf8_lossy(payload);
         let mut parts = text.split(' ');
-        let (Some(id), Some(fence), Some(ends)) = (parts.next(), parts.next(), parts.next()) else {
+        let (Some(id), Some(first)) = (parts.next(), parts.next()) else {
             return;
         };
-        let (Ok(fencing_token), Ok(expires_at_ms)) = (fence.parse(), ends.parse()) else {
-            return;
-        };
-        if let Some(slot) = self
-            .lock()
+        let locks = self.lock();
+        let Some(slot) = locks
             .get(channel)
             .and_then(|interest| interest.waiters.get(id))
-        {
-            slot.standing.send_replace(Standing::Granted {
-                fencing_token,
-                expires_at_ms,
+        else {
+            return;
+        };
+        if first == "ready" {
+            slot.standing.send_modify(|standing| {
+                let told = match standing {
+                    Standing::Ready(times) => *times + 1,
+                    _ => 1,
+                };
+                *standing = Standing::Ready(told);
             });
+            return;
         }
+        let (Ok(fencing_token), Some(Ok(expires_at_ms))) =
+            (first.parse(), parts.next().map(str::parse))
+        else {
+            return;
+        };
+        slot.standing.send_replace(Standing::Granted {
+            fencing_token,
+            expires_at_ms,
+        });
     }
 
     /// Grants may have been missed: every waiter's standing is asked at once.

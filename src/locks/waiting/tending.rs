@@ -123,6 +123,10 @@ impl Room {
                         *standing = Standing::Unaccounted;
                         true
                     }
+                    (Standing::Ready(_), 0) => {
+                        *standing = Standing::Unaccounted;
+                        true
+                    }
                     (Standing::Queued { position: was }, is) if was > 0 && is > 0 && is != was => {
                         *standing = Standing::Queued { position: is };
                         true

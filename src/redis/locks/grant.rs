@@ -12,6 +12,8 @@ use crate::redis::{BackendError, Connection};
 pub struct Attempt<'a> {
     pub token: &'a str,
     pub kind: LockKind,
+    /// The places a counting lock's holder takes (1 for any other kind).
+    pub permits: u32,
     pub ttl_ms: u64,
     /// Re-enter the place `token` holds.
     pub reenter: bool,
@@ -87,7 +89,7 @@ pub async fn acquire(
     invocation
         .arg(attempt.token)
         .arg(attempt.kind.mode())
-        .arg(attempt.kind.limit().unwrap_or(1))
+        .arg(super::batch::places(attempt.kind, attempt.permits))
         .arg(attempt.ttl_ms)
         .arg(flag(attempt.reenter))
         .arg(FENCE_RETENTION_MS)

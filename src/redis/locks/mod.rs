@@ -3,9 +3,11 @@
 //! Every lock script takes the same eight keys and three first arguments
 //! (`lua/lib/base.lua`), which [`LockKeys::bind`] adds. [`grant`] holds the
 //! wrappers that change who holds a lock (acquire, release, extend, leave
-//! the queue, set a value, revoke); [`view`] those that read it (inspect,
+//! the queue, set a value, revoke); [`batch`] those that take several locks
+//! at once or change a holder's mode; [`view`] those that read it (inspect,
 //! watch, history, the instances' tending, listing).
 
+pub mod batch;
 pub mod grant;
 pub mod view;
 
@@ -89,8 +91,20 @@ impl LockKeys {
     /// (`lua/lib/base.lua`) into `call`; `publish` is `PUBLISH`, or
     /// `SPUBLISH` in a Redis Cluster.
     pub fn bind(&self, call: &mut redis::Cmd, publish: &str) {
-        let mut name = String::with_capacity(self.prefix.len() + self.key.len() + 12);
         call.arg(KEY_NAMES.len());
+        self.bind_keys(call);
+        call.arg(publish).arg(&*self.prefix).arg(&self.key);
+    }
+
+    /// The lock's prefix, as the scripts take it after `publish`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Writes the lock's eight keys into `call` (a script over several
+    /// locks takes each lock's in turn).
+    pub fn bind_keys(&self, call: &mut redis::Cmd) {
+        let mut name = String::with_capacity(self.prefix.len() + self.key.len() + 12);
         for what in KEY_NAMES {
             // `<prefix><what>:{<key>}`, without the formatting machinery:
             // eight of these are built for every lock call.
@@ -102,8 +116,10 @@ impl LockKeys {
             name.push('}');
             call.arg(name.as_str());
         }
-        call.arg(publish).arg(&*self.prefix).arg(&self.key);
     }
+
+    /// How many keys each lock gives a script.
+    pub const COUNT: usize = KEY_NAMES.len();
 }
 
 /// How a lock admits holders. The domain hands it on as it is
@@ -178,6 +194,9 @@ pub struct LeaseView {
     /// The public handle of the session the hold hangs on, if any.
     #[serde(default)]
     pub session: Option<String>,
+    /// The places it takes of a counting lock (absent for other kinds).
+    #[serde(default)]
+    pub permits: Option<u64>,
 }
 
 /// One waiter, as anyone may see it.

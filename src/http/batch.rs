@@ -1,0 +1,300 @@
+//! `POST /locks/batch` (several locks at once, all or none, for one token) and `PUT /locks/{key}/mode` (a holder's upgrade or downgrade).
+
+use std::collections::HashSet;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Number;
+use utoipa::ToSchema;
+
+use super::auth::ApiKeyAccess;
+use super::error::ApiError;
+use super::extract::{JsonBody, KeyPath, one_token, token_header, whole_number_or};
+use super::grant::guarded_body;
+use super::locks::{kind, permits, ttl, value, wait};
+use super::responses::problem_responses;
+use super::schema::{LockKeyText, LockModeText, TokenText};
+use crate::duration::millis;
+use crate::locks::{
+    BatchLease, BatchLock, BatchRequest, HoldMode, LockKey, LockLimits, Locks, MAX_BATCH,
+    SessionId, Token, WaitTime,
+};
+
+/// `POST /locks/batch`: the locks, and what they share.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchBody {
+    /// 1 to 64 locks, no key twice; each as `POST /locks` names one.
+    #[schema(min_items = 1, max_items = 64)]
+    locks: Vec<BatchLockBody>,
+    /// Every lock's lease, in milliseconds (as `POST /locks`).
+    #[schema(value_type = Option<u64>, default = 30000, example = 30000)]
+    ttl_ms: Option<Number>,
+    /// How long the whole batch may wait, in milliseconds (as `POST
+    /// /locks`): the batch's budget, not each lock's.
+    #[schema(value_type = Option<u64>, default = 0, example = 0)]
+    wait_ms: Option<Number>,
+    /// A session's id: every lock lives as long as the session.
+    #[schema(value_type = Option<TokenText>)]
+    session: Option<String>,
+    /// The holder's public value, on every lock.
+    #[schema(example = "transfer-7")]
+    value: Option<String>,
+}
+
+/// One lock of a batch.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchLockBody {
+    #[schema(example = "acct:1")]
+    key: String,
+    #[schema(value_type = Option<LockModeText>, default = "exclusive")]
+    mode: Option<String>,
+    #[schema(value_type = Option<u64>, default = 1, example = 1)]
+    limit: Option<Number>,
+    #[schema(value_type = Option<u64>, default = 1, example = 1)]
+    permits: Option<Number>,
+}
+
+/// A granted batch: one token for every lock.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchGrant {
+    /// The owner's secret for every lock of the batch: release, renew or
+    /// inspect each with the routes of one lock.
+    #[schema(format = Uuid)]
+    token: String,
+    #[schema(example = 30000)]
+    ttl_ms: u64,
+    /// When the leases end (the earliest), in Unix ms by the Redis clock.
+    expires_at_ms: u64,
+    /// How long the batch waited.
+    #[schema(example = 0)]
+    waited_ms: u64,
+    /// Each lock, in the order asked.
+    locks: Vec<BatchGrantLock>,
+}
+
+/// One lock of a granted batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchGrantLock {
+    #[schema(example = "acct:1")]
+    key: String,
+    #[schema(value_type = LockModeText)]
+    mode: &'static str,
+    fencing_token: u64,
+    expires_at_ms: u64,
+}
+
+problem_responses!(
+    /// What `POST /locks/batch` can refuse with.
+    BatchProblems:
+        MalformedBody, Unauthorized, Forbidden, LockHeld, LimitMismatch, BodyTooLarge,
+        UnsupportedMediaType, InvalidKey, InvalidField, BackendUnavailable, TooManyWaiters,
+        ShuttingDown, NotReplicated, RequestTimeout, SessionNotFound, Deadlock,
+);
+
+/// Take several locks at once, all or none, for one owner token: a
+/// transfer between two accounts, a seat and a payment. On one Redis the
+/// batch is granted in one step (no observer sees part of it held); on a
+/// Redis Cluster the locks are taken in the order of their keys and given
+/// back on refusal. `wait_ms` bounds the whole batch; batches that name
+/// the same keys in any order never wait for each other in a circle. Each
+/// lock then is an ordinary hold of the token.
+#[utoipa::path(
+    post,
+    path = "/locks/batch",
+    tag = "locks",
+    security((), ("api_key" = [])),
+    request_body = BatchBody,
+    responses(
+        (status = 201, description = "Every lock taken", body = BatchGrant),
+        BatchProblems,
+    )
+)]
+pub async fn acquire_batch(
+    _access: ApiKeyAccess,
+    State(locks): State<Locks>,
+    State(limits): State<LockLimits>,
+    JsonBody(body): JsonBody<BatchBody>,
+) -> Result<Response, ApiError> {
+    let request = batch_request(body, limits)?;
+    let lease = locks.acquire_batch(request).await?;
+    batch_granted(lease)
+}
+
+fn batch_request(body: BatchBody, limits: LockLimits) -> Result<BatchRequest, ApiError> {
+    if body.locks.is_empty() || body.locks.len() > MAX_BATCH {
+        return Err(ApiError::invalid_field(
+            "locks",
+            format!("must name 1 to {MAX_BATCH} locks"),
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut batch = Vec::with_capacity(body.locks.len());
+    for lock in &body.locks {
+        let key = LockKey::parse(&lock.key)?;
+        if !seen.insert(key.as_str().to_owned()) {
+            return Err(ApiError::invalid_field(
+                "locks",
+                format!("names {key} twice: one hold per lock"),
+            ));
+        }
+        let kind = kind(lock.mode.as_deref(), lock.limit.as_ref())?;
+        let permits = permits(lock.permits.as_ref(), kind)?;
+        batch.push(BatchLock { key, kind, permits });
+    }
+    Ok(BatchRequest {
+        locks: batch,
+        ttl: ttl(body.ttl_ms.as_ref(), limits)?,
+        wait: wait(body.wait_ms.as_ref(), limits)?,
+        value: body.value.as_deref().map(value).transpose()?,
+        session: body
+            .session
+            .as_deref()
+            .map(SessionId::parse)
+            .transpose()
+            .map_err(|err| ApiError::invalid_field("session", err))?,
+    })
+}
+
+/// `201` with the batch; its guards complete when the body is written (a
+/// client gone before then holds nothing).
+fn batch_granted(lease: BatchLease) -> Result<Response, ApiError> {
+    let grant = BatchGrant {
+        token: lease.token.expose(),
+        ttl_ms: lease.ttl_ms,
+        expires_at_ms: lease.expires_at_ms,
+        waited_ms: millis(lease.waited),
+        locks: lease
+            .locks
+            .iter()
+            .map(|hold| BatchGrantLock {
+                key: hold.key.to_string(),
+                mode: if hold.kind.is_shared() {
+                    "shared"
+                } else {
+                    "exclusive"
+                },
+                fencing_token: hold.fencing_token,
+                expires_at_ms: hold.expires_at_ms,
+            })
+            .collect(),
+    };
+    let json = serde_json::to_vec(&grant).map_err(|_| ApiError::Internal)?;
+    let body: Body = guarded_body(json, lease.guards);
+    Ok((
+        StatusCode::CREATED,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response())
+}
+
+/// `PUT /locks/{key}/mode`: the holder's token, the mode it asks for, and
+/// how long an upgrade may wait.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModeBody {
+    /// The holder's token. (The gateway also takes it from the `Lock-Token`
+    /// header when the body has none.)
+    #[schema(value_type = TokenText, required = true)]
+    token: Option<String>,
+    /// `exclusive` (an upgrade of a shared hold) or `shared` (a downgrade of
+    /// an exclusive one).
+    #[schema(value_type = LockModeText)]
+    mode: String,
+    /// How long an upgrade may wait for the other shared holders to leave,
+    /// in milliseconds; 0 tries once.
+    #[schema(value_type = Option<u64>, default = 0, example = 0)]
+    wait_ms: Option<Number>,
+}
+
+/// A hold in its new mode.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModeChange {
+    #[schema(example = "orders:42")]
+    key: String,
+    #[schema(value_type = LockModeText)]
+    mode: &'static str,
+    /// What is left of the lease (unchanged by the change of mode).
+    ttl_ms: u64,
+    expires_at_ms: u64,
+    /// A new, larger one after an upgrade; unchanged by a downgrade.
+    fencing_token: u64,
+    holds: u64,
+}
+
+problem_responses!(
+    /// What `PUT /locks/{key}/mode` can refuse with.
+    ModeProblems:
+        MissingToken, MalformedBody, Unauthorized, Forbidden, LockHeld, LockNotFound, NotOwner,
+        ModeConflict, Deadlock, BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidToken,
+        InvalidField, BackendUnavailable, TooManyWaiters, ShuttingDown, NotReplicated,
+        RequestTimeout,
+);
+
+/// Change a hold's mode without letting go. A shared holder becomes the
+/// exclusive holder (upgrade): at once when it is the only holder, else
+/// waiting up to `wait_ms` for the other shared holders to leave, ahead of
+/// every request that arrived after it; the upgraded hold gets a new,
+/// larger fencing token. Two holders upgrading at once would wait for each
+/// other: the second is answered `409 deadlock` at once, keeping its
+/// shared place. An exclusive holder becomes a shared one (downgrade),
+/// keeping its fencing token, and the shared waiters behind it come in. A
+/// counting lock's holder has no other mode (`409 mode-conflict`).
+#[utoipa::path(
+    put,
+    path = "/locks/{key}/mode",
+    tag = "locks",
+    security((), ("api_key" = [])),
+    params(
+        ("key" = LockKeyText, Path, description = "The lock"),
+    ),
+    request_body = ModeBody,
+    responses(
+        (status = 200, description = "Held in that mode now", body = ModeChange),
+        ModeProblems,
+    )
+)]
+pub async fn change_mode(
+    _access: ApiKeyAccess,
+    State(locks): State<Locks>,
+    State(limits): State<LockLimits>,
+    KeyPath(key): KeyPath,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<ModeBody>,
+) -> Result<Json<ModeChange>, ApiError> {
+    let from_body = body.token.as_deref().map(Token::parse).transpose()?;
+    let token = one_token(from_body, token_header(&headers)?)?;
+    let mode = match body.mode.as_str() {
+        "exclusive" => HoldMode::Exclusive,
+        "shared" => HoldMode::Shared,
+        _ => {
+            return Err(ApiError::invalid_field(
+                "mode",
+                "must be exclusive or shared",
+            ));
+        }
+    };
+    let wait_ms = whole_number_or("wait_ms", body.wait_ms.as_ref(), 0)?;
+    let wait = WaitTime::new(wait_ms, limits).map_err(|range| ApiError::OutOfRange {
+        field: "wait_ms",
+        range,
+    })?;
+    let changed = locks.change_mode(&key, &token, mode, wait).await?;
+    Ok(Json(ModeChange {
+        key: key.to_string(),
+        mode: changed.mode.as_str(),
+        ttl_ms: changed.state.ttl_ms,
+        expires_at_ms: changed.state.expires_at_ms,
+        fencing_token: changed.state.fencing_token,
+        holds: changed.state.holds,
+    }))
+}

@@ -1,0 +1,255 @@
+//! A batch on one Redis: all its locks in one script, or none; without a place in each, a wait in every lock's queue at once, tried again each time one of its locks tells it it has a place.
+//!
+//! The batch is never offered a place from a queue (a place offered in one
+//! lock while another is taken would show part of the batch held): each
+//! lock at whose head it stands with a place for it tells its instance so
+//! (`<waiter id> ready` on the lock's grant channel) and lets nobody behind
+//! it go first; the batch then runs its script again, which takes every
+//! lock at once when each has a place.
+
+use std::time::Instant;
+
+use futures_util::future::select_all;
+
+use super::{BatchHold, BatchTerms};
+use crate::locks::acquire::GrantGuard;
+use crate::locks::error::LockError;
+use crate::locks::inputs::LockKey;
+use crate::locks::shared::Locks;
+use crate::locks::waiting::{Ticket, WaitRefused};
+use crate::redis::locks::LockKeys;
+use crate::redis::locks::batch::{self as scripts, BatchAttempt, BatchLock, BatchReply};
+use crate::redis::locks::grant::{IfGranted, Waiter};
+
+impl Locks {
+    /// One Redis's way: see the module's text.
+    pub(super) async fn batch_at_once(
+        &self,
+        terms: &BatchTerms<'_>,
+    ) -> Result<(Vec<BatchHold>, Vec<GrantGuard>), LockError> {
+        let request = terms.request;
+        let keys: Vec<LockKeys> = request
+            .locks
+            .iter()
+            .map(|lock| self.keys(&lock.key))
+            .collect();
+        let mut guards: Vec<GrantGuard> = request
+            .locks
+            .iter()
+            .map(|lock| GrantGuard::new(self.clone(), lock.key.clone(), terms.token, false))
+            .collect();
+        match Box::pin(self.batch_attempt(terms, &keys, None)).await? {
+            BatchReply::Granted {
+                fencing_tokens,
+                expires_at_ms,
+            } => return Ok((self.holds(terms, &fencing_tokens, expires_at_ms), guards)),
+            BatchReply::LimitMismatch { key, limit } => {
+                complete(guards);
+                return Err(LockError::LimitMismatch {
+                    key: self.lock_key(terms, &key),
+                    limit,
+                });
+            }
+            BatchReply::Held { key, free_in_ms }
+                if request.wait.is_zero() || Instant::now() >= terms.deadline =>
+            {
+                complete(guards);
+                return Err(LockError::Held {
+                    key: self.lock_key(terms, &key),
+                    retry_after_ms: free_in_ms.max(1),
+                });
+            }
+            // Not queued without a waiter's id: waits as the rest.
+            BatchReply::Held { .. } | BatchReply::Queued { .. } => {}
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        for guard in &mut guards {
+            guard.queued_as(Some(&id));
+        }
+        let waited = Box::pin(self.batch_wait(terms, &keys, &id)).await;
+        match waited {
+            Ok(holds) => Ok((holds, guards)),
+            Err(err) => {
+                // What it joined, it leaves: nothing was granted (a batch
+                // is never offered a place), nothing is held.
+                for lock in &request.locks {
+                    let left = self
+                        .leave_queue(&lock.key, &id, &terms.token, IfGranted::Keep)
+                        .await;
+                    if let Err(err) = left {
+                        tracing::debug!(key = %lock.key, error = %err, "a batch could not leave a queue; its wait's end drops it");
+                    }
+                }
+                complete(guards);
+                Err(err)
+            }
+        }
+    }
+
+    /// Waits in every lock's queue, trying again each time one of them
+    /// changes, until the batch is granted, its wait runs out, its session
+    /// ends or the instance shuts down.
+    async fn batch_wait(
+        &self,
+        terms: &BatchTerms<'_>,
+        keys: &[LockKeys],
+        id: &str,
+    ) -> Result<Vec<BatchHold>, LockError> {
+        let waiting = self.waiting();
+        let mut tickets: Vec<Ticket> = keys
+            .iter()
+            .map(|keys| waiting.enter(keys, id, false))
+            .collect::<Result<_, WaitRefused>>()?;
+        for ticket in &mut tickets {
+            let _ = tokio::time::timeout_at(terms.deadline.into(), ticket.subscribed()).await;
+        }
+        let closing = tickets[0].closing();
+        let session = terms
+            .session
+            .as_ref()
+            .map(|joined| self.sessions().watch(&joined.handle));
+        let never = tokio_util::sync::CancellationToken::new();
+        let session_ended = session.as_ref().map_or(&never, |watch| watch.ended());
+        // The first lock without a place for it, as last heard, and when a
+        // place there may free.
+        let mut missing: (String, u64);
+        loop {
+            match Box::pin(self.batch_attempt(terms, keys, Some(id))).await? {
+                BatchReply::Granted {
+                    fencing_tokens,
+                    expires_at_ms,
+                } => return Ok(self.holds(terms, &fencing_tokens, expires_at_ms)),
+                BatchReply::LimitMismatch { key, limit } => {
+                    return Err(LockError::LimitMismatch {
+                        key: self.lock_key(terms, &key),
+                        limit,
+                    });
+                }
+                BatchReply::Held { key, free_in_ms } => {
+                    return Err(LockError::Held {
+                        key: self.lock_key(terms, &key),
+                        retry_after_ms: free_in_ms.max(1),
+                    });
+                }
+                BatchReply::Queued { key, free_in_ms } => {
+                    for (keys, free_in) in keys.iter().zip(&free_in_ms) {
+                        if *free_in > 0 {
+                            waiting.due(keys, std::time::Duration::from_millis(*free_in));
+                        }
+                    }
+                    let index = keys.iter().position(|lock| lock.key() == key);
+                    let free_in = index.and_then(|index| free_in_ms.get(index)).copied();
+                    missing = (key, free_in.unwrap_or(1));
+                }
+            }
+            let changes = select_all(tickets.iter_mut().map(|ticket| Box::pin(ticket.changed())));
+            tokio::select! {
+                _ = changes => {}
+                () = tokio::time::sleep_until(terms.deadline.into()) => {
+                    let (key, free_in_ms) = missing;
+                    return Err(LockError::Held {
+                        key: self.lock_key(terms, &key),
+                        retry_after_ms: free_in_ms.max(1),
+                    });
+                }
+                () = closing.cancelled() => return Err(WaitRefused::ShuttingDown.into()),
+                () = session_ended.cancelled() => return Err(LockError::SessionNotFound),
+            }
+        }
+    }
+
+    /// Runs the batch's script once, as waiter `id` (joining every queue if
+    /// not every lock has a place) or trying once (`None`).
+    async fn batch_attempt(
+        &self,
+        terms: &BatchTerms<'_>,
+        keys: &[LockKeys],
+        id: Option<&str>,
+    ) -> Result<BatchReply, LockError> {
+        let request = terms.request;
+        let locks: Vec<BatchLock<'_>> = request
+            .locks
+            .iter()
+            .zip(keys)
+            .map(|(lock, keys)| BatchLock {
+                keys,
+                kind: lock.kind,
+                permits: lock.permits,
+            })
+            .collect();
+        let token = terms.token.expose();
+        let attempt = BatchAttempt {
+            token: &token,
+            ttl_ms: request.ttl.as_millis(),
+            wait_left_ms: crate::duration::millis(
+                terms.deadline.saturating_duration_since(Instant::now()),
+            ),
+            waiter: id.map(|id| Waiter {
+                id,
+                instance: self.waiting().instance(),
+            }),
+            value: request.value.as_ref().map(|value| value.as_str()),
+            session: terms.session.as_ref().map(|joined| joined.record.as_str()),
+        };
+        let publish = self.publish();
+        let (reply, confirmed) = self
+            .redis()
+            .write(
+                &keys[0].lock(),
+                true,
+                async |conn| scripts::batch(conn, &locks, publish, attempt).await,
+                |reply| matches!(reply, BatchReply::Granted { .. }),
+            )
+            .await?;
+        if !confirmed {
+            let taken = request.locks.iter().map(|lock| &lock.key);
+            self.give_back(terms.token, taken).await;
+            return Err(LockError::NotReplicated {
+                key: request.locks[0].key.clone(),
+                undone: true,
+            });
+        }
+        Ok(reply)
+    }
+
+    /// The holds of a granted batch, in its order.
+    fn holds(
+        &self,
+        terms: &BatchTerms<'_>,
+        fencing_tokens: &[u64],
+        expires_at_ms: u64,
+    ) -> Vec<BatchHold> {
+        terms
+            .request
+            .locks
+            .iter()
+            .zip(fencing_tokens)
+            .map(|(lock, fencing_token)| BatchHold {
+                key: lock.key.clone(),
+                kind: lock.kind,
+                fencing_token: *fencing_token,
+                expires_at_ms,
+            })
+            .collect()
+    }
+
+    /// The batch's lock a script named.
+    fn lock_key(&self, terms: &BatchTerms<'_>, key: &str) -> LockKey {
+        terms
+            .request
+            .locks
+            .iter()
+            .find(|lock| lock.key.as_str() == key)
+            .map_or_else(
+                || terms.request.locks[0].key.clone(),
+                |lock| lock.key.clone(),
+            )
+    }
+}
+
+/// Nothing to undo: the guards stand down.
+fn complete(guards: Vec<GrantGuard>) {
+    for guard in guards {
+        guard.complete();
+    }
+}
