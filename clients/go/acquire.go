@@ -52,6 +52,14 @@ func (g *Gateway) lockWaiting(ctx context.Context, key string, cfg lockConfig, p
 	if cfg.idempotencyKey != "" {
 		return nil, errIdempotencyStreamed
 	}
+	if err := cfg.refuse("it is a session's (Session)", sessionOnly...); err != nil {
+		return nil, err
+	}
+	if cfg.sessionID() != "" {
+		if err := cfg.refuse("a lock in a session has the session's lease (SessionTTL)", "TTL"); err != nil {
+			return nil, err
+		}
+	}
 	until := time.Now().Add(cfg.wait)
 	failures := 0
 	for {
@@ -208,7 +216,7 @@ func awaitGrant(events *eventReader, onQueued func(int)) (grant, error) {
 			}
 			return granted, nil
 		case "refused":
-			return grant{}, parseProblem(http.StatusConflict, nil, []byte(event.Data))
+			return grant{}, parseRefusal(http.StatusConflict, nil, []byte(event.Data))
 		case "queued":
 			var queued struct {
 				Position int `json:"position"`
@@ -233,6 +241,14 @@ func awaitGrant(events *eventReader, onQueued func(int)) (grant, error) {
 // than a second grant made.
 func (g *Gateway) Lease(ctx context.Context, key string, options ...LockOption) (*Lock, error) {
 	cfg := newLockConfig(options)
+	if err := cfg.refuse("it is a session's (Session)", sessionOnly...); err != nil {
+		return nil, err
+	}
+	// The gateway does not renew a lock in a session, nor does Extend: its
+	// lease is the session's, which a Lease has no way to follow.
+	if err := cfg.refuse("a lock in a session is a streamed lock (Lock, TryLock)", "InSession"); err != nil {
+		return nil, err
+	}
 	idempotencyKey := cfg.idempotencyKey
 	if idempotencyKey == "" {
 		idempotencyKey = newUUID()

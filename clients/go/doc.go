@@ -26,10 +26,12 @@
 // says which. On Go 1.20 and later context.Cause(lock.Context()) returns
 // the same error.
 //
-// Besides streamed locks: Lease takes a plain lease that its holder extends
-// (retried with one Idempotency-Key when an answer is lost); Inspect and
-// Revoke read and end locks; Watch follows a lock's events, resuming with
-// Last-Event-ID; Campaign, Leader and Observe elect a leader.
+// Besides streamed locks: Session opens one lease for many locks (its
+// locks end when it does, as with etcd's concurrency.Session); Lease takes
+// a plain lease that its holder extends (retried with one Idempotency-Key
+// when an answer is lost); Inspect and Revoke read and end locks; Watch
+// follows a lock's events, resuming with Last-Event-ID; Campaign, Leader
+// and Observe elect a leader.
 //
 // Refusals are *Problem values (the gateway's RFC 9457 problem documents)
 // that match the sentinel errors by their slug: ErrLockHeld, ErrNotOwner,

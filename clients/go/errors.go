@@ -30,9 +30,13 @@ var (
 	// else, or the connection that held it broke (`lock-not-found` on a
 	// lock one held is the same news).
 	ErrLockLost = errors.New("lockgate: lock lost")
-	// ErrDeadlock: the wait would close a cycle of waits (`deadlock`).
+	// ErrDeadlock: the wait would close a cycle of waits between sessions
+	// (`deadlock`); the error is a *DeadlockError whose Cycle names the
+	// keys.
 	ErrDeadlock = errors.New("lockgate: deadlock")
-	// ErrSessionNotFound: the session ended or never was (`session-not-found`).
+	// ErrSessionNotFound: the session ended or never was
+	// (`session-not-found`). A *SessionLostError, the end of a session
+	// opened here, matches it too.
 	ErrSessionNotFound = errors.New("lockgate: session not found")
 	// ErrUnavailable: the gateway could not be reached, did not answer in
 	// time, or answered that it (or Redis behind it) cannot serve now
@@ -44,8 +48,11 @@ var (
 	// missing credentials, ...). Retrying unchanged fails the same way.
 	ErrInvalidRequest = errors.New("lockgate: invalid request")
 	// ErrReleased is what Lock.Err returns, and the cause of Lock.Context,
-	// once Release gave the lock back.
+	// once Release (or its session's Close) gave the lock back.
 	ErrReleased = errors.New("lockgate: lock released")
+	// ErrSessionClosed is what Session.Err returns, and the cause of
+	// Session.Context, once Close ended the session.
+	ErrSessionClosed = errors.New("lockgate: session closed")
 )
 
 // Problem is an RFC 9457 problem document the gateway answered with
@@ -140,6 +147,33 @@ func (p *Problem) sentinel() error {
 	return nil
 }
 
+// DeadlockError is the refusal of a wait that would close a cycle of
+// session waits (`409 deadlock`): each session of the cycle holds a lock
+// the next one waits for. It matches ErrDeadlock, and errors.As finds its
+// *Problem too. Release what the session holds, or take the locks in one
+// order.
+type DeadlockError struct {
+	*Problem
+	// Cycle is the keys of the cycle, in order, starting with the one this
+	// wait was for.
+	Cycle []string
+}
+
+// Unwrap returns the problem document.
+func (e *DeadlockError) Unwrap() error { return e.Problem }
+
+// parseRefusal reads a refusal as an error: a *DeadlockError for
+// `deadlock`, the *Problem otherwise.
+func parseRefusal(status int, header http.Header, body []byte) error {
+	p := parseProblem(status, header, body)
+	if p.Slug() == "deadlock" {
+		e := &DeadlockError{Problem: p}
+		p.Member("cycle", &e.Cycle)
+		return e
+	}
+	return p
+}
+
 // parseProblem reads a refusal: the problem document in body, or one made
 // from the status when the body is not one (a proxy's error page, say).
 func parseProblem(status int, header http.Header, body []byte) *Problem {
@@ -218,6 +252,22 @@ const (
 	// ReasonLeaseExpired: no renewal (or, for a lease, no Extend) came
 	// before the lease could have ended, by this process's clock.
 	ReasonLeaseExpired = "lease-expired"
+	// ReasonSessionEnded: the session the lock hung on ended (its
+	// LostError unwraps to the *SessionLostError of a session opened here).
+	ReasonSessionEnded = "session-ended"
+)
+
+// Reasons a session ends other than Close: SessionLostError.Reason. The
+// gateway's (a streamed session's `ended` event) are ReasonSessionExpired,
+// ReasonSessionDeleted and ReasonShuttingDown; the client's
+// ReasonConnectionLost and ReasonLeaseExpired.
+const (
+	// ReasonSessionExpired: nobody kept the session alive before its lease
+	// ran out (a gateway or Redis that stalled).
+	ReasonSessionExpired = "expired"
+	// ReasonSessionDeleted: someone ended it with its id (`DELETE
+	// /sessions/{id}`).
+	ReasonSessionDeleted = "deleted"
 )
 
 // LostError says why a lock was lost. errors.Is(err, ErrLockLost) holds for
@@ -247,8 +297,53 @@ func (e *LostError) Is(target error) bool { return target == ErrLockLost }
 // Unwrap returns the underlying error.
 func (e *LostError) Unwrap() error { return e.Err }
 
+// SessionLostError says why a session opened here ended without Close. It
+// matches ErrSessionNotFound (the session is gone); Unwrap gives what
+// broke, when something did.
+type SessionLostError struct {
+	// Reason is ReasonSessionExpired, ReasonSessionDeleted,
+	// ReasonShuttingDown, ReasonConnectionLost or ReasonLeaseExpired (or a
+	// reason a newer gateway sends, or `session-not-found` when Close
+	// found it already gone).
+	Reason string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *SessionLostError) Error() string {
+	text := "lockgate: lost the session: " + describeSessionReason(e.Reason)
+	if e.Err != nil {
+		text += ": " + e.Err.Error()
+	}
+	return text
+}
+
+// Is reports whether target is ErrSessionNotFound.
+func (e *SessionLostError) Is(target error) bool { return target == ErrSessionNotFound }
+
+// Unwrap returns the underlying error.
+func (e *SessionLostError) Unwrap() error { return e.Err }
+
+func describeSessionReason(reason string) string {
+	switch reason {
+	case ReasonSessionExpired:
+		return "nobody kept it alive before its lease ran out"
+	case ReasonSessionDeleted:
+		return "it was ended with its id by someone else"
+	case ReasonShuttingDown:
+		return "the gateway ended it as it shut down"
+	case ReasonConnectionLost:
+		return "the stream to the gateway broke, so nothing keeps it alive"
+	case ReasonLeaseExpired:
+		return "no keepalive came before its lease could have ended"
+	}
+	return reason
+}
+
 func describeReason(reason string) string {
 	switch reason {
+	case ReasonSessionEnded:
+		return "the session it hung on ended"
 	case ReasonLockGone:
 		return "a renewal found no lock (its lease ran out, or it was deleted)"
 	case ReasonHeldByAnother:

@@ -113,3 +113,42 @@ func TestLostErrorsMatchErrLockLostAndUnwrap(t *testing.T) {
 		t.Fatal(unavailable)
 	}
 }
+
+func TestADeadlockIsADeadlockErrorWithItsCycle(t *testing.T) {
+	body := `{"type":"/problems/deadlock","title":"Deadlock","status":409,"key":"x",
+		"detail":"waiting for x would close a cycle of session waits: x -> y","cycle":["x","y"]}`
+	err := fmt.Errorf("wrapped: %w", parseRefusal(409, nil, []byte(body)))
+	var deadlock *DeadlockError
+	var problem *Problem
+	if !errors.Is(err, ErrDeadlock) || !errors.As(err, &deadlock) || !errors.As(err, &problem) {
+		t.Fatalf("%v: Is %v, As %v", err, errors.Is(err, ErrDeadlock), deadlock)
+	}
+	if len(deadlock.Cycle) != 2 || deadlock.Cycle[0] != "x" || deadlock.Cycle[1] != "y" || problem.Key != "x" {
+		t.Fatalf("cycle %q, problem %+v", deadlock.Cycle, problem)
+	}
+	if errors.Is(err, ErrLockHeld) || err.Error() != "wrapped: "+problem.Error() {
+		t.Fatalf("%v", err)
+	}
+	// Other refusals stay plain problems.
+	other := parseRefusal(409, nil, []byte(`{"type":"/problems/lock-held","title":"Lock is held","status":409}`))
+	if !errors.As(other, &problem) || errors.As(other, &deadlock) {
+		t.Fatalf("%T", other)
+	}
+}
+
+func TestASessionLostErrorMatchesSessionNotFound(t *testing.T) {
+	cause := errors.New("connection reset")
+	err := &SessionLostError{Reason: ReasonConnectionLost, Err: cause}
+	if !errors.Is(err, ErrSessionNotFound) || !errors.Is(err, cause) || errors.Is(err, ErrLockLost) {
+		t.Fatalf("%v", err)
+	}
+	lockLost := &LostError{Key: "k", Reason: ReasonSessionEnded, Err: err}
+	if !errors.Is(lockLost, ErrLockLost) || !errors.Is(lockLost, ErrSessionNotFound) {
+		t.Fatalf("%v", lockLost)
+	}
+	want := "lockgate: lost the lock k: the session it hung on ended: lockgate: lost the session: " +
+		"the stream to the gateway broke, so nothing keeps it alive: connection reset"
+	if lockLost.Error() != want {
+		t.Fatalf("%q", lockLost.Error())
+	}
+}

@@ -90,6 +90,35 @@ func ExampleGateway_Lease() {
 	_ = lease.Release(ctx)
 }
 
+func ExampleGateway_Session() {
+	gw := lockgate.New("http://127.0.0.1:8080")
+	ctx := context.Background()
+	sess, err := gw.Session(ctx, lockgate.SessionTTL(10*time.Second), lockgate.Value("10.0.0.7"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sess.Close(context.Background()) // releases both locks at once
+
+	from, err := sess.Lock(ctx, "acct:1", lockgate.Wait(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	to, err := sess.Lock(ctx, "acct:2", lockgate.Wait(5*time.Second))
+	var deadlock *lockgate.DeadlockError
+	if errors.As(err, &deadlock) {
+		log.Printf("another session holds one of %v and waits for ours", deadlock.Cycle)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The session's Context (and each lock's) is cancelled once the
+	// session is lost.
+	var db store
+	_ = db.Write(sess.Context(), "debit", from.FencingToken())
+	_ = db.Write(sess.Context(), "credit", to.FencingToken())
+}
+
 func ExampleGateway_Watch() {
 	gw := lockgate.New("http://127.0.0.1:8080")
 	ctx, stop := context.WithTimeout(context.Background(), time.Minute)

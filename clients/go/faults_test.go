@@ -77,6 +77,55 @@ func TestARevokedLockIsLost(t *testing.T) {
 	nextGrantIsLater(t, gw, lock)
 }
 
+func TestRevokingOneHoldByItsFencingTokenLeavesAnotherHoldersNewerOne(t *testing.T) {
+	gw := sharedGateway(t)
+	admin := sharedGateway(t, lockgate.WithAPIKey(adminToken))
+	ctx := context.Background()
+
+	// Two holders of a counting lock: only the revoked hold ends.
+	pool := uniqueKey(t)
+	older := mustLock(t, gw, pool, lockgate.Limit(2))
+	newer := mustLock(t, gw, pool, lockgate.Limit(2))
+	if err := admin.Revoke(ctx, pool, older.FencingToken()); err != nil {
+		t.Fatal(err)
+	}
+	doneWithin(t, older.Done(), 2*time.Second, "the revoked holder's context is cancelled")
+	if reason := lostReason(t, older); reason != lockgate.ReasonRevoked {
+		t.Fatalf("reason %q", reason)
+	}
+	survives := func(lock *lockgate.Lock) {
+		t.Helper()
+		status, err := gw.Inspect(ctx, lock.Key())
+		if err != nil || status == nil || status.Holders != 1 || status.Leases[0].FencingToken != lock.FencingToken() {
+			t.Fatalf("the other hold: %+v, %v", status, err)
+		}
+		if lock.Err() != nil {
+			t.Fatalf("the other holder: %v", lock.Err())
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // a revoked stream is told at once; let any wrong news arrive
+	survives(newer)
+	// The same revocation again finds that hold gone, and ends nothing else.
+	if err := admin.Revoke(ctx, pool, older.FencingToken()); !errors.Is(err, lockgate.ErrLockLost) {
+		t.Fatalf("revoking a hold that is gone: %v", err)
+	}
+	survives(newer)
+
+	// A mutex: the fencing token an operator saw on the former holder never
+	// ends the next holder's hold.
+	mutex := uniqueKey(t)
+	former := mustLock(t, gw, mutex)
+	if err := former.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := mustLock(t, gw, mutex)
+	if err := admin.Revoke(ctx, mutex, former.FencingToken()); !errors.Is(err, lockgate.ErrLockLost) {
+		t.Fatalf("revoking the former holder's hold: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	survives(next)
+}
+
 func TestALockIsLostWhenRedisIsFrozenPastTheLease(t *testing.T) {
 	redis := ownRedis(t)
 	gateway := ownGateway(t, redis)

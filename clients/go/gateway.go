@@ -200,7 +200,7 @@ func (g *Gateway) do(ctx context.Context, c call) (*answer, error) {
 		response.Body.Close()
 		if err == nil {
 			if response.StatusCode >= 400 {
-				return nil, parseProblem(response.StatusCode, response.Header, body)
+				return nil, parseRefusal(response.StatusCode, response.Header, body)
 			}
 			return &answer{status: response.StatusCode, header: response.Header, body: body}, nil
 		}
@@ -266,7 +266,7 @@ func (g *Gateway) openStream(ctx context.Context, method, path string, body any,
 	if response.StatusCode >= 400 {
 		defer response.Body.Close()
 		text, _ := io.ReadAll(io.LimitReader(response.Body, maxAnswer))
-		return nil, parseProblem(response.StatusCode, response.Header, text)
+		return nil, parseRefusal(response.StatusCode, response.Header, text)
 	}
 	if kind, _, _ := mime.ParseMediaType(response.Header.Get("Content-Type")); kind != "text/event-stream" {
 		response.Body.Close()

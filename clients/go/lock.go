@@ -69,22 +69,20 @@ type Lock struct {
 	closeStream context.CancelFunc
 	followed    chan struct{}
 
-	mu        sync.Mutex
-	state     lockState
-	err       error
-	value     *string
-	ttl       time.Duration
-	expiresAt int64
-	// deadline is the earliest moment, on this process's monotonic clock,
-	// at which the lease could end unless a renewal (or Extend) comes
-	// first; timer fires then.
-	deadline time.Time
-	timer    *time.Timer
-	// anchor and grantedAtMs map the gateway's lease ends (Redis clock) to
-	// this process's clock: the grant was made at grantedAtMs by Redis, and
-	// no earlier than anchor here.
-	anchor      time.Time
-	grantedAtMs int64
+	// session is the session opened here that the lock hangs on (nil
+	// for none, or one opened elsewhere): its lease is the lock's.
+	session *Session
+	// inSession: the lock hangs on a session, whose keepalive, not the
+	// gateway's renewal of the lock, keeps it; it has no timer of its own.
+	inSession bool
+
+	mu    sync.Mutex
+	state lockState
+	err   error
+	value *string
+	// lease is the lock's lease by this process's clock; its timer ends
+	// the lock when no renewal (or Extend) came in time.
+	lease leaseClock
 
 	releaseOnce sync.Once
 	releaseErr  error
@@ -97,32 +95,32 @@ type Lock struct {
 // after the real end.
 // closeStream is a streamed lock's (nil for a lease).
 func newLock(parent context.Context, g *Gateway, gr grant, cfg lockConfig, sent, received time.Time, closeStream context.CancelFunc) *Lock {
+	waited := time.Duration(gr.WaitedMs) * time.Millisecond
 	l := &Lock{
 		gw:          g,
 		key:         gr.Key,
 		token:       gr.Token,
 		fencing:     gr.FencingToken,
 		mode:        cfg.mode(),
-		waited:      time.Duration(gr.WaitedMs) * time.Millisecond,
+		waited:      waited,
 		value:       cfg.value,
-		ttl:         time.Duration(gr.TTLMs) * time.Millisecond,
-		expiresAt:   gr.ExpiresAtMs,
-		grantedAtMs: gr.ExpiresAtMs - gr.TTLMs,
 		streamed:    closeStream != nil,
 		closeStream: closeStream,
+		session:     cfg.session,
+		inSession:   cfg.sessionID() != "",
+		lease:       newLeaseClock(time.Duration(gr.TTLMs)*time.Millisecond, gr.ExpiresAtMs, sent, received, waited),
 	}
 	if l.streamed {
 		l.followed = make(chan struct{})
 	}
 	l.ctx, l.cancel = withEndCause(detached{parent})
-	l.anchor = sent.Add(l.waited)
-	if received.Before(l.anchor) {
-		l.anchor = received
+	// The gateway does not renew a lock in a session (the session's
+	// keepalive keeps it): its end is the session's, or its stream's news.
+	if !l.inSession {
+		l.mu.Lock()
+		l.lease.start(l.onDeadline)
+		l.mu.Unlock()
 	}
-	l.deadline = l.anchor.Add(l.ttl)
-	l.mu.Lock()
-	l.armLocked()
-	l.mu.Unlock()
 	return l
 }
 
@@ -172,33 +170,45 @@ func (l *Lock) Err() error {
 	return l.err
 }
 
-// TTL is the lease length.
+// TTL is the lease length; for a lock in a session, the session's.
 func (l *Lock) TTL() time.Duration {
+	if l.session != nil {
+		return l.session.TTL()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ttl
+	return l.lease.ttl
 }
 
 // ExpiresAt is when the lease ends by the Redis server's clock, as the
-// gateway last reported it (the grant, the last renewal, Extend).
+// gateway last reported it (the grant, the last renewal, Extend). A lock
+// in a session has the session's lease: that of a Session opened here as
+// its last keepalive reported it, that of one opened elsewhere (InSession)
+// as the grant did.
 func (l *Lock) ExpiresAt() time.Time {
+	if l.session != nil {
+		return l.session.ExpiresAt()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return time.UnixMilli(l.expiresAt)
+	return time.UnixMilli(l.lease.expiresAtMs)
 }
 
 // Remaining is how long the lease is sure to last, by this process's
 // clock, unless a renewal (or Extend) comes first; 0 once it is not held.
+// For a lock in a session, see ExpiresAt.
 func (l *Lock) Remaining() time.Duration {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != held {
+	state := l.state
+	left := l.lease.remaining()
+	l.mu.Unlock()
+	switch {
+	case state != held:
 		return 0
+	case l.session != nil:
+		return l.session.Remaining()
 	}
-	if left := time.Until(l.deadline); left > 0 {
-		return left
-	}
-	return 0
+	return left
 }
 
 // Value is the holder's public value, as last set ("" when none).
@@ -228,16 +238,10 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 func (l *Lock) release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.state == lost {
-		err := l.err
-		l.mu.Unlock()
+	if ended, err := l.beginRelease(); !ended {
 		l.shut(ctx)
 		return err
 	}
-	l.state = releasing
-	l.mu.Unlock()
-
 	err := l.gw.releaseAll(ctx, l.key, l.token)
 	end := ErrReleased
 	switch {
@@ -248,19 +252,52 @@ func (l *Lock) release(ctx context.Context) error {
 	case err != nil:
 		err = fmt.Errorf("lockgate: the release of %s was not confirmed (the lock ends when its stream closes or its lease runs out): %w", l.key, err)
 	}
+	l.finishRelease(ctx, end)
+	if end != ErrReleased {
+		return end
+	}
+	return err
+}
+
+// beginRelease marks a held lock as being released, so that news of its
+// end (its stream's `released`, a loss) no longer changes how it ended;
+// false, with how it ended, when it is no longer held.
+func (l *Lock) beginRelease() (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.state {
+	case held:
+		l.state = releasing
+		return true, nil
+	case released:
+		return false, nil
+	}
+	return false, l.err
+}
+
+// finishRelease ends a lock being released: released when end is
+// ErrReleased, lost (end, a *LostError) otherwise; it closes the stream
+// and cancels the context.
+func (l *Lock) finishRelease(ctx context.Context, end error) {
 	l.mu.Lock()
 	l.err = end
 	if end == ErrReleased {
 		l.state = released
 	} else {
 		l.state = lost
-		err = end
 	}
-	l.stopTimerLocked()
+	l.lease.stop()
 	l.mu.Unlock()
 	l.shut(ctx)
 	l.cancel(end)
-	return err
+	l.detach()
+}
+
+// detach takes an ended lock off its session's list.
+func (l *Lock) detach() {
+	if l.session != nil {
+		l.session.forget(l)
+	}
 }
 
 // shut closes a streamed lock's connection and waits (while ctx lasts) for
@@ -303,12 +340,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l.state == lost {
 		return l.err
 	}
-	l.ttl = time.Duration(state.TTLMs) * time.Millisecond
-	l.expiresAt = state.ExpiresAtMs
-	// The extension took effect after it was sent: its lease ends no
-	// earlier than that plus ttl.
-	l.deadline = sent.Add(l.ttl)
-	l.armLocked()
+	l.lease.extended(time.Duration(state.TTLMs)*time.Millisecond, state.ExpiresAtMs, sent)
 	return nil
 }
 
@@ -366,65 +398,34 @@ func (l *Lock) loseLocked(reason string, cause error) {
 	err := &LostError{Key: l.key, Reason: reason, Err: cause}
 	l.state = lost
 	l.err = err
-	l.stopTimerLocked()
+	l.lease.stop()
 	l.mu.Unlock()
 	if l.closeStream != nil {
 		l.closeStream()
 	}
 	l.cancel(err)
-}
-
-// armLocked sets the timer for the lease's deadline.
-func (l *Lock) armLocked() {
-	wait := time.Until(l.deadline) + time.Millisecond
-	if l.timer == nil {
-		l.timer = time.AfterFunc(wait, l.onDeadline)
-	} else {
-		l.timer.Reset(wait)
-	}
-}
-
-func (l *Lock) stopTimerLocked() {
-	if l.timer != nil {
-		l.timer.Stop()
-	}
+	l.detach()
 }
 
 // onDeadline runs when the lease could have ended: the lock is lost unless
 // a renewal moved the deadline meanwhile.
 func (l *Lock) onDeadline() {
 	l.mu.Lock()
-	if l.state != held {
-		l.mu.Unlock()
-		return
-	}
-	if time.Now().Before(l.deadline) {
-		l.armLocked()
+	if l.state != held || !l.lease.due() {
 		l.mu.Unlock()
 		return
 	}
 	l.loseLocked(ReasonLeaseExpired, nil)
 }
 
-// renewed moves the deadline after a `renewed` event. The renewal was made
-// before now, so its lease ends by now + TTL at the latest; mapped through
-// the grant, the Redis clock may place it earlier still.
+// renewed moves the deadline after a `renewed` event.
 func (l *Lock) renewed(expiresAtMs int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held && l.state != releasing {
 		return
 	}
-	now := time.Now()
-	l.expiresAt = expiresAtMs
-	end := l.anchor.Add(time.Duration(expiresAtMs-l.grantedAtMs) * time.Millisecond)
-	if latest := now.Add(l.ttl); latest.Before(end) {
-		end = latest
-	}
-	if end.After(l.deadline) {
-		l.deadline = end
-		l.armLocked()
-	}
+	l.lease.renewed(expiresAtMs)
 }
 
 // follow reads a streamed lock's events until its stream ends, and turns
@@ -459,7 +460,11 @@ func (l *Lock) follow(events *eventReader, body io.Closer) {
 			if loss.Reason == "" {
 				loss.Reason = ReasonLockGone
 			}
-			l.lose(loss.Reason, nil)
+			var cause error
+			if loss.Reason == ReasonSessionEnded && l.session != nil {
+				cause = l.session.Err()
+			}
+			l.lose(loss.Reason, cause)
 			return
 		}
 	}

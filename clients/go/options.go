@@ -3,14 +3,17 @@
 
 package lockgate
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
-// LockOption configures Lock, TryLock, Lease and Campaign.
+// LockOption configures Lock, TryLock, Lease and Campaign, and (SessionTTL,
+// LockDelay, Value) Session. A call refuses an option it has no use for
+// with an error matching ErrInvalidRequest.
 type LockOption func(*lockConfig)
 
-// lockConfig is what an acquisition asks for. Options that come with
-// sessions and permits (a session to hang the lock on, a number of places
-// of a counting lock) will be fields here too.
+// lockConfig is what an acquisition (or a session) asks for.
 type lockConfig struct {
 	ttl            time.Duration
 	wait           time.Duration
@@ -20,6 +23,18 @@ type lockConfig struct {
 	value          *string
 	idempotencyKey string
 	onQueued       func(position int)
+
+	// session is the session opened here that the lock hangs on;
+	// foreignSession the id of one opened elsewhere (InSession).
+	session        *Session
+	foreignSession string
+	// sessionTTL and lockDelay are a new session's (Session).
+	sessionTTL time.Duration
+	lockDelay  *time.Duration
+
+	// given names the options given, for refusing those a call has no
+	// use for.
+	given []string
 }
 
 func newLockConfig(options []LockOption) lockConfig {
@@ -30,11 +45,41 @@ func newLockConfig(options []LockOption) lockConfig {
 	return cfg
 }
 
+// refuse returns an error matching ErrInvalidRequest when one of the named
+// options was given, saying why (for example "a session's locks have its
+// lease").
+func (c *lockConfig) refuse(why string, names ...string) error {
+	for _, given := range c.given {
+		for _, name := range names {
+			if given == name {
+				return fmt.Errorf("%w: %s is not an option here: %s", ErrInvalidRequest, name, why)
+			}
+		}
+	}
+	return nil
+}
+
+// sessionID is the id of the session the lock hangs on ("" for none).
+func (c *lockConfig) sessionID() string {
+	if c.session != nil {
+		return c.session.id
+	}
+	return c.foreignSession
+}
+
+// sessionOnly are the options only Session reads; lockOnly those it
+// refuses.
+var (
+	sessionOnly = []string{"SessionTTL", "LockDelay"}
+	lockOnly    = []string{"TTL", "Wait", "Shared", "Limit", "IdempotencyKey", "OnQueued", "InSession"}
+)
+
 // TTL is the lease length (default: the gateway's, 30 s): how long the
 // lock outlives a holder that vanished without a word. A streamed lock is
 // renewed by the gateway every TTL/3; a Lease must be extended within it.
+// A lock in a session has the session's lease instead (SessionTTL).
 func TTL(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.ttl = d }
+	return func(c *lockConfig) { c.ttl = d; c.given = append(c.given, "TTL") }
 }
 
 // Wait bounds how long Lock (or Lease) waits while another owner holds the
@@ -44,25 +89,53 @@ func TTL(d time.Duration) LockOption {
 // of several requests, each of which joins the lock's queue anew; a Lease's
 // may not be longer. TryLock never waits.
 func Wait(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.wait, c.waitSet = d, true }
+	return func(c *lockConfig) { c.wait, c.waitSet = d, true; c.given = append(c.given, "Wait") }
 }
 
 // Shared takes a shared (read) lock: many shared holders at once, or one
 // exclusive holder.
 func Shared() LockOption {
-	return func(c *lockConfig) { c.shared = true }
+	return func(c *lockConfig) { c.shared = true; c.given = append(c.given, "Shared") }
 }
 
 // Limit makes an exclusive lock a counting one (a semaphore): up to n
 // holders at once. Every holder must ask with the same limit.
 func Limit(n int) LockOption {
-	return func(c *lockConfig) { c.limit = n }
+	return func(c *lockConfig) { c.limit = n; c.given = append(c.given, "Limit") }
 }
 
 // Value is a public string that everyone who inspects or watches the lock
-// sees, such as the holder's address (never a secret).
+// (or, given to Session, the session) sees, such as the holder's address
+// (never a secret).
 func Value(s string) LockOption {
 	return func(c *lockConfig) { c.value = &s }
+}
+
+// SessionTTL is a session's lease (Session; default: the gateway's, 10 s,
+// at least 1 s): how long its locks outlive a process that vanished, or
+// a gateway that stopped keeping the session alive. The gateway keeps the
+// session alive every SessionTTL/3 while the session's stream is open.
+func SessionTTL(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.sessionTTL = d; c.given = append(c.given, "SessionTTL") }
+}
+
+// LockDelay keeps each lock of a session that expires (not one that is
+// closed, nor a lock released) free of holders for d more (Session; at
+// most 60 s; default none), as in Chubby and Consul: a holder that lost
+// its session but is still writing gets that long to notice.
+func LockDelay(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.lockDelay = &d; c.given = append(c.given, "LockDelay") }
+}
+
+// InSession hangs a streamed lock (Lock, TryLock, Campaign) on the session
+// with this id, opened elsewhere (Session.ID, handed over by its opener):
+// the lock lives as long as that session, and its Context is cancelled
+// when the session ends (ReasonSessionEnded). A session that was never
+// opened, or has ended, is refused with an error matching
+// ErrSessionNotFound. For a session opened by this process, use
+// Session.Lock.
+func InSession(id string) LockOption {
+	return func(c *lockConfig) { c.foreignSession = id; c.given = append(c.given, "InSession") }
 }
 
 // IdempotencyKey names a Lease's acquisition for the gateway
@@ -73,28 +146,30 @@ func Value(s string) LockOption {
 // processes. Streamed locks (Lock, TryLock) take none: closing their
 // connection ends any grant they made.
 func IdempotencyKey(key string) LockOption {
-	return func(c *lockConfig) { c.idempotencyKey = key }
+	return func(c *lockConfig) { c.idempotencyKey = key; c.given = append(c.given, "IdempotencyKey") }
 }
 
 // OnQueued is called with the request's place in the lock's queue (1 is
 // next) while a streamed lock waits, each time the place changes. It runs
 // on the acquiring goroutine and must not block.
 func OnQueued(f func(position int)) LockOption {
-	return func(c *lockConfig) { c.onQueued = f }
+	return func(c *lockConfig) { c.onQueued = f; c.given = append(c.given, "OnQueued") }
 }
 
 // acquireBody is the JSON body of `POST /locks`.
 type acquireBody struct {
-	Key    string  `json:"key"`
-	TTLMs  int64   `json:"ttl_ms,omitempty"`
-	WaitMs int64   `json:"wait_ms"`
-	Mode   string  `json:"mode,omitempty"`
-	Limit  int     `json:"limit,omitempty"`
-	Value  *string `json:"value,omitempty"`
+	Key     string  `json:"key"`
+	TTLMs   int64   `json:"ttl_ms,omitempty"`
+	WaitMs  int64   `json:"wait_ms"`
+	Mode    string  `json:"mode,omitempty"`
+	Limit   int     `json:"limit,omitempty"`
+	Value   *string `json:"value,omitempty"`
+	Session string  `json:"session,omitempty"`
 }
 
 func (c *lockConfig) body(key string, wait time.Duration) acquireBody {
-	body := acquireBody{Key: key, TTLMs: millis(c.ttl), WaitMs: millis(wait), Limit: c.limit, Value: c.value}
+	body := acquireBody{Key: key, TTLMs: millis(c.ttl), WaitMs: millis(wait), Limit: c.limit, Value: c.value,
+		Session: c.sessionID()}
 	if c.shared {
 		body.Mode = "shared"
 	}
