@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -182,8 +182,9 @@ class Proxy:
 
     `drop_responses(n)`: the next n connections forward the request, wait
     for the upstream's answer and close without passing it on (an answer
-    lost on the way back). `cut()`: closes every open connection.
-    `refuse(True)`: new connections are closed at once.
+    lost on the way back). `cut()`: closes every open connection;
+    `cut_connection(n)` only the n-th accepted (from 1), such as one
+    streamed request's. `refuse(True)`: new connections are closed at once.
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -201,6 +202,8 @@ class Proxy:
         self._drop_next = 0
         self._refusing = False
         self._open: List[socket.socket] = []
+        #: Each accepted connection's two sockets, in the order accepted.
+        self._pairs: Dict[int, Tuple[socket.socket, socket.socket]] = {}
         self._guard = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
@@ -224,6 +227,12 @@ class Proxy:
         for sock in sockets:
             _shut(sock)
 
+    def cut_connection(self, number: int) -> None:
+        with self._guard:
+            pair = self._pairs.pop(number, None)
+        for sock in pair or ():
+            _shut(sock)
+
     def close(self) -> None:
         self._closed = True
         _shut(self.listener)
@@ -237,6 +246,7 @@ class Proxy:
                 return
             with self._guard:
                 self.connections += 1
+                number = self.connections
                 if self._refusing:
                     _shut(client)
                     continue
@@ -251,6 +261,7 @@ class Proxy:
                 continue
             with self._guard:
                 self._open += [client, upstream]
+                self._pairs[number] = (client, upstream)
             threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, drop), daemon=True).start()
 

@@ -140,6 +140,7 @@ def test_the_clients_types_are_the_documents() -> None:
     # Not vacuous: the client names these, and the document has them.
     names = {declared.__name__ for declared in client_documents()}
     assert {"LockGrant", "LockStatus", "LeaseEntry", "LockStreamEvent", "LockWatchEvent", "Problem"} <= names
+    assert {"SessionBody", "SessionGrant", "SessionRenewedEvent", "SessionEndedEvent", "FreeLock"} <= names
     assert len(documented_slugs(document)) >= len(SLUG_ERRORS)
 
 
@@ -160,6 +161,10 @@ def _mutated(change: str) -> Schema:
         schemas["LockStreamEventName"]["enum"].remove("renewed")
     elif change == "mode enum dropped":
         schemas["LockModeText"]["enum"].remove("shared")
+    elif change == "session field renamed":
+        grant = schemas["SessionGrant"]
+        grant["properties"]["session_id"] = grant["properties"].pop("id")
+        grant["required"] = ["session_id" if field == "id" else field for field in grant["required"]]
     elif change == "slug renamed":
         for operations in document["paths"].values():
             for operation in operations.values():
@@ -178,6 +183,7 @@ def _mutated(change: str) -> Schema:
         ("made optional", "LockGrant.token: the client needs it"),
         ("enum value dropped", "LockStreamEvent.event: the client reads"),
         ("mode enum dropped", "LockStatus.mode: the client reads"),
+        ("session field renamed", "SessionGrant.id: no such field"),
         ("slug renamed", "problem lock-held: not in the document"),
     ],
 )

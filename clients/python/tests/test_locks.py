@@ -288,3 +288,27 @@ def test_api_key_revocation_and_listing(make_stack, redis, key: str) -> None:
                 assert lock.lost.wait(3)
         assert raised.value.reason == "revoked"
         assert not gw.revoke(key, "admin-token")  # nothing left to revoke
+
+
+def test_revoking_one_hold_by_its_fencing_token(make_stack, redis, key: str) -> None:
+    _, gateway = make_stack(redis, "--admin-token", "admin-token")
+    with Gateway(gateway.url) as gw:
+        with gw.lock(key, limit=2, ttl=5) as kept:
+            with pytest.raises(LockLost) as raised:
+                with gw.lock(key, limit=2, ttl=5) as stuck:
+                    info = gw.inspect(key)
+                    assert info is not None
+                    assert {lease.fencing_token for lease in info.leases} == {kept.fencing_token, stuck.fencing_token}
+                    # The operator ends the hold it saw stuck, and only that one.
+                    assert gw.revoke(key, "admin-token", fencing_token=stuck.fencing_token)
+                    assert stuck.lost.wait(3)
+            assert raised.value.reason == "revoked"
+            kept.check()
+            info = gw.inspect(key)
+            assert info is not None and [lease.fencing_token for lease in info.leases] == [kept.fencing_token]
+            # That hold is gone: revoking it again ends nothing, least of
+            # all the other holder's lock.
+            assert not gw.revoke(key, "admin-token", fencing_token=stuck.fencing_token)
+            time.sleep(0.3)
+            kept.check()
+            assert gw.inspect(key) is not None

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate import GatewayUnavailable, InvalidRequest, LockEvent, LockHeld, LockLost, NotOwner
+from lockgate import (
+    Deadlock,
+    GatewayUnavailable,
+    InvalidRequest,
+    LockEvent,
+    LockgateError,
+    LockHeld,
+    LockInfo,
+    LockLost,
+    NotOwner,
+    SessionNotFound,
+)
 from lockgate._protocol import LeaderTracker, LeaseClock, safety_margin
 from lockgate.errors import error_from_problem
 
@@ -59,6 +70,12 @@ def test_problems_map_by_slug() -> None:
     assert isinstance(error("rate-limited", 429), GatewayUnavailable)
     assert isinstance(error("internal", 500), GatewayUnavailable)
     assert isinstance(error("something-new", 502), GatewayUnavailable)
+    assert isinstance(error("session-not-found", 404), SessionNotFound)
+    assert isinstance(error("deadlock", 409), Deadlock)
+    assert issubclass(SessionNotFound, LockgateError) and issubclass(Deadlock, LockgateError)
+    assert isinstance(error("some-future-refusal", 409), InvalidRequest)
+    cycle = error_from_problem(409, {"type": "/problems/deadlock", "status": 409, "cycle": ["a", "b"]})
+    assert isinstance(cycle, Deadlock) and cycle.cycle == ("a", "b")
     held = error_from_problem(409, {"type": "/problems/lock-held", "retry_after_ms": 1500, "key": "k"})
     assert held.slug == "lock-held" and held.retry_after == 1.5 and held.key == "k"
 
@@ -87,3 +104,12 @@ def _grant(*, ttl_ms: int, expires_at_ms: int, waited_ms: int):
         "holds": 1,
         "waited_ms": waited_ms,
     }
+
+
+def test_a_lock_under_a_lock_delay_reads_as_free_and_delayed() -> None:
+    info = LockInfo.from_json({"key": "k", "held": False, "waiters": [], "delayed_until_ms": 9000})
+    assert (info.held, info.delayed_until_ms, info.holders) == (False, 9000, 0)
+    held = LockInfo.from_json({"key": "k", "held": True, "fencing_token": 3, "holds": 1})
+    assert held.delayed_until_ms is None
+    delayed = LockEvent("delayed", {"key": "k", "delayed_until_ms": 9000}, "7-0")
+    assert (delayed.key, delayed.delayed_until_ms) == ("k", 9000)

@@ -10,7 +10,9 @@ from typing import List, Optional
 
 import pytest
 
-from lockgate import Gateway, Leader, LockEvent, LockLost
+import httpx
+
+from lockgate import Gateway, InvalidRequest, Leader, LockEvent, LockHeld, LockLost
 
 
 def _follow(watcher, into: "queue.Queue[LockEvent]") -> threading.Thread:
@@ -58,6 +60,81 @@ def test_watcher_resumes_after_a_dropped_connection(gateway, proxy_to, gw: Gatew
         assert events.empty()  # no snapshot again, nothing twice
         ids = [seen.id] + [e.id for e in missed]
         assert all(ids) and len(set(ids)) == len(ids)
+    finally:
+        watcher.close()
+        thread.join(5)
+
+
+def test_watcher_does_not_retry_a_refusal(make_stack, proxy_to) -> None:
+    """A 4xx says the request is wrong as it stands: the watcher raises it
+    at once instead of asking again until its reconnect timeout."""
+    redis, _ = make_stack()
+    _, gateway = make_stack(redis, "--api-keys", "client-key")
+    proxy = proxy_to(gateway.port)
+    with Gateway(proxy.url, api_key="client-key") as gw:
+        started = time.monotonic()
+        with pytest.raises(InvalidRequest) as refused:
+            next(iter(gw.watch("no spaces allowed", reconnect_timeout=30)))
+        assert (refused.value.status, refused.value.slug) == (422, "invalid-key")
+        assert proxy.connections == 1
+        assert time.monotonic() - started < 3
+    with Gateway(proxy.url) as anonymous:
+        with pytest.raises(InvalidRequest) as unauthorized:
+            next(iter(anonymous.watch("test:watch-refused", reconnect_timeout=30)))
+        assert unauthorized.value.status == 401
+        assert proxy.connections == 2
+
+
+def test_watcher_retries_an_unavailable_backend(make_stack, proxy_to, key: str) -> None:
+    """A 503 may pass: the watcher asks again until the gateway serves it."""
+    redis, gateway = make_stack()
+    proxy = proxy_to(gateway.port)
+    events: "queue.Queue[LockEvent]" = queue.Queue()
+    watcher = Gateway(proxy.url).watch(key, reconnect_timeout=20)
+    redis.freeze()
+    try:
+        thread = _follow(watcher, events)
+        wait_until_connections(proxy, 2, timeout=10)  # refused once at least
+    finally:
+        redis.thaw()
+    try:
+        assert _next(events, 10).type == "snapshot"
+    finally:
+        watcher.close()
+        thread.join(5)
+
+
+def wait_until_connections(proxy, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while proxy.connections < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {proxy.connections} connections")
+        time.sleep(0.05)
+
+
+def test_watcher_and_inspect_show_a_lock_delay(gateway, gw: Gateway, key: str) -> None:
+    # A session nobody keeps alive, with a lock-delay, opened as any HTTP
+    # client would: when it expires, its lock stays free for the delay.
+    opened = httpx.post(f"{gateway.url}/sessions", json={"ttl_ms": 1000, "lock_delay_ms": 2000}, timeout=5)
+    assert opened.status_code == 201
+    events: "queue.Queue[LockEvent]" = queue.Queue()
+    watcher = gw.watch(key)
+    thread = _follow(watcher, events)
+    try:
+        assert _next(events).type == "snapshot"
+        granted = httpx.post(f"{gateway.url}/locks", json={"key": key, "session": opened.json()["id"]}, timeout=5)
+        assert granted.status_code == 201
+        kinds = [_next(events) for _ in range(3)]
+        assert [event.type for event in kinds] == ["acquired", "expired", "delayed"]
+        delayed = kinds[2]
+        assert delayed.key == key and delayed.delayed_until_ms
+        info = gw.inspect(key)
+        assert info is not None and not info.held and info.delayed_until_ms == delayed.delayed_until_ms
+        with pytest.raises(LockHeld) as refused:
+            gw.acquire(key)
+        assert 0 < (refused.value.retry_after or 0) <= 2
+        with gw.acquire(key, ttl=5, wait=5):  # granted once the delay is over
+            pass
     finally:
         watcher.close()
         thread.join(5)

@@ -14,8 +14,9 @@ them for as long as the holder's connection stays open. Durations are
 seconds. Every error is a `LockgateError`.
 
 The map: `_async/` is the client, written once for asyncio (`gateway`,
-`lock`, `watch`); `_sync/` is the same written by scripts/unasync.py, each
-with its own `_concurrency` (tasks or threads); `_protocol` is what needs no
+`lock`, `session`, `watch`); `_sync/` is the same written by
+scripts/unasync.py, each with its own `_concurrency` (tasks or threads);
+`_protocol` is what needs no
 I/O (request bodies, answers, the lease clock); `_api` the API's documents,
 checked against openapi/openapi.json; `sse` the Server-Sent Events reader;
 `errors` and `models` what callers see. The clients are imported on first
@@ -27,7 +28,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import GatewayUnavailable, InvalidRequest, LockgateError, LockHeld, LockLost, NotOwner
+from .errors import (
+    Deadlock,
+    GatewayUnavailable,
+    InvalidRequest,
+    LockgateError,
+    LockHeld,
+    LockLost,
+    NotOwner,
+    SessionNotFound,
+)
 from .models import Leader, LeaseInfo, LockEvent, LockInfo
 
 if TYPE_CHECKING:
@@ -38,9 +48,10 @@ if TYPE_CHECKING:
         AsyncLeadership,
         AsyncLease,
         AsyncLock,
+        AsyncSession,
         AsyncWatcher,
     )
-    from .client import Election, Gateway, LeaderObserver, Leadership, Lease, Lock, Watcher
+    from .client import Election, Gateway, LeaderObserver, Leadership, Lease, Lock, Session, Watcher
 
 __version__ = "0.1.0"
 
@@ -48,6 +59,7 @@ __all__ = [
     "Gateway",
     "Lock",
     "Lease",
+    "Session",
     "Watcher",
     "Election",
     "Leadership",
@@ -55,6 +67,7 @@ __all__ = [
     "AsyncGateway",
     "AsyncLock",
     "AsyncLease",
+    "AsyncSession",
     "AsyncWatcher",
     "AsyncElection",
     "AsyncLeadership",
@@ -65,6 +78,8 @@ __all__ = [
     "NotOwner",
     "GatewayUnavailable",
     "InvalidRequest",
+    "SessionNotFound",
+    "Deadlock",
     "LockInfo",
     "LeaseInfo",
     "Leader",

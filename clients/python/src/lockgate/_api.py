@@ -52,6 +52,7 @@ class AcquireBody(_AcquireBodyKeys, total=False):
     limit: Optional[int]
     value: Optional[str]
     token: Optional[str]
+    session: Optional[str]
 
 
 class _TokenKeys(TypedDict):
@@ -131,6 +132,20 @@ class LockStatus(_LockStatusKeys, total=False):
     waiters: List[WaiterEntry]
 
 
+class _FreeLockKeys(TypedDict):
+    key: str
+    held: bool
+
+
+class FreeLock(_FreeLockKeys, total=False):
+    """`GET /locks/{key}` of a lock nobody holds under a lock-delay (a
+    session that held it expired, or it was revoked), and a watcher's
+    `snapshot` of a free lock."""
+
+    waiters: List[WaiterEntry]
+    delayed_until_ms: Optional[int]
+
+
 class _LockListKeys(TypedDict):
     locks: List[LockStatus]
 
@@ -168,6 +183,35 @@ class AcquiredEvent(ValueEvent, total=True):
     expires_at_ms: int
 
 
+class SessionBody(TypedDict, total=False):
+    """`POST /sessions`."""
+
+    ttl_ms: Optional[int]
+    lock_delay_ms: Optional[int]
+    value: Optional[str]
+
+
+class SessionGrant(TypedDict):
+    """`201` to `POST /sessions`, and a streamed session's `opened` event."""
+
+    id: str
+    ttl_ms: int
+    lock_delay_ms: int
+    expires_at_ms: int
+
+
+class SessionRenewedEvent(TypedDict):
+    """A streamed session's `renewed`."""
+
+    expires_at_ms: int
+
+
+class SessionEndedEvent(TypedDict):
+    """A streamed session's `ended`: `expired`, `deleted` or `shutting-down`."""
+
+    reason: str
+
+
 class _ProblemKeys(TypedDict):
     type: str
     title: str
@@ -179,3 +223,4 @@ class Problem(_ProblemKeys, total=False):
     key: Optional[str]
     field: Optional[str]
     retry_after_ms: Optional[int]
+    cycle: Optional[List[str]]

@@ -1,6 +1,7 @@
 """What the sync and asyncio clients share without doing any I/O: request
-bodies and paths, answers read into errors, a streamed lock's lease clock
-and its safety margin, and the leader an election's events name.
+bodies and paths, answers read into errors, the lease clock of a streamed
+lock or session and its safety margin, and the leader an election's events
+name.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ._api import AcquireBody, AcquiredEvent, LockGrant, LockMode, LockWatchEventName, ValueEvent
+from ._api import AcquireBody, AcquiredEvent, LockGrant, LockMode, LockWatchEventName, SessionBody, ValueEvent
 from .errors import GatewayUnavailable, LockgateError, LockLost, error_from_problem
 from .models import Leader, LockEvent, LockInfo
 from .sse import Event
@@ -36,6 +37,13 @@ STREAM_HEADERS = {
 #: How long releasing a streamed lock waits for its reader to finish.
 JOIN_TIMEOUT = 2.0
 
+#: How long a live stream may stay silent, in seconds, beyond the request
+#: timeout: the gateway sends a comment on an idle event stream at least
+#: every 15 s. A lock in a session gets no renewals (the session's are
+#: its), only those comments; a silent gateway is found out by the
+#: session's deadline long before this.
+STREAM_SILENCE = 20.0
+
 
 def backoff(attempt: int) -> float:
     """The pause before sending a request again, in seconds."""
@@ -56,15 +64,21 @@ def millis(seconds: Optional[float], name: str, *, minimum: float = 0.0) -> Opti
 def acquire_body(
     key: str,
     *,
-    ttl: float,
+    ttl: Optional[float],
     wait: float,
     mode: Optional[LockMode] = None,
     limit: Optional[int] = None,
     value: Optional[str] = None,
     token: Optional[str] = None,
+    session: Optional[str] = None,
 ) -> AcquireBody:
-    """The JSON body of `POST /locks`."""
-    body: AcquireBody = {"key": key, "ttl_ms": millis(ttl, "ttl"), "wait_ms": millis(wait, "wait")}
+    """The JSON body of `POST /locks`; a lock in a `session` has no `ttl`
+    (the session's lease is its own)."""
+    body: AcquireBody = {"key": key, "wait_ms": millis(wait, "wait")}
+    if ttl is not None:
+        body["ttl_ms"] = millis(ttl, "ttl")
+    if session is not None:
+        body["session"] = session
     if mode is not None:
         body["mode"] = mode
     if limit is not None:
@@ -73,6 +87,14 @@ def acquire_body(
         body["value"] = value
     if token is not None:
         body["token"] = token
+    return body
+
+
+def session_body(*, ttl: float, lock_delay: float, value: Optional[str]) -> SessionBody:
+    """The JSON body of `POST /sessions`."""
+    body: SessionBody = {"ttl_ms": millis(ttl, "ttl"), "lock_delay_ms": millis(lock_delay, "lock_delay")}
+    if value is not None:
+        body["value"] = value
     return body
 
 
@@ -152,14 +174,21 @@ def lost_error(key: str, reason: str) -> LockLost:
     )
 
 
-def note_failed_release(exc: BaseException, key: str, error: LockgateError) -> None:
-    """Tells of a release that failed as a block was left by `exc`, which
-    says more and is kept: a note on it (PEP 678, where Python has it) and a
-    warning in the log."""
+def session_lost_error(reason: str) -> LockLost:
+    """The error of a session that is lost: every lock in it is lost too."""
+    detail = f"session lost: {reason}"
+    return LockLost(detail, {"type": "about:blank", "title": "Session lost", "detail": detail, "reason": reason})
+
+
+def note_failed_release(exc: BaseException, what: str, error: LockgateError) -> None:
+    """Tells of a release (`what`: "releasing 'key'", "ending the
+    session") that failed as a block was left by `exc`, which says more and
+    is kept: a note on it (PEP 678, where Python has it) and a warning in
+    the log."""
     add_note = getattr(exc, "add_note", None)
     if add_note is not None:
-        add_note(f"lockgate: releasing {key!r} also failed: {error!r}")
-    log.warning("releasing %r failed while the block raised: %r", key, error)
+        add_note(f"lockgate: {what} also failed: {error!r}")
+    log.warning("%s failed while the block raised: %r", what, error)
 
 
 def event_json(event: Event) -> Dict[str, Any]:
@@ -185,9 +214,9 @@ def safety_margin(ttl: float) -> float:
 
 
 class LeaseClock:
-    """When a streamed lock counts as lost unless a renewal comes first, on
-    this process's monotonic clock: the end of its lease, less a safety
-    margin (`safety_margin`).
+    """When a streamed lock (or session) counts as lost unless a renewal
+    comes first, on this process's monotonic clock: the end of its lease,
+    less a safety margin (`safety_margin`).
 
     The gateway reports lease ends on the Redis clock (`expires_at_ms`). The
     grant is mapped to the local clock at the earliest moment it could have
@@ -212,11 +241,15 @@ class LeaseClock:
         return self.lease_end - self.margin
 
     def granted(self, grant: LockGrant, now: float) -> None:
-        ttl_ms = grant["ttl_ms"]
+        self.started(grant["ttl_ms"], grant["expires_at_ms"], now, waited_ms=grant["waited_ms"])
+
+    def started(self, ttl_ms: int, expires_at_ms: int, now: float, *, waited_ms: int = 0) -> None:
+        """The lease began: `ttl_ms` long, ending at `expires_at_ms` on the
+        Redis clock, after a wait of `waited_ms` on the gateway."""
         self.ttl = ttl_ms / 1000.0
         self.margin = safety_margin(self.ttl)
-        self._anchor = min(now, self._sent_at + grant["waited_ms"] / 1000.0)
-        self._granted_ms = grant["expires_at_ms"] - ttl_ms
+        self._anchor = min(now, self._sent_at + waited_ms / 1000.0)
+        self._granted_ms = expires_at_ms - ttl_ms
         self.lease_end = self._anchor + self.ttl
 
     def renewed(self, expires_at_ms: int, now: float) -> None:

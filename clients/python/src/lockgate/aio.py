@@ -1,5 +1,5 @@
 """The asyncio client: `AsyncGateway`, its streamed `AsyncLock`, the plain
-`AsyncLease`, `AsyncWatcher` and `AsyncElection`.
+`AsyncLease`, `AsyncSession`, `AsyncWatcher` and `AsyncElection`.
 
 A lost lock cancels the task running the `async with` body, and the block
 then raises `LockLost` in place of that cancellation, the way
@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from ._async.gateway import AsyncGateway, AsyncLease
 from ._async.lock import AsyncLock
+from ._async.session import AsyncSession
 from ._async.watch import AsyncElection, AsyncLeaderObserver, AsyncLeadership, AsyncWatcher
 
 __all__ = [
     "AsyncGateway",
     "AsyncLock",
     "AsyncLease",
+    "AsyncSession",
     "AsyncWatcher",
     "AsyncElection",
     "AsyncLeadership",

@@ -1,5 +1,5 @@
 """The synchronous client: `Gateway`, its streamed `Lock`, the plain
-`Lease`, `Watcher` and `Election`.
+`Lease`, `Session`, `Watcher` and `Election`.
 
 A streamed lock's events are followed by a reader thread, and a watchdog
 thread declares it lost when no renewal came in time; nothing can stop the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ._sync.gateway import Gateway, Lease
 from ._sync.lock import Lock
+from ._sync.session import Session
 from ._sync.watch import Election, LeaderObserver, Leadership, Watcher
 
-__all__ = ["Gateway", "Lock", "Lease", "Watcher", "Election", "Leadership", "LeaderObserver"]
+__all__ = ["Gateway", "Lock", "Lease", "Session", "Watcher", "Election", "Leadership", "LeaderObserver"]

@@ -19,6 +19,8 @@ __all__ = [
     "NotOwner",
     "GatewayUnavailable",
     "InvalidRequest",
+    "SessionNotFound",
+    "Deadlock",
     "error_from_problem",
 ]
 
@@ -74,10 +76,13 @@ class LockLost(LockgateError):
     def reason(self) -> Optional[str]:
         """Why: a streamed lock's `lost` reason (`lock-gone`,
         `held-by-another`, `backend-unavailable`, `revoked`,
-        `shutting-down`) or one of the client's own (`lease-expired`: no
-        event came before the lease could have ended; `connection-lost`;
+        `shutting-down`, `session-ended`: the session it hung on ended or
+        was lost) or one of the client's own (`lease-expired`: no event
+        came before the lease could have ended; `connection-lost`;
         `released`: someone released it with its token; `forked`: this
-        process is a fork of the holder)."""
+        process is a fork of the holder). For a lost session
+        (`session.check()`), the session's reason: `expired`, `deleted`,
+        `shutting-down`, `connection-lost`, `lease-expired`, `forked`."""
         reason = self.problem.get("reason")
         return reason if isinstance(reason, str) else None
 
@@ -96,6 +101,23 @@ class InvalidRequest(LockgateError):
     (`invalid-key`, `invalid-field`, `limit-mismatch`, `unauthorized`, ...)."""
 
 
+class SessionNotFound(LockgateError):
+    """The session is unknown or has ended (expired, or deleted): a lock
+    cannot be taken in it, and a wait in it ended with it."""
+
+
+class Deadlock(LockgateError):
+    """The wait would have closed a cycle of waits between sessions (each
+    holding a lock the next one waits for); this one, the youngest of the
+    cycle, was refused so the others can go on."""
+
+    @property
+    def cycle(self) -> Tuple[str, ...]:
+        """The keys of the cycle, in order."""
+        cycle = self.problem.get("cycle")
+        return tuple(key for key in cycle if isinstance(key, str)) if isinstance(cycle, list) else ()
+
+
 #: The problem slugs the client tells apart, and the error of each. Any
 #: other slug is `GatewayUnavailable` for a 5xx (`internal` among them) and
 #: `InvalidRequest` for a 4xx. tests/test_contract.py checks that each is
@@ -104,6 +126,8 @@ SLUG_ERRORS: Dict[str, Tuple[int, Type[LockgateError]]] = {
     "lock-held": (409, LockHeld),
     "not-owner": (409, NotOwner),
     "lock-not-found": (404, LockLost),
+    "session-not-found": (404, SessionNotFound),
+    "deadlock": (409, Deadlock),
     "backend-unavailable": (503, GatewayUnavailable),
     "not-replicated": (503, GatewayUnavailable),
     "too-many-waiters": (503, GatewayUnavailable),

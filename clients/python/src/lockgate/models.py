@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple, cast
 
-from ._api import LeaseEntry, LockStatus
+from ._api import FreeLock, LeaseEntry, LockStatus
 
 __all__ = ["LeaseInfo", "LockInfo", "Leader", "LockEvent"]
 
@@ -45,7 +45,8 @@ class LeaseInfo:
 @dataclass(frozen=True)
 class LockInfo:
     """A lock's state: `GET /locks/{key}`, one entry of `GET /locks`, or a
-    watcher's `snapshot`."""
+    watcher's `snapshot`. A lock nobody holds has `held` False (and a
+    `delayed_until_ms` while a lock-delay keeps it from being granted)."""
 
     key: str
     held: bool
@@ -60,6 +61,10 @@ class LockInfo:
     #: The requests waiting now, in the order they will be served:
     #: `{"position", "mode", "waiting_since_ms"}` each.
     waiters: Tuple[Dict[str, Any], ...]
+    #: For a lock nobody holds: until when no one is granted it (Unix ms,
+    #: Redis clock), under the lock-delay of a session that held it and
+    #: expired, or of a revoked hold; None when no delay is in force.
+    delayed_until_ms: Optional[int]
     raw: Dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
@@ -78,6 +83,7 @@ class LockInfo:
             holders=status.get("holders", 1 if held else 0),
             leases=tuple(LeaseInfo.from_json(lease) for lease in status.get("leases", ())),
             waiters=tuple(dict(waiter) for waiter in status.get("waiters", ())),
+            delayed_until_ms=None if held else cast(FreeLock, data).get("delayed_until_ms"),
             raw=dict(data),
         )
 
@@ -98,7 +104,9 @@ class LockEvent:
     """One event of `GET /locks/{key}/events`.
 
     `type` is `snapshot`, `acquired`, `value`, `released`, `expired`,
-    `revoked` or `gap`; `data` is its JSON; `id` resumes the stream after it.
+    `revoked`, `delayed` (the lock stays free under a lock-delay until
+    `delayed_until_ms`) or `gap`; `data` is its JSON; `id` resumes the
+    stream after it.
     """
 
     type: str
@@ -116,6 +124,12 @@ class LockEvent:
     @property
     def value(self) -> Optional[str]:
         return self.data.get("value")
+
+    @property
+    def delayed_until_ms(self) -> Optional[int]:
+        """Of a `delayed` event (or a `snapshot` of a delayed lock): until
+        when no one is granted the lock, in Unix ms by the Redis clock."""
+        return self.data.get("delayed_until_ms")
 
     def snapshot(self) -> Optional[LockInfo]:
         """The lock's state, for a `snapshot` event."""

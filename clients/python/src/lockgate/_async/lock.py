@@ -7,9 +7,11 @@ gateway renews the lease for as long as the response stays open, and ends
 the hold the moment it closes. A reader follows the stream's events, and a
 deadline declares the lock lost when no renewal arrived before the lease
 could have ended, less a safety margin: that covers a gateway that died,
-froze or lost its network without a word. How the reader, the deadline and
-the block's body run (asyncio: a task, a timer, a task cancelled on a loss;
-sync: two threads, and a body that asks) is in `_concurrency`.
+froze or lost its network without a word. A lock taken in a session has no
+lease of its own: the session's renewals and deadline are its, and the
+session's loss is its loss. How the reader, the deadline and the block's
+body run (asyncio: a task, a timer, a task cancelled on a loss; sync: two
+threads, and a body that asks) is in `_concurrency`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .._api import LockGrant, LockMode, LockStreamEventName, LostEvent, QueuedEv
 from .._protocol import (
     JOIN_TIMEOUT,
     STREAM_HEADERS,
+    STREAM_SILENCE,
     LeaseClock,
     acquire_body,
     event_json,
@@ -36,6 +39,7 @@ from .._protocol import (
     note_failed_release,
     problem_error,
     refusal_error,
+    session_lost_error,
     unreachable,
 )
 from ..errors import GatewayUnavailable, LockgateError, LockLost, NotOwner
@@ -44,6 +48,7 @@ from ._concurrency import Body, Deadline, LostFlag, StreamReader, call_on_lost, 
 
 if TYPE_CHECKING:
     from .gateway import AsyncGateway
+    from .session import AsyncSession
 
 __all__ = ["AsyncLock", "stream_events"]
 
@@ -70,6 +75,10 @@ class AsyncLock:
     also cancels the task running the block, and the block raises
     `LockLost` in place of that cancellation (a cancellation from anywhere
     else goes on).
+
+    A lock taken through a `session` hangs on the session's lease: it is
+    lost when the session is (reason `session-ended`), and `ttl` is the
+    session's.
     """
 
     def __init__(
@@ -83,9 +92,12 @@ class AsyncLock:
         limit: Optional[int] = None,
         value: Optional[str] = None,
         on_lost: Optional[Callable[["AsyncLock"], Any]] = None,
+        session: Optional["AsyncSession"] = None,
     ) -> None:
         self.gateway = gateway
         self.key = key
+        #: The session the lock hangs on, if any.
+        self.session = session
         self.ttl = ttl
         self.wait = wait
         self.mode = mode
@@ -100,7 +112,15 @@ class AsyncLock:
         self.position: Optional[int] = None
         self.lost_reason: Optional[str] = None
         self._lost: Optional[LostFlag] = None
-        self._request_body = acquire_body(key, ttl=ttl, wait=wait, mode=mode, limit=limit, value=value)
+        self._request_body = acquire_body(
+            key,
+            ttl=ttl if session is None else None,
+            wait=wait,
+            mode=mode,
+            limit=limit,
+            value=value,
+            session=session._id_for_lock() if session is not None else None,
+        )
         # Reentrant: `lost` is made under it, also by code that holds it.
         self._guard = threading.RLock()
         self._clock: Optional[LeaseClock] = None
@@ -137,17 +157,20 @@ class AsyncLock:
         when the wait runs out."""
         if self.token is not None:
             raise RuntimeError(f"lock {self.key!r} was already acquired; make a new one with gateway.lock()")
+        if self.session is not None and self.session.lost_reason is not None:
+            raise session_lost_error(self.session.lost_reason)
         self.lost  # made now (asyncio: inside the loop)
         # Reads are never further apart than the wait before the grant, or
-        # a third of the lease after it (renewals). The deadline declares
-        # the lock lost long before this read timeout; it only makes sure
-        # a reader blocked on a silent connection ends too.
+        # a third of the lease after it (renewals; in a session, only the
+        # gateway's keep-alive comments). The deadline (the session's, in
+        # one) declares the lock lost long before this read timeout; it
+        # only makes sure a reader blocked on a silent connection ends too.
         response, sent_at = await self.gateway._send(
             "POST",
             "/locks",
             json=self._request_body,
             headers=STREAM_HEADERS,
-            extra_time=max(self.wait, self.ttl),
+            extra_time=max(self.wait, self.ttl if self.session is None else STREAM_SILENCE),
             retry_unanswered=False,
             stream=True,
         )
@@ -183,8 +206,11 @@ class AsyncLock:
 
     def _hold(self, grant: LockGrant, sent_at: float, response: httpx.Response, events: AsyncIterator[Event]) -> None:
         """Takes in the grant, and starts following the stream."""
-        clock = LeaseClock(sent_at)
-        clock.granted(grant, time.monotonic())
+        if self.session is None:
+            clock = LeaseClock(sent_at)
+            clock.granted(grant, time.monotonic())
+        else:
+            clock = self.session._lease_clock  # its lease is the session's
         with self._guard:
             self.grant = dict(grant)
             self.token = grant["token"]
@@ -193,9 +219,14 @@ class AsyncLock:
             self._clock = clock
             self._pid = os.getpid()
         _forks.track(self)
-        self._deadline.set(clock.deadline)
+        if self.session is None:
+            self._deadline.set(clock.deadline)
         read = functools.partial(self._read, response, events)
         self._reader.start(read, response, f"lockgate-lock-{self.key}")
+        if self.session is not None:
+            # From now on the session's loss is this lock's (at once, if
+            # the session was lost while the grant came).
+            self.session._attach(self)
 
     # -- holding ---------------------------------------------------------
 
@@ -223,7 +254,7 @@ class AsyncLock:
 
     def _renewed(self, expires_at_ms: int) -> None:
         with self._guard:
-            if self._clock is None:
+            if self._clock is None or self.session is not None:
                 return
             self._clock.renewed(expires_at_ms, time.monotonic())
             self._deadline.set(self._clock.deadline)
@@ -268,7 +299,9 @@ class AsyncLock:
         if self.token is None:
             raise LockLost(f"lock {self.key!r} is not acquired")
         clock = self._clock
-        if self.lost_reason is None and clock is not None and time.monotonic() >= clock.deadline:
+        if self.lost_reason is None and self.session is not None:
+            self.session._expire_if_due()  # which loses this lock too
+        elif self.lost_reason is None and clock is not None and time.monotonic() >= clock.deadline:
             self._lose("lease-expired")
         if self.lost_reason is not None:
             raise lost_error(self.key, self.lost_reason)
@@ -297,11 +330,33 @@ class AsyncLock:
             if not was_lost:
                 error = await self._release_on_gateway(token)
         finally:
-            self._reader.stop()
-            await self._reader.join(JOIN_TIMEOUT)
-            _forks.forget(self)
+            await self._stop_following()
         if error is not None:
             raise error
+
+    def _ends_with_session(self) -> bool:
+        """Said by the lock's session as it ends, which releases the lock
+        with it: no release of its own, and the `session-ended` its stream
+        is about to tell is no loss. Whether its stream is to be closed
+        (`_stop_following`)."""
+        with self._guard:
+            if self._released or self.token is None:
+                return False
+            self._released = True
+            if self._in_other_process:
+                return False
+            self._releasing = True
+        self._deadline.cancel()
+        return True
+
+    async def _stop_following(self) -> None:
+        """Closes the stream (which ends the hold on a live gateway) and
+        lets the reader finish."""
+        self._reader.stop()
+        await self._reader.join(JOIN_TIMEOUT)
+        _forks.forget(self)
+        if self.session is not None:
+            self.session._detach(self)
 
     async def _release_on_gateway(self, token: str) -> Optional[LockgateError]:
         """`DELETE`s the lock; returns the error to raise, if any."""
@@ -342,7 +397,7 @@ class AsyncLock:
             if ours:
                 raise lost_error(self.key, self.lost_reason or "lock-gone") from exc
             if exc is not None:
-                note_failed_release(exc, self.key, error)
+                note_failed_release(exc, f"releasing {self.key!r}", error)
                 return
             if isinstance(error, GatewayUnavailable):
                 # The connection is closed: a live gateway has released, a

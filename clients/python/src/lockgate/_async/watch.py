@@ -95,8 +95,9 @@ class AsyncWatcher:
             return LockEvent(type=event.event, data=event_json(event), id=event.id or None)
 
     async def _connect(self) -> None:
-        """Opens the stream, trying again through refusals that may pass
-        (`GatewayUnavailable`) until `reconnect_timeout` runs out."""
+        """Opens the stream, trying again through failures that may pass
+        (no answer, or a 5xx such as `backend-unavailable`) until
+        `reconnect_timeout` runs out; a 4xx is raised at once."""
         started = time.monotonic()
         attempt = 0
         while True:
@@ -108,7 +109,7 @@ class AsyncWatcher:
             await sleep(min(backoff(attempt), max(0.0, started + self.reconnect_timeout - time.monotonic())))
             attempt += 1
 
-    async def _open(self) -> Optional[GatewayUnavailable]:
+    async def _open(self) -> Optional[LockgateError]:
         """Opens the stream once; returns the error when that failed in a
         way that may pass, and raises any other."""
         headers = dict(STREAM_HEADERS)
@@ -129,7 +130,10 @@ class AsyncWatcher:
             await response.aread()
             await response.aclose()
             error = problem_error(response)
-            if isinstance(error, GatewayUnavailable):
+            # Only the gateway's own trouble (a 5xx) may pass. A 4xx (an
+            # invalid key, a missing permission) says the request is wrong
+            # as it stands: asking again would only be refused again.
+            if response.status_code >= 500:
                 return error
             raise error
         if self.last_event_id is not None:

@@ -31,6 +31,7 @@ from ..errors import LockgateError
 from ..models import LockInfo
 from ._concurrency import shielded, sleep
 from .lock import Lock
+from .session import Session
 from .watch import Election, Watcher
 
 __all__ = ["Gateway", "Lease"]
@@ -179,6 +180,30 @@ class Gateway:
         """
         return Lock(self, key, ttl=ttl, wait=wait, mode=mode, limit=limit, value=value, on_lost=on_lost)
 
+    # -- sessions --------------------------------------------------------
+
+    def session(
+        self,
+        *,
+        ttl: float = 10.0,
+        lock_delay: float = 0.0,
+        value: Optional[str] = None,
+        on_lost: Optional[Callable[[Session], Any]] = None,
+    ) -> Session:
+        """A session, opened when its `with` block starts (or by
+        `session.open()`): one lease of `ttl` seconds that every lock
+        taken through it (`session.lock(key, ...)`) hangs on, kept alive by
+        the gateway while the client stays connected, ended when the block
+        ends. When the session is lost, so is each of its locks.
+
+        `lock_delay` is how long each of its locks stays unavailable after
+        the session expired (not after a clean end), so a holder that lost
+        it has that long to notice; `value` is a public string shown with
+        the session. `on_lost(session)` is called once the session is lost,
+        as a lock's `on_lost` is.
+        """
+        return Session(self, ttl=ttl, lock_delay=lock_delay, value=value, on_lost=on_lost)
+
     # -- plain leases ----------------------------------------------------
 
     def acquire(
@@ -241,7 +266,9 @@ class Gateway:
         return Lease(self, dict(lease, token=token), value=value)
 
     def inspect(self, key: str) -> Optional[LockInfo]:
-        """The lock's state (holders, leases, waiters), or None when free."""
+        """The lock's state (holders, leases, waiters), or None when free; a
+        lock kept free by a lock-delay is a `LockInfo` with `held` False and
+        `delayed_until_ms`."""
         response = self._request("GET", lock_path(key))
         if is_lock_not_found(response):
             return None
@@ -262,13 +289,19 @@ class Gateway:
             if not cursor:
                 return
 
-    def revoke(self, key: str, admin_token: str) -> bool:
-        """Ends every hold of `key` at once (an operator's action, with the
-        gateway's admin token); False when it was not held."""
+    def revoke(self, key: str, admin_token: str, *, fencing_token: Optional[int] = None) -> bool:
+        """Ends the holds of `key` (an operator's action, with the gateway's
+        admin token): with `fencing_token`, only the hold with that fencing
+        token (the one the operator saw stuck, as `inspect` shows it), and
+        never another holder's; without, every hold at once. False when
+        there was nothing to end."""
+        params: Dict[str, Any] = {"force": "true"}
+        if fencing_token is not None:
+            params["fencing_token"] = fencing_token
         response = self._request(
             "DELETE",
             lock_path(key),
-            params={"force": "true"},
+            params=params,
             headers={"Authorization": f"Bearer {admin_token}"},
         )
         if is_lock_not_found(response):
@@ -363,7 +396,7 @@ class Lease:
         except LockgateError as error:
             if exc is None:
                 raise
-            note_failed_release(exc, self.key, error)
+            note_failed_release(exc, f"releasing {self.key!r}", error)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(key={self.key!r}, fencing_token={self.fencing_token}, holds={self.holds})"

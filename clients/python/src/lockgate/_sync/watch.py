@@ -95,8 +95,9 @@ class Watcher:
             return LockEvent(type=event.event, data=event_json(event), id=event.id or None)
 
     def _connect(self) -> None:
-        """Opens the stream, trying again through refusals that may pass
-        (`GatewayUnavailable`) until `reconnect_timeout` runs out."""
+        """Opens the stream, trying again through failures that may pass
+        (no answer, or a 5xx such as `backend-unavailable`) until
+        `reconnect_timeout` runs out; a 4xx is raised at once."""
         started = time.monotonic()
         attempt = 0
         while True:
@@ -108,7 +109,7 @@ class Watcher:
             sleep(min(backoff(attempt), max(0.0, started + self.reconnect_timeout - time.monotonic())))
             attempt += 1
 
-    def _open(self) -> Optional[GatewayUnavailable]:
+    def _open(self) -> Optional[LockgateError]:
         """Opens the stream once; returns the error when that failed in a
         way that may pass, and raises any other."""
         headers = dict(STREAM_HEADERS)
@@ -129,7 +130,10 @@ class Watcher:
             response.read()
             response.close()
             error = problem_error(response)
-            if isinstance(error, GatewayUnavailable):
+            # Only the gateway's own trouble (a 5xx) may pass. A 4xx (an
+            # invalid key, a missing permission) says the request is wrong
+            # as it stands: asking again would only be refused again.
+            if response.status_code >= 500:
                 return error
             raise error
         if self.last_event_id is not None:
