@@ -26,7 +26,10 @@ export interface Lease {
   value: string | null;
   holds: number;
   acquired_at_ms: number;
+  /** A session's holder's lease is its session's. */
   expires_at_ms: number;
+  /** The public handle of the session the hold hangs on (never the session's id), when it does. */
+  session?: string | null;
 }
 
 /** A request waiting for the lock, in the order it will be served. */
@@ -52,11 +55,13 @@ export interface HeldLock {
   waiters?: Waiter[];
 }
 
-/** The `snapshot` of a lock nobody holds. */
+/** A lock nobody holds: a `snapshot`, or `GET /locks/{key}` while a lock-delay is in force. */
 export interface FreeLock {
   key: string;
   held: false;
   waiters?: Waiter[];
+  /** Until when nobody is granted it (the lock-delay of a session that held it); absent when none is in force. */
+  delayed_until_ms?: number;
 }
 
 export interface LockPage {
@@ -122,14 +127,21 @@ export class Gateway {
     return this.request<LockPage>("GET", `/locks?${query}`, signal);
   }
 
-  /** One lock: its holders and waiters (404 `lock-not-found` when nobody holds it). */
+  /**
+   * One lock: its holders and waiters, or (`held: false`) a free lock under
+   * a lock-delay; 404 `lock-not-found` when nobody holds it.
+   */
   lock(key: string, signal: AbortSignal) {
-    return this.request<HeldLock>("GET", lockPath(key), signal);
+    return this.request<HeldLock | FreeLock>("GET", lockPath(key), signal);
   }
 
-  /** Ends every hold of `key` at once (admin token): 204, or 404 when nobody held it. */
-  revoke(key: string, signal: AbortSignal) {
-    return this.request<null>("DELETE", `${lockPath(key)}?force=true`, signal);
+  /**
+   * Ends the one hold of `key` with this fencing token (admin token), never
+   * another holder's: 204, or 404 when that hold is gone.
+   */
+  revoke(key: string, fencingToken: FencingToken, signal: AbortSignal) {
+    const query = new URLSearchParams({ force: "true", fencing_token: String(fencingToken) });
+    return this.request<null>("DELETE", `${lockPath(key)}?${query}`, signal);
   }
 
   /** Every sale (admin token). */

@@ -42,12 +42,19 @@ export interface HolderLeft {
   fencing_token: FencingToken;
 }
 
+/** `delayed`: the lock is free, but nobody is granted it until `delayed_until_ms` (a lock-delay). */
+export interface Delayed {
+  key: string;
+  delayed_until_ms: number;
+}
+
 /** An event of the lock; `id` is its own id (`gap` has none). */
 export type LockEvent = { id: string | undefined } & (
   | { name: "snapshot"; data: HeldLock | FreeLock }
   | { name: "acquired"; data: Acquired }
   | { name: "value"; data: ValueChanged }
   | { name: "released" | "expired" | "revoked"; data: HolderLeft }
+  | { name: "delayed"; data: Delayed }
   | { name: "gap"; data: Record<string, never> }
 );
 
@@ -62,6 +69,7 @@ const NAMES = new Set<string>(
     released: true,
     expired: true,
     revoked: true,
+    delayed: true,
     gap: true,
   } satisfies Record<LockEventName, true>),
 );

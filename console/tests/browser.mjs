@@ -3,6 +3,14 @@
 // (console errors, uncaught exceptions, requests to any other origin); axe
 // accessibility checks and screenshots at the two sizes the console is made
 // for.
+//
+// Every page runs the console of this checkout's dist/: the gateway answers
+// /console and its two files (its own headers, its Content Security Policy
+// among them), and the body is swapped for dist/'s bytes on the way in. A
+// gateway built from this checkout embeds exactly those bytes (a test of
+// console.test.mjs checks that), so the swap changes nothing then; with a
+// gateway built before the last change of the console, the page tested is
+// still the console as it is now.
 
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -15,6 +23,13 @@ const require = createRequire(import.meta.url);
 const axeSource = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
 
 export const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const dist = path.join(repo, "console", "dist");
+/** The console's routes, and the file of dist/ each serves. */
+const CONSOLE_FILES = new Map([
+  ["/console", "index.html"],
+  ["/console/console.js", "console.js"],
+  ["/console/console.css", "console.css"],
+]);
 export const screenshots = path.join(repo, ".run", "console");
 
 export const SIZES = {
@@ -55,7 +70,16 @@ export class Browser {
   async open(url, size = SIZES.desktop) {
     const page = await this.context.newPage();
     await page.setViewportSize(size);
-    const console = new PageRecord(page, new URL(url).origin);
+    const { origin } = new URL(url);
+    await page.route(
+      (target) => target.origin === origin && CONSOLE_FILES.has(target.pathname),
+      async (route) => {
+        const response = await route.fetch();
+        const file = CONSOLE_FILES.get(new URL(route.request().url()).pathname);
+        await route.fulfill({ response, body: readFileSync(path.join(dist, file)) });
+      },
+    );
+    const console = new PageRecord(page, origin);
     await page.goto(url);
     return { page, console };
   }

@@ -1,6 +1,7 @@
 // The console in a real browser against the real gateway: a lock taken over
-// HTTP shows up and goes, waiters show in order, revocation from the page
-// ends a streamed holder, a bought-out sale charts its stock to 0 with its
+// HTTP shows up and goes, waiters show in order, revoking one holder from the
+// page ends that hold only, a session's lock shows its session and, once the
+// session expires, its lock-delay counting down, a bought-out sale charts its stock to 0 with its
 // refusals counted, the page rides out a gateway restart, and the admin
 // token opens what needs it. Every view is checked with axe and saved as a
 // screenshot at 1280x800 and 390x844; no page may log an error it did not
@@ -144,30 +145,93 @@ describe("the console", () => {
     for (const grant of await Promise.all(requests)) if (grant) await gateway.release("queue:1", grant.token);
   });
 
-  test("revoking from the page ends a streamed holder with lost (revoked)", async () => {
-    const holder = await gateway.holdStreamed({ key: "revoke:1", ttl_ms: 3000, value: "batch-7" });
+  test("revoking a holder from the page ends that hold only, with lost (revoked), and the other holder keeps it", async () => {
+    const body = { key: "revoke:1", ttl_ms: 3000, limit: 2 };
+    const kept = await gateway.holdStreamed({ ...body, value: "batch-7" });
+    const revoked = await gateway.holdStreamed({ ...body, value: "batch-8" });
+    const tokenOf = async (holder) =>
+      (await eventually(() => holder.events.find((event) => event.event === "acquired"), { what: "acquired" })).data.fencing_token;
+    const [keptToken, revokedToken] = [await tokenOf(kept), await tokenOf(revoked)];
+
     const page = await open(`#/locks/${encodeURIComponent("revoke:1")}`);
-    const revoke = page.getByRole("button", { name: "Revoke every hold…" });
+    const revoke = page.getByRole("button", { name: `Revoke #${revokedToken}…`, exact: true });
+    await revoke.waitFor();
     assert.equal(await revoke.isDisabled(), true, "no revocation without the admin token");
     await typeAdminToken(page, ADMIN_TOKEN);
-    await page.getByText("batch-7").first().waitFor();
+    await page.getByText("batch-8").first().waitFor();
 
     await revoke.click();
-    const dialog = page.getByRole("dialog", { name: "Revoke revoke:1?" });
+    const dialog = page.getByRole("dialog", { name: `Revoke hold #${revokedToken} of revoke:1?` });
     await dialog.waitFor();
     // Cancelling does nothing.
     await dialog.getByRole("button", { name: "Cancel" }).click();
     await dialog.waitFor({ state: "hidden" });
-    assert.equal(holder.events.at(-1).event, "acquired");
+    assert.ok(!revoked.events.some((event) => event.event === "lost"));
 
     await revoke.click();
     await inspectAtBothSizes(page, "revoke-dialog", assert);
     await dialog.getByRole("button", { name: "Revoke", exact: true }).click();
-    const events = await holder.ended;
+    const events = await revoked.ended;
     assert.deepEqual(events.at(-1), { event: "lost", data: { reason: "revoked" } });
-    await page.getByText(/^Revoked at /).waitFor();
-    await page.locator('.timeline [data-event="revoked"]').waitFor();
+    await page.getByText(`Revoked #${revokedToken} at `).waitFor();
+    await page.locator('.timeline [data-event="revoked"]').getByText(`#${revokedToken} was revoked`).waitFor();
+
+    // Only that hold ended: the other holder still holds its place, on the gateway and on the page.
+    const status = await gateway.inspect("revoke:1");
+    assert.deepEqual(status.leases.map((lease) => lease.fencing_token), [keptToken]);
+    assert.ok(!kept.events.some((event) => event.event === "lost"), "the other holder lost nothing");
+    await page.getByText("Held, counting, up to 2: 1 holder, nobody waiting.").waitFor();
+    await page.getByRole("button", { name: `Revoke #${revokedToken}…`, exact: true }).waitFor({ state: "detached" });
+    // The remaining holder's button keeps the keyboard focus through the re-reads and renewals.
+    const keptButton = page.getByRole("button", { name: `Revoke #${keptToken}…`, exact: true });
+    assert.equal(await keptButton.isEnabled(), true);
+    await keptButton.focus();
+    await page.waitForTimeout(2500);
+    assert.equal(await page.evaluate(() => document.activeElement?.textContent), `Revoke #${keptToken}…`);
+    kept.close();
     await page.getByText("Free: nobody holds it.").waitFor();
+  });
+
+  test("a session's lock shows the session's handle; when the session expires, its lock-delay shows and counts down", async () => {
+    const key = "delay:1";
+    // A session nobody keeps alive: it expires after its lease, and its lock stays unavailable for the delay.
+    const session = await gateway.openSession({ ttl_ms: 3000, lock_delay_ms: 8000 });
+    const grant = await gateway.acquire({ key, session: session.id, value: "worker-7" });
+    const handle = (await gateway.inspect(key)).leases[0].session;
+    assert.match(handle, /^[0-9a-f]{32}$/);
+
+    const page = await open(`#/locks/${encodeURIComponent(key)}`);
+    const holder = page.locator(`.lease[data-fencing-token="${grant.fencing_token}"]`);
+    await holder.locator(".session .handle").getByText(handle, { exact: true }).waitFor();
+    assert.ok(!(await page.content()).includes(session.id), "the session's secret id is nowhere on the page");
+
+    await page.locator('.timeline [data-event="expired"]').waitFor({ timeout: 8000 });
+    const delayed = page.locator('.timeline [data-event="delayed"]');
+    await delayed.getByText(/^Nobody is granted it until \d\d:\d\d:\d\d\.\d{3}: the lock-delay of a session that held it\.$/).waitFor();
+    await page.locator(".lock-state").getByText(/^Free, delayed until \d\d:\d\d:\d\d\.\d{3}\.$/).waitFor();
+    const notice = page.locator(".notice.delay");
+    await notice.waitFor();
+    const until = await notice.locator("time").textContent();
+    assert.match(await page.locator(".lock-state").textContent(), new RegExp(`until ${until.replaceAll(".", "\\.")}`));
+
+    // A page opened during the delay learns it from its snapshot.
+    const later = await open(`#/locks/${encodeURIComponent(key)}`);
+    await later.locator(".notice.delay").waitFor();
+    await later.locator('.timeline [data-event="snapshot"]').getByText(`Free, delayed until ${until}, nobody waiting.`).waitFor();
+
+    const left = notice.locator(".delay-left");
+    const first = Number(/^([\d.]+) s left$/.exec(await left.textContent())?.[1]);
+    await page.waitForTimeout(500);
+    const second = Number(/^([\d.]+) s left$/.exec(await left.textContent())?.[1]);
+    assert.ok(first > 0 && first <= 8 && second < first, `counts down: ${first}, then ${second}`);
+    await inspectAtBothSizes(page, "lock-delay", assert);
+
+    // Once the delay is over, the lock is plainly free, and can be taken.
+    await page.getByText("Free: nobody holds it.").waitFor({ timeout: 15_000 });
+    assert.equal(await notice.isHidden(), true);
+    const next = await gateway.acquire({ key, ttl_ms: 30_000 });
+    await page.locator('.timeline [data-event="acquired"]').getByText(`#${next.fencing_token}`).waitFor();
+    await gateway.release(key, next.token);
   });
 
   test("a sale bought out by a crowd shows its stock reaching 0 on the chart and its refusals counted", async () => {

@@ -31,6 +31,7 @@ function bindings(document) {
     { file: events, type: "Acquired", schema: "AcquiredEvent" },
     { file: events, type: "ValueChanged", schema: "ValueEvent" },
     { file: events, type: "HolderLeft", schema: "EndedEvent" },
+    { file: events, type: "Delayed", schema: "DelayedEvent" },
   ];
 }
 

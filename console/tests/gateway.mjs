@@ -177,11 +177,26 @@ export class Lockgate {
     if (response.status !== 204) throw new Error(`DELETE /locks/${key} answered ${response.status}`);
   }
 
-  /** `GET /locks/{key}` as JSON, or null when nobody holds it. */
+  /** `GET /locks/{key}` (fencing tokens exact), or null when nobody holds it and no lock-delay is in force. */
   async inspect(key) {
     const response = await this.request(`/locks/${key}`);
     if (response.status === 404) return null;
-    return response.json();
+    return parseGatewayJson(await response.text());
+  }
+
+  /**
+   * `POST /sessions`, not streamed: a session that nobody keeps alive, so
+   * it expires after its `ttl_ms` (with its locks, and their lock-delay).
+   */
+  async openSession(body) {
+    const response = await this.request("/sessions", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const text = await response.text();
+    if (response.status !== 201) throw new Error(`POST /sessions answered ${response.status}: ${text}`);
+    return JSON.parse(text);
   }
 
   /**

@@ -49,6 +49,7 @@ describe("a lock's state", () => {
       limit: 1,
       leases: [lease(7n)],
       waiters: [waiter],
+      delayedUntilMs: undefined,
     });
     assert.deepEqual(fromAnswer({ key: "k", held: false, waiters: [waiter] }), {
       known: true,
@@ -57,7 +58,27 @@ describe("a lock's state", () => {
       limit: undefined,
       leases: [],
       waiters: [waiter],
+      delayedUntilMs: undefined,
     });
+    assert.equal(fromAnswer({ key: "k", held: false, waiters: [], delayed_until_ms: 50_000 }).delayedUntilMs, 50_000);
+  });
+
+  test("is delayed from a delayed event (or a delayed answer) until its end, and no longer once granted", () => {
+    const { isDelayed } = lockState;
+    let state = fromAnswer(held());
+    state = applyEvent(state, event("expired", { key: "k", fencing_token: 7n }, "1-0"), 0);
+    state = applyEvent(state, event("delayed", { key: "k", delayed_until_ms: 50_000 }, "2-0"), 0);
+    assert.equal(state.delayedUntilMs, 50_000);
+    assert.equal(isDelayed(state, 49_999), true);
+    assert.equal(isDelayed(state, 50_000), false, "over at its end");
+    const granted = applyEvent(
+      state,
+      event("acquired", { key: "k", fencing_token: 8n, value: null, mode: "exclusive", expires_at_ms: 90_000 }, "50001-0"),
+      0,
+    );
+    assert.equal(granted.delayedUntilMs, undefined);
+    assert.equal(isDelayed(granted, 0), false);
+    assert.equal(isDelayed(fromAnswer(held()), 0), false, "a held lock is never delayed");
   });
 
   test("takes a snapshot as a fresh answer", () => {
@@ -109,7 +130,7 @@ describe("a lock's state", () => {
   });
 
   test("moves the queue on a grant or a holder leaving, not on a value or a snapshot", () => {
-    const moves = ["snapshot", "acquired", "value", "released", "expired", "revoked", "gap"].filter((name) =>
+    const moves = ["snapshot", "acquired", "value", "released", "expired", "revoked", "delayed", "gap"].filter((name) =>
       lockState.movesQueue(event(name, {})),
     );
     assert.deepEqual(moves, ["acquired", "released", "expired", "revoked"]);
@@ -117,12 +138,16 @@ describe("a lock's state", () => {
 
   test("reads as one sentence", () => {
     const { summary } = lockState;
-    assert.equal(summary(UNKNOWN_LOCK), "Reading the lock…");
-    assert.equal(summary(fromAnswer({ key: "k", held: false })), "Free: nobody holds it.");
-    assert.equal(summary(fromAnswer(held())), "Held, exclusive: 1 holder, nobody waiting.");
+    assert.equal(summary(UNKNOWN_LOCK, 0), "Reading the lock…");
+    assert.equal(summary(fromAnswer({ key: "k", held: false }), 0), "Free: nobody holds it.");
+    assert.equal(summary(fromAnswer(held()), 0), "Held, exclusive: 1 holder, nobody waiting.");
+    const until = new Date(2026, 0, 1, 12, 0, 5, 7).getTime();
+    const delayed = fromAnswer({ key: "k", held: false, waiters: [], delayed_until_ms: until });
+    assert.equal(summary(delayed, until - 1), "Free, delayed until 12:00:05.007.");
+    assert.equal(summary(delayed, until), "Free: nobody holds it.", "once the delay is over");
     const waiters = [1, 2].map((position) => ({ position, mode: "shared", waiting_since_ms: 0 }));
     assert.equal(
-      summary(fromAnswer(held({ limit: 3, leases: [lease(7n), lease(8n)], waiters }))),
+      summary(fromAnswer(held({ limit: 3, leases: [lease(7n), lease(8n)], waiters })), 0),
       "Held, counting, up to 3: 2 holders, 2 waiting.",
     );
   });
@@ -133,22 +158,26 @@ describe("the timeline's sentences", () => {
     const token = 18446744073709551615n;
     const sentences = [
       event("snapshot", { key: "k", held: false, waiters: [] }),
+      event("snapshot", { key: "k", held: false, waiters: [], delayed_until_ms: new Date(2026, 0, 1, 12, 0, 9, 0).getTime() }),
       event("snapshot", held({ fencing_token: token, leases: [lease(token)], mode: "shared" })),
       event("acquired", { key: "k", fencing_token: token, value: "a", mode: "shared", expires_at_ms: new Date(2026, 0, 1, 12, 0, 5, 7).getTime() }),
       event("value", { key: "k", fencing_token: token, value: null }),
       event("released", { key: "k", fencing_token: token }),
       event("expired", { key: "k", fencing_token: token }),
       event("revoked", { key: "k", fencing_token: token }),
+      event("delayed", { key: "k", delayed_until_ms: new Date(2026, 0, 1, 12, 0, 9, 0).getTime() }),
       event("gap", {}),
     ].map(describeEvent);
     assert.deepEqual(sentences, [
       "Free, nobody waiting.",
+      "Free, delayed until 12:00:09.000, nobody waiting.",
       `Held (shared) by #${token}, nobody waiting.`,
       `#${token} (“a”) took it, shared, lease until 12:00:05.007.`,
       `#${token} now shows “”.`,
       `#${token} released it.`,
       `#${token}'s lease ran out.`,
       `#${token} was revoked by an admin.`,
+      "Nobody is granted it until 12:00:09.000: the lock-delay of a session that held it.",
       "Some events were no longer kept; a fresh snapshot follows.",
     ]);
   });

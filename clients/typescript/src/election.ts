@@ -8,7 +8,7 @@
 import { GatewayUnavailableError, InvalidRequestError, LockHeldError } from "./errors.js";
 import type { Lock } from "./lock.js";
 import { backoffMs, sleep } from "./sleep.js";
-import type { LeaseView, LockOptions, LockStatus } from "./types.js";
+import type { FreeLock, LeaseView, LockOptions, LockStatus } from "./types.js";
 import type { LockWatch, WatchOptions } from "./watch.js";
 
 /** What an election asks of its gateway (a `Gateway`, named by shape so
@@ -16,7 +16,7 @@ import type { LockWatch, WatchOptions } from "./watch.js";
  * each other). */
 export interface ElectionGateway {
   acquire(key: string, options?: LockOptions): Promise<Lock>;
-  inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockStatus | null>;
+  inspect(key: string, options?: { signal?: AbortSignal }): Promise<LockStatus | FreeLock | null>;
   watch(key: string, options?: WatchOptions): LockWatch;
 }
 
@@ -142,7 +142,7 @@ export class Election {
   /** The leader now (`GET /locks/{key}`), or `null` when there is none. */
   async leader(options: { signal?: AbortSignal } = {}): Promise<Leader | null> {
     const status = await this.gateway.inspect(this.key, options);
-    return status ? leaderOf(status.leases[0]) : null;
+    return status?.held ? leaderOf(status.leases[0]) : null;
   }
 
   /**
@@ -169,6 +169,9 @@ export class Election {
         case "revoked":
           if (current && current.term === event.data.fencingToken) next = null;
           break;
+        case "delayed":
+          // The office stays empty a while longer: no new leader.
+          continue;
         case "gap":
           // A snapshot follows.
           continue;

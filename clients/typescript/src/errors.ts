@@ -20,6 +20,8 @@ export interface Problem {
   retry_after_ms?: number;
   /** For `invalid-field`: the field at fault. */
   field?: string;
+  /** For `deadlock`: the keys of the cycle of session waits, in order. */
+  cycle?: string[];
   [member: string]: unknown;
 }
 
@@ -62,8 +64,12 @@ export class LockHeldError extends LockgateError {
 export class LockLostError extends LockgateError {
   /**
    * Why: the gateway's reason (`lock-gone`, `held-by-another`,
-   * `backend-unavailable`, `revoked`, `shutting-down`), or the client's own
-   * (`released-elsewhere`, `connection-lost`, `lease-expired`, `lock-not-found`).
+   * `backend-unavailable`, `revoked`, `shutting-down`, `session-ended`), or
+   * the client's own (`released-elsewhere`, `connection-lost`,
+   * `lease-expired`, `lock-not-found`). A lost session's own error (its
+   * `signal`'s reason, and the `cause` of its locks' errors) says why the
+   * session was lost: `expired`, `deleted`, `shutting-down`,
+   * `connection-lost` or `lease-expired`.
    */
   readonly reason: string;
 
@@ -75,6 +81,28 @@ export class LockLostError extends LockgateError {
 
 /** The token given does not hold the lock. */
 export class NotOwnerError extends LockgateError {}
+
+/**
+ * Waiting for the lock would have closed a cycle of session waits (this
+ * session holds a lock that another session waits for, and so on round to
+ * the lock asked for): the gateway refused this wait, the youngest of the
+ * cycle, and the others go on waiting. Release what the session holds (or
+ * end it) and try again, or take locks in one order.
+ */
+export class DeadlockError extends LockgateError {
+  /** The keys of the cycle, in order, as the gateway names them. */
+  get cycle(): string[] {
+    const cycle = this.problem?.cycle;
+    return Array.isArray(cycle) ? cycle.filter((key): key is string => typeof key === "string") : [];
+  }
+}
+
+/**
+ * The session named does not exist: it was never opened, or it ended
+ * (it was ended, or it expired because nobody kept it alive). Locks cannot
+ * hang on it; open a new one.
+ */
+export class SessionNotFoundError extends LockgateError {}
 
 /**
  * The gateway could not be reached, did not answer in time, or answered that
@@ -113,6 +141,8 @@ export type ProblemSlug =
   | "lock-held"
   | "lock-not-found"
   | "not-owner"
+  | "deadlock"
+  | "session-not-found"
   | "backend-unavailable"
   | "shutting-down"
   | "too-many-waiters"
@@ -129,6 +159,8 @@ const HELD = new Set<string>(["lock-held"] satisfies ProblemSlug[]);
 /** Slugs that mean the lease the caller held is gone. */
 const LOST = new Set<string>(["lock-not-found"] satisfies ProblemSlug[]);
 const NOT_OWNER = new Set<string>(["not-owner"] satisfies ProblemSlug[]);
+const DEADLOCK = new Set<string>(["deadlock"] satisfies ProblemSlug[]);
+const SESSION_NOT_FOUND = new Set<string>(["session-not-found"] satisfies ProblemSlug[]);
 /** Slugs of the gateway's temporary refusals: retry later, elsewhere. */
 const UNAVAILABLE = new Set<string>([
   "backend-unavailable",
@@ -148,6 +180,8 @@ export function errorFromProblem(problem: Problem, retryAfterMs?: number): Lockg
   if (HELD.has(slug)) return new LockHeldError(message, { problem });
   if (LOST.has(slug)) return new LockLostError(slug, message, { problem });
   if (NOT_OWNER.has(slug)) return new NotOwnerError(message, { problem });
+  if (DEADLOCK.has(slug)) return new DeadlockError(message, { problem });
+  if (SESSION_NOT_FOUND.has(slug)) return new SessionNotFoundError(message, { problem });
   if (UNAVAILABLE.has(slug) || problem.status >= 500) {
     return new GatewayUnavailableError(message, {
       problem,

@@ -1,18 +1,40 @@
 /**
  * `Gateway`: the client of one lockgate address. Streamed locks
- * (`acquire`, `using`), the plain lease API (`leases`), reading locks
- * (`inspect`, `list`), watching (`watch`) and leader election (`election`).
+ * (`acquire`, `using`), sessions (`openSession`, `session`), the plain
+ * lease API (`leases`), reading locks (`inspect`, `list`), watching
+ * (`watch`) and leader election (`election`).
  */
 
 import { Election, type ElectionOptions } from "./election.js";
 import { GatewayUnavailableError, LockgateError, errorFromProblem, hasSlug, type Problem } from "./errors.js";
+import { routineArguments, runHolding } from "./holding.js";
 import { Transport, lockPath, unreachable } from "./http.js";
 import { parseGatewayJson, readGatewayJson } from "./json.js";
 import { Leases, acquireBody } from "./leases.js";
-import { Lock } from "./lock.js";
+import { Lock, type LockLink, type SessionLease } from "./lock.js";
+import { Session, type SessionLink, type SessionOptions } from "./session.js";
 import { readEvents, type ServerSentEvent } from "./sse.js";
-import type { Grant, LockOptions, LockPage, LockStatus, LockStreamEventName, QueuedData } from "./types.js";
+import type {
+  FreeLock,
+  Grant,
+  LockOptions,
+  LockPage,
+  LockStatus,
+  LockStreamEventName,
+  QueuedData,
+  SessionBody,
+  SessionGrant,
+  SessionStreamEventName,
+} from "./types.js";
 import { LockWatch, type WatchOptions } from "./watch.js";
+
+/** A stream that answered its first event: the grant, and what reads on. */
+interface OpenedStream<T> {
+  first: T;
+  stream: AbortController;
+  events: AsyncGenerator<ServerSentEvent>;
+  timing: { sentAt: number; receivedAt: number };
+}
 
 export interface GatewayOptions {
   /** Sent as `Authorization: Bearer <apiKey>`, for a gateway with API keys. */
@@ -55,13 +77,112 @@ export class Gateway {
    * with `LockHeldError` when the lock is held and the wait (`waitMs`,
    * default 0) runs out.
    */
-  async acquire(key: string, options: LockOptions = {}): Promise<Lock> {
+  acquire(key: string, options: LockOptions = {}): Promise<Lock> {
+    return this.takeLock(key, options, undefined);
+  }
+
+  /**
+   * A streamed lock; `session` is set for one taken through a `Session`,
+   * which watches the lease and hears when the lock ends.
+   */
+  private async takeLock(
+    key: string,
+    options: LockOptions,
+    session: { lease: SessionLease; ended: (lock: Lock) => void } | undefined,
+  ): Promise<Lock> {
+    const opened = await this.openStreamed(
+      "/locks",
+      acquireBody(key, options),
+      { signal: options.signal, waitMs: options.waitMs ?? 0 },
+      "a grant",
+      (events) => this.awaitGrant(events, options),
+    );
+    const link: LockLink = {
+      release: (lockKey, token) => this.leases.releaseAll(lockKey, token),
+      setValue: async (lockKey, token, value) => {
+        await this.leases.setValue(lockKey, token, value);
+      },
+      ...(session ? { ended: session.ended } : {}),
+    };
+    const terms = {
+      mode: options.mode ?? "exclusive",
+      value: options.value,
+      // A lock on a session kept alive elsewhere has no lease to watch here.
+      ...(options.session !== undefined ? { session: { lease: session?.lease } } : {}),
+    };
+    return new Lock(opened.first, terms, opened.timing, opened.stream, opened.events, link);
+  }
+
+  /**
+   * Opens a session held through a streamed session: the gateway keeps it
+   * alive for as long as the returned `Session` is open, and
+   * `session.signal` (with the signal of every lock taken through it)
+   * aborts if it is lost. End it with `session.end()` or `await using`.
+   */
+  async openSession(options: SessionOptions = {}): Promise<Session> {
+    const opened = await this.openStreamed(
+      "/sessions",
+      sessionBody(options),
+      { signal: options.signal, waitMs: 0 },
+      "the session",
+      (events) => awaitOpened(events),
+    );
+    return new Session(opened.first, opened.timing, opened.stream, opened.events, this.sessionLink);
+  }
+
+  /**
+   * Runs `routine` with a session open and ends it afterwards (releasing
+   * every lock taken through it), whatever happens. Resolves with the
+   * routine's result. Rejects with the routine's own error if it threw
+   * (a failure to end the session then goes to `onError`, never over it);
+   * with the session's `LockLostError` if the session was lost while the
+   * routine ran; or with the failure to end it.
+   */
+  async session<T>(options: SessionOptions, routine: (session: Session) => Promise<T> | T): Promise<T>;
+  async session<T>(routine: (session: Session) => Promise<T> | T): Promise<T>;
+  async session<T>(
+    optionsOrRoutine: SessionOptions | ((session: Session) => Promise<T> | T),
+    maybeRoutine?: (session: Session) => Promise<T> | T,
+  ): Promise<T> {
+    const [options, routine] = routineArguments<SessionOptions, (session: Session) => Promise<T> | T>(
+      optionsOrRoutine,
+      maybeRoutine,
+      "session(options, routine)",
+    );
+    const session = await this.openSession(options);
+    return runHolding(session, () => session.end(), routine, (error) => this.report(error));
+  }
+
+  /** What a `Session` asks of this gateway. */
+  private readonly sessionLink: SessionLink = {
+    acquire: (key, options, lease, ended) => this.takeLock(key, options, { lease, ended }),
+    end: async (id) => {
+      try {
+        await this.transport.request("DELETE", `/sessions/${encodeURIComponent(id)}`);
+      } catch (error) {
+        // Already over (expired, or ended elsewhere): nothing is left to end.
+        if (!hasSlug(error, "session-not-found")) throw error;
+      }
+    },
+    report: (error) => this.report(error),
+  };
+
+  /**
+   * Sends `body` to `path` asking for an event stream, and reads it up to
+   * its first event with `first`. Until then the caller's signal and our
+   * own timeout (`waitMs` + `timeoutMs`) both close the stream, and a
+   * closed stream is granted nothing.
+   */
+  private async openStreamed<T>(
+    path: string,
+    body: unknown,
+    options: { signal: AbortSignal | undefined; waitMs: number },
+    what: string,
+    first: (events: AsyncGenerator<ServerSentEvent>) => Promise<T>,
+  ): Promise<OpenedStream<T>> {
     const stream = new AbortController();
-    const waitMs = options.waitMs ?? 0;
-    const limitMs = waitMs + this.transport.timeoutMs;
+    const limitMs = options.waitMs + this.transport.timeoutMs;
     let timedOut = false;
-    // Until the grant, the caller's signal and our own timeout both close the
-    // stream; a closed stream is granted nothing.
     const timer = setTimeout(() => {
       timedOut = true;
       stream.abort();
@@ -71,24 +192,15 @@ export class Gateway {
     try {
       options.signal?.throwIfAborted();
       const sentAt = performance.now();
-      const response = await this.transport.openStream("POST", "/locks", {
-        body: acquireBody(key, options),
-        signal: stream.signal,
-      });
+      const response = await this.transport.openStream("POST", path, { body, signal: stream.signal });
       const events = readEvents(response.body as ReadableStream<Uint8Array>);
-      const grant = await this.awaitGrant(events, options);
-      const timing = { sentAt, receivedAt: performance.now() };
-      return new Lock(grant, { mode: options.mode ?? "exclusive", value: options.value }, timing, stream, events, {
-        release: (lockKey, token) => this.leases.releaseAll(lockKey, token),
-        setValue: async (lockKey, token, value) => {
-          await this.leases.setValue(lockKey, token, value);
-        },
-      });
+      const value = await first(events);
+      return { first: value, stream, events, timing: { sentAt, receivedAt: performance.now() } };
     } catch (error) {
       stream.abort();
       if (options.signal?.aborted) throw options.signal.reason;
       if (timedOut) {
-        throw new GatewayUnavailableError(`no grant from the gateway at ${this.url} within ${limitMs} ms`, {
+        throw new GatewayUnavailableError(`no answer with ${what} from the gateway at ${this.url} within ${limitMs} ms`, {
           cause: error,
         });
       }
@@ -138,31 +250,25 @@ export class Gateway {
     optionsOrRoutine: LockOptions | ((lock: Lock) => Promise<T> | T),
     maybeRoutine?: (lock: Lock) => Promise<T> | T,
   ): Promise<T> {
-    const [options, routine] =
-      typeof optionsOrRoutine === "function" ? [{}, optionsOrRoutine] : [optionsOrRoutine, maybeRoutine];
-    if (typeof routine !== "function") throw new TypeError("using(key, options, routine): routine must be a function");
+    const [options, routine] = routineArguments<LockOptions, (lock: Lock) => Promise<T> | T>(
+      optionsOrRoutine,
+      maybeRoutine,
+      "using(key, options, routine)",
+    );
     const lock = await this.acquire(key, options);
-    let result: T;
-    try {
-      result = await routine(lock);
-    } catch (error) {
-      try {
-        await lock.release();
-      } catch (releaseError) {
-        this.report(releaseError);
-      }
-      throw error;
-    }
-    if (lock.lost) throw lock.signal.reason;
-    await lock.release();
-    return result;
+    return runHolding(lock, () => lock.release(), routine, (error) => this.report(error));
   }
 
-  /** The lock as `GET /locks/{key}` shows it; `null` when nobody holds it. */
-  async inspect(key: string, options: { signal?: AbortSignal } = {}): Promise<LockStatus | null> {
+  /**
+   * The lock as `GET /locks/{key}` shows it: its holders and waiters
+   * (`held: true`); `held: false` with `delayedUntilMs` while nobody holds
+   * it but a lock-delay keeps it unavailable (a session that held it
+   * expired); `null` when it is free.
+   */
+  async inspect(key: string, options: { signal?: AbortSignal } = {}): Promise<LockStatus | FreeLock | null> {
     try {
       const answer = await this.transport.request("GET", lockPath(key), { signal: options.signal });
-      return readGatewayJson<LockStatus>(answer.text);
+      return readGatewayJson<LockStatus | FreeLock>(answer.text);
     } catch (error) {
       if (hasSlug(error, "lock-not-found")) return null;
       throw error;
@@ -203,6 +309,24 @@ export class Gateway {
       // A failing error handler must not replace the error being thrown.
     }
   }
+}
+
+/** Reads a streamed session up to its `opened` event. */
+async function awaitOpened(events: AsyncGenerator<ServerSentEvent>): Promise<SessionGrant> {
+  for (;;) {
+    const next = await events.next();
+    if (next.done) throw new GatewayUnavailableError("the session's stream ended before it was opened");
+    if ((next.value.event as SessionStreamEventName) === "opened") return readGatewayJson<SessionGrant>(next.value.data);
+  }
+}
+
+/** The body of `POST /sessions`, from the options. */
+function sessionBody(options: SessionOptions): SessionBody {
+  const body: SessionBody = {};
+  if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+  if (options.lockDelayMs !== undefined) body.lock_delay_ms = options.lockDelayMs;
+  if (options.value !== undefined) body.value = options.value;
+  return body;
 }
 
 function reportAsWarning(error: unknown): void {

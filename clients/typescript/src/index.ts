@@ -6,6 +6,8 @@
  *   (the gateway renews them), `leases` is the plain lease API.
  * - `Lock`: a held streamed lock, with its fencing token and a `signal` that
  *   aborts when the lock is lost.
+ * - `Session`: one lease for many locks (`openSession`, `session`); its
+ *   loss is the loss of every lock taken through it.
  * - `LockWatch`: a lock's events, resumable; `Election`: leader election.
  * - Errors: `LockgateError` and its subclasses, each with the gateway's
  *   problem document.
@@ -13,14 +15,25 @@
 
 export { Gateway, type GatewayOptions } from "./gateway.js";
 export { Lock } from "./lock.js";
+export { Session, type SessionOptions, type SessionLockOptions } from "./session.js";
 export { Leases, type LeaseOptions } from "./leases.js";
-export { LockWatch, type WatchEvent, type WatchOptions, type AcquiredData, type ValueData, type EndedData } from "./watch.js";
+export {
+  LockWatch,
+  type WatchEvent,
+  type WatchOptions,
+  type AcquiredData,
+  type ValueData,
+  type EndedData,
+  type DelayedData,
+} from "./watch.js";
 export { Election, Leadership, type ElectionOptions, type CampaignOptions, type Leader } from "./election.js";
 export {
   LockgateError,
   LockHeldError,
   LockLostError,
   NotOwnerError,
+  DeadlockError,
+  SessionNotFoundError,
   GatewayUnavailableError,
   InvalidRequestError,
   type Problem,
@@ -36,4 +49,5 @@ export type {
   Waiter,
   LockStatus,
   FreeLock,
+  SessionGrant,
 } from "./types.js";

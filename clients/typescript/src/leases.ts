@@ -32,6 +32,7 @@ export function acquireBody(key: string, options: AcquireOptions): AcquireBody {
   if (options.mode !== undefined) body.mode = options.mode;
   if (options.limit !== undefined) body.limit = options.limit;
   if (options.value !== undefined) body.value = options.value;
+  if (options.session !== undefined) body.session = options.session;
   return body;
 }
 

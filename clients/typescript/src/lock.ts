@@ -6,11 +6,14 @@
  * The client's part is to notice, as early as it safely can, that the lock
  * is gone: on a `lost` or foreign `released` event, when the stream breaks,
  * and when no renewal was heard before the lease could have ended. Then it
- * aborts `lock.signal` with a `LockLostError`.
+ * aborts `lock.signal` with a `LockLostError`. A lock that hangs on a
+ * session is not renewed on its own: its lease is the session's, which the
+ * `Session` watches, and the session's loss is the lock's.
  */
 
 import { LockLostError } from "./errors.js";
 import { readGatewayJson } from "./json.js";
+import { LeaseWatchdog } from "./lease-watchdog.js";
 import type { ServerSentEvent } from "./sse.js";
 import type { Grant, LockMode, LockStreamEventName, LostData, RenewedData } from "./types.js";
 
@@ -20,6 +23,26 @@ export interface LockLink {
   release(key: string, token: string): Promise<void>;
   /** Replaces the holder's public value. */
   setValue(key: string, token: string, value: string): Promise<void>;
+  /** Told once when the lock is released or lost (a session forgets it then). */
+  ended?(lock: Lock): void;
+}
+
+/** What a lock that hangs on a session knows of the session's lease. */
+export interface SessionLease {
+  /** When the session's lease ends (Unix ms, Redis clock), as its last renewal said. */
+  readonly expiresAtMs: number;
+}
+
+/** How a `Lock` was asked for. */
+export interface LockTerms {
+  mode: LockMode;
+  value: string | undefined;
+  /**
+   * Set when the lock hangs on a session (`"session"` in the request): the
+   * gateway does not renew it, so the lock keeps no watchdog of its own.
+   * `lease` is the session's, when a `Session` of this client holds it.
+   */
+  session?: { lease: SessionLease | undefined };
 }
 
 /** When the grant's request was sent and its answer arrived, by `performance.now()`. */
@@ -51,20 +74,15 @@ export class Lock implements AsyncDisposable {
   private readonly stream: AbortController;
   private readonly link: LockLink;
   private releasing: Promise<void> | undefined;
-  /**
-   * The earliest moment, by `performance.now()`, at which the lease could
-   * have ended. Two local measurements anchor it: the grant cannot have been
-   * made before the request was sent plus the time it waited, and a renewal's
-   * new end lies as far after the grant's end as the Redis clock says.
-   */
-  private deadline: number;
-  private readonly anchor: { local: number; expiresAtMs: number };
-  private timer: ReturnType<typeof setTimeout> | undefined;
+  /** The session's lease, for a lock that hangs on a `Session`. */
+  private readonly sessionLease: SessionLease | undefined;
+  /** None for a lock in a session: nothing renews it on its own. */
+  private readonly watchdog: LeaseWatchdog | undefined;
 
   /** @internal Made by `Gateway.acquire`. */
   constructor(
     grant: Grant,
-    options: { mode: LockMode; value: string | undefined },
+    terms: LockTerms,
     timing: GrantTiming,
     stream: AbortController,
     events: AsyncIterator<ServerSentEvent>,
@@ -75,16 +93,19 @@ export class Lock implements AsyncDisposable {
     this.fencingToken = grant.fencingToken;
     this.ttlMs = grant.ttlMs;
     this.waitedMs = grant.waitedMs;
-    this.mode = options.mode;
-    this.valueNow = options.value;
+    this.mode = terms.mode;
+    this.valueNow = terms.value;
     this.expiresAt = grant.expiresAtMs;
     this.signal = this.loss.signal;
     this.stream = stream;
     this.link = link;
-    const earliestEnd = Math.min(timing.sentAt + grant.waitedMs, timing.receivedAt) + grant.ttlMs;
-    this.anchor = { local: earliestEnd, expiresAtMs: grant.expiresAtMs };
-    this.deadline = earliestEnd;
-    this.armWatchdog();
+    this.sessionLease = terms.session?.lease;
+    if (!terms.session) {
+      // The grant cannot have been made before the request was sent plus
+      // the time it waited, nor after its answer arrived.
+      const earliestEnd = Math.min(timing.sentAt + grant.waitedMs, timing.receivedAt) + grant.ttlMs;
+      this.watchdog = new LeaseWatchdog(grant.ttlMs, earliestEnd, grant.expiresAtMs, () => this.lose("lease-expired"));
+    }
     // `follow` handles every failure itself; the catch is a backstop so that
     // nothing it does can become an unhandled rejection.
     this.follow(events).catch((error: unknown) => this.lose("connection-lost", error));
@@ -95,9 +116,9 @@ export class Lock implements AsyncDisposable {
     return this.valueNow;
   }
 
-  /** When the lease ends (Unix ms, Redis clock), as the last renewal said. */
+  /** When the lease ends (Unix ms, Redis clock), as the last renewal said: the session's, for a lock in a session. */
   get expiresAtMs(): number {
-    return this.expiresAt;
+    return this.sessionLease?.expiresAtMs ?? this.expiresAt;
   }
 
   /** True once the lock was lost (`signal` has aborted). */
@@ -150,9 +171,34 @@ export class Lock implements AsyncDisposable {
     try {
       await this.link.release(this.key, this.token);
     } finally {
-      if (this.state === "releasing") this.state = "released";
-      this.close();
+      this.settleReleased();
     }
+  }
+
+  /**
+   * @internal Its session is being ended (`DELETE /sessions/{id}` releases
+   * every lock on it): what the stream says from now on is no loss.
+   */
+  sessionEnding(): void {
+    if (this.state === "held") this.state = "releasing";
+  }
+
+  /** @internal Its session was ended: the lock was released with it. */
+  sessionEnded(): void {
+    this.settleReleased();
+  }
+
+  /** @internal Its session was lost (`cause` says how): so is the lock. */
+  sessionLost(cause: LockLostError): void {
+    this.lose("session-ended", cause);
+  }
+
+  private settleReleased(): void {
+    if (this.state === "held" || this.state === "releasing") {
+      this.state = "released";
+      this.link.ended?.(this);
+    }
+    this.close();
   }
 
   private async follow(events: AsyncIterator<ServerSentEvent>): Promise<void> {
@@ -174,20 +220,12 @@ export class Lock implements AsyncDisposable {
       case "renewed": {
         const { expiresAtMs } = readGatewayJson<RenewedData>(event.data);
         this.expiresAt = expiresAtMs;
-        const now = performance.now();
-        // The renewal was made before now, so its lease ends by now + ttl at
-        // the latest; the Redis clock may place it earlier still.
-        this.deadline = Math.min(now + this.ttlMs, this.anchor.local + (expiresAtMs - this.anchor.expiresAtMs));
-        this.armWatchdog();
+        this.watchdog?.renewed(expiresAtMs);
         return false;
       }
       case "released":
-        if (this.state === "releasing") {
-          this.state = "released";
-          this.close();
-        } else {
-          this.lose("released-elsewhere");
-        }
+        if (this.state === "releasing") this.settleReleased();
+        else this.lose("released-elsewhere");
         return true;
       case "lost": {
         const { reason } = readGatewayJson<LostData>(event.data);
@@ -199,46 +237,37 @@ export class Lock implements AsyncDisposable {
     }
   }
 
-  private armWatchdog(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    if (this.state !== "held" && this.state !== "releasing") return;
-    this.timer = setTimeout(() => this.onWatchdog(), Math.max(0, this.deadline - performance.now()) + 1);
-    // A lock that is held keeps its stream open, and that keeps the process
-    // running; this timer alone must not.
-    this.timer.unref?.();
-  }
-
-  private onWatchdog(): void {
-    this.timer = undefined;
-    if (performance.now() >= this.deadline) this.lose("lease-expired");
-    else this.armWatchdog();
-  }
-
   /** Marks the lock lost (once), closes the stream and aborts `signal`. */
   private lose(reason: string, cause?: unknown): void {
     if (this.state === "lost" || this.state === "released") return;
     if (this.state === "releasing") {
       // Released by us while it broke: not a loss anyone needs to hear of.
-      this.state = "released";
-      this.close();
+      this.settleReleased();
       return;
     }
     this.state = "lost";
     this.close();
-    const error = new LockLostError(reason, `lost the lock ${this.key}: ${describe(reason)}`, cause === undefined ? {} : { cause });
+    this.link.ended?.(this);
+    const why = cause instanceof LockLostError ? `${describe(reason)} (${cause.message})` : describe(reason);
+    const error = new LockLostError(reason, `lost the lock ${this.key}: ${why}`, cause === undefined ? {} : { cause });
     this.loss.abort(error);
   }
 
   private close(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
+    this.watchdog?.stop();
     // Closing the connection makes the gateway release whatever it still holds for us.
     this.stream.abort();
   }
 }
 
 /** Why the gateway ended a streamed lock: the `reason` of its `lost` event. */
-export type GatewayLossReason = "lock-gone" | "held-by-another" | "backend-unavailable" | "revoked" | "shutting-down";
+export type GatewayLossReason =
+  | "lock-gone"
+  | "held-by-another"
+  | "backend-unavailable"
+  | "revoked"
+  | "shutting-down"
+  | "session-ended";
 
 /** Why the client itself counts a lock as lost. */
 type ClientLossReason = "released-elsewhere" | "connection-lost" | "lease-expired";
@@ -249,6 +278,7 @@ const LOSSES: Record<GatewayLossReason | ClientLossReason, string> = {
   "backend-unavailable": "no renewal reached Redis before the lease would end",
   revoked: "an operator revoked it",
   "shutting-down": "the gateway released it as it shut down",
+  "session-ended": "the session it hung on ended",
   "released-elsewhere": "it was released with its token by someone else",
   "connection-lost": "the stream to the gateway broke, so nothing renews the lease",
   "lease-expired": "no renewal was heard before the lease could have ended",

@@ -23,6 +23,12 @@ export interface AcquireOptions {
   value?: string;
   /** Stops waiting (nothing is granted); the call rejects with the signal's reason. */
   signal?: AbortSignal;
+  /**
+   * The id of a session to hang the lock on: the lock lives as long as the
+   * session (its `ttlMs` is ignored) unless released first. `Session.acquire`
+   * sets it; give it yourself only for a session kept alive elsewhere.
+   */
+  session?: string;
 }
 
 /** How to ask for a streamed lock. */
@@ -74,7 +80,14 @@ export interface LeaseView {
   value: string | null;
   holds: number;
   acquiredAtMs: number;
+  /** When its lease ends; a session's holder's is its session's. */
   expiresAtMs: number;
+  /**
+   * The public handle (32 hex digits) of the session the hold hangs on,
+   * when it does: the same for every lock of one session, and never the
+   * session's secret id.
+   */
+  session?: string | null;
 }
 
 /** A request waiting for the lock, on any gateway instance. */
@@ -102,11 +115,20 @@ export interface LockStatus {
   waiters: Waiter[];
 }
 
-/** A lock nobody holds, as a watch's `snapshot` shows it. */
+/**
+ * A lock nobody holds: as a watch's `snapshot` shows it, and as
+ * `GET /locks/{key}` shows a lock that a lock-delay keeps unavailable.
+ */
 export interface FreeLock {
   key: string;
   held: false;
   waiters: Waiter[];
+  /**
+   * Until when nobody is granted it (Unix ms, Redis clock): the lock-delay
+   * of a session that held it and expired, or whose hold was revoked.
+   * Absent when no delay is in force.
+   */
+  delayedUntilMs?: number;
 }
 
 /** A page of `GET /locks`. */
@@ -148,6 +170,7 @@ export interface AcquireBody {
   mode?: LockMode;
   limit?: number;
   value?: string;
+  session?: string;
 }
 
 /** The body of `PUT /locks/{key}/ttl`. */
@@ -161,3 +184,35 @@ export interface ValueBody {
   token: string;
   value: string;
 }
+
+/** The body of `POST /sessions`. */
+export interface SessionBody {
+  ttl_ms?: number;
+  lock_delay_ms?: number;
+  value?: string;
+}
+
+/** A new session, as `POST /sessions` answers it (and a streamed session's `opened` event). */
+export interface SessionGrant {
+  /** The session's secret: whoever has it can hang locks on the session and end it. */
+  id: string;
+  ttlMs: number;
+  lockDelayMs: number;
+  expiresAtMs: number;
+}
+
+/** The events of a streamed session (`POST /sessions` with `Accept: text/event-stream`). */
+export type SessionStreamEventName = "opened" | "renewed" | "ended";
+
+/** A streamed session's `renewed`: the session's lease now ends then. */
+export interface SessionRenewedData {
+  expiresAtMs: number;
+}
+
+/** A streamed session's `ended`, its last event. */
+export interface SessionEndedData {
+  reason: string;
+}
+
+/** Why the gateway ended a session: the `reason` of a streamed session's `ended` event. */
+export type SessionEndReason = "expired" | "deleted" | "shutting-down";

@@ -38,6 +38,16 @@ export interface EndedData {
 }
 
 /**
+ * `delayed`: the lock is free, but nobody is granted it until
+ * `delayedUntilMs` (Unix ms, Redis clock): the lock-delay of a session that
+ * held it and expired, or whose hold was revoked.
+ */
+export interface DelayedData {
+  key: string;
+  delayedUntilMs: number;
+}
+
+/**
  * An event of a watched lock. `id` is what a watch resumes after: the
  * stream's last event id, which is the event's own (a `gap` has none, and
  * carries the one before it).
@@ -47,6 +57,7 @@ export type WatchEvent =
   | { type: "acquired"; id: string | undefined; data: AcquiredData }
   | { type: "value"; id: string | undefined; data: ValueData }
   | { type: "released" | "expired" | "revoked"; id: string | undefined; data: EndedData }
+  | { type: "delayed"; id: string | undefined; data: DelayedData }
   | { type: "gap"; id: string | undefined; data: Record<string, never> };
 
 export interface WatchOptions {
@@ -73,6 +84,7 @@ const EVENT_TYPES = new Set<string>(
     released: true,
     expired: true,
     revoked: true,
+    delayed: true,
     gap: true,
   } satisfies Record<WatchEventName, true>),
 );

@@ -14,6 +14,8 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import type { Gateway, LockStatus } from "lockgate";
+
 /** The package's root: this file runs from `build/`. */
 export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const repositoryRoot = resolve(packageRoot, "..", "..");
@@ -236,10 +238,26 @@ export function abortTime(signal: AbortSignal): Promise<number> {
   });
 }
 
+/** `promise`, or a rejection naming `what` after `ms`: a wait that must end, and fails the test instead of hanging it. */
+export function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`not within ${ms} ms: ${what}`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 /** Work that runs until `signal` aborts, then rejects with its reason (as work given a lock's signal does). */
 export function untilAborted(signal: AbortSignal): Promise<never> {
   return new Promise((_, reject) => {
     if (signal.aborted) reject(signal.reason);
     else signal.addEventListener("abort", () => reject(signal.reason), { once: true });
   });
+}
+
+/** `gw.inspect(key)` of a lock that is held or free, never under a lock-delay (that fails the test). */
+export async function heldStatus(gw: Gateway, key: string): Promise<LockStatus | null> {
+  const status = await gw.inspect(key);
+  if (status && !status.held) throw new Error(`${key} is under a lock-delay: ${JSON.stringify(status)}`);
+  return status;
 }

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
 import { Gateway, LockHeldError } from "lockgate";
-import { Stack, uniqueKey } from "./harness.js";
+import { Stack, heldStatus, uniqueKey } from "./harness.js";
 import { FaultyProxy } from "./proxy.js";
 
 let stack: Stack;
@@ -43,7 +43,7 @@ describe("a plain acquire whose answer is lost", () => {
     assert.equal(sent.length, 2);
     assert.ok(sent[0] && sent[0] === sent[1], "both attempts carried one Idempotency-Key");
 
-    const status = await direct.inspect(key);
+    const status = await heldStatus(direct, key);
     assert.equal(status?.holders, 1, "one grant, not two");
     assert.equal(status?.fencingToken, lease.fencingToken);
     // Without the key the retry would have met its own lock.

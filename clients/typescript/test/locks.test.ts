@@ -16,7 +16,7 @@ import {
   NotOwnerError,
   type Lock,
 } from "lockgate";
-import { GatewayServer, Stack, eventually, freePort, sleep, uniqueKey } from "./harness.js";
+import { GatewayServer, Stack, eventually, freePort, heldStatus, sleep, uniqueKey } from "./harness.js";
 import { FaultyProxy } from "./proxy.js";
 
 let stack: Stack;
@@ -121,7 +121,7 @@ describe("a streamed lock", () => {
     await sleep(2_000);
     assert.equal(lock.lost, false);
     assert.ok(lock.expiresAtMs > firstExpiry + 1_000, "renewed events moved the lease on");
-    const status = await gw.inspect(key);
+    const status = await heldStatus(gw, key);
     assert.equal(status?.fencingToken, lock.fencingToken);
     await lock.release();
   });
@@ -142,7 +142,7 @@ describe("gateway.using", () => {
   it("runs the routine under the lock and releases it", async () => {
     const key = uniqueKey("using");
     const result = await gw.using(key, { ttlMs: 5_000 }, async (lock) => {
-      assert.equal((await gw.inspect(key))?.fencingToken, lock.fencingToken);
+      assert.equal((await heldStatus(gw, key))?.fencingToken, lock.fencingToken);
       return 42;
     });
     assert.equal(result, 42);
@@ -204,7 +204,7 @@ describe("kinds of locks and values", () => {
     const reader2 = await gw.acquire(key, { mode: "shared" });
     assert.equal(reader1.mode, "shared");
     await assert.rejects(gw.acquire(key), LockHeldError);
-    const status = await gw.inspect(key);
+    const status = await heldStatus(gw, key);
     assert.equal(status?.mode, "shared");
     assert.equal(status?.holders, 2);
     await reader1.release();
@@ -224,10 +224,10 @@ describe("kinds of locks and values", () => {
   it("shows the holder's value to readers and lets the holder replace it", async () => {
     const key = uniqueKey("value");
     const lock = await gw.acquire(key, { value: "10.0.0.7:9000" });
-    assert.equal((await gw.inspect(key))?.leases[0]?.value, "10.0.0.7:9000");
+    assert.equal((await heldStatus(gw, key))?.leases[0]?.value, "10.0.0.7:9000");
     await lock.setValue("10.0.0.7:9001");
     assert.equal(lock.value, "10.0.0.7:9001");
-    assert.equal((await gw.inspect(key))?.leases[0]?.value, "10.0.0.7:9001");
+    assert.equal((await heldStatus(gw, key))?.leases[0]?.value, "10.0.0.7:9001");
     await lock.release();
   });
 

@@ -7,12 +7,14 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import {
+  DeadlockError,
   GatewayUnavailableError,
   InvalidRequestError,
   LockHeldError,
   LockLostError,
   LockgateError,
   NotOwnerError,
+  SessionNotFoundError,
 } from "lockgate";
 import { errorFromProblem } from "../dist/errors.js";
 import { parseGatewayJson, quoteUnsafeIntegers, readGatewayJson } from "../dist/json.js";
@@ -69,6 +71,8 @@ describe("problem documents", () => {
       ["lock-held", 409, LockHeldError],
       ["not-owner", 409, NotOwnerError],
       ["lock-not-found", 404, LockLostError],
+      ["deadlock", 409, DeadlockError],
+      ["session-not-found", 404, SessionNotFoundError],
       ["backend-unavailable", 503, GatewayUnavailableError],
       ["shutting-down", 503, GatewayUnavailableError],
       ["invalid-key", 422, InvalidRequestError],
@@ -89,6 +93,13 @@ describe("problem documents", () => {
     const error = errorFromProblem(problem("lock-held", 409, { retry_after_ms: 1834 }));
     assert.ok(error instanceof LockHeldError);
     assert.equal(error.retryAfterMs, 1834);
+  });
+
+  it("give a deadlock error the cycle's keys, in order", () => {
+    const error = errorFromProblem(problem("deadlock", 409, { key: "x", cycle: ["x", "y", "z"] }));
+    assert.ok(error instanceof DeadlockError);
+    assert.deepEqual(error.cycle, ["x", "y", "z"]);
+    assert.deepEqual((errorFromProblem(problem("deadlock", 409)) as DeadlockError).cycle, [], "none named: empty");
   });
 
   it("make any other 5xx a GatewayUnavailableError", () => {

@@ -11,20 +11,28 @@ import type { View } from "../context";
 import { runCountdowns } from "./leases";
 import { followLock } from "./lock-feed";
 import { lockPageLayout, showLock, showProblem, showStreamState } from "./lock-page-layout";
-import { applyEvent, fromAnswer, type LockState, UNKNOWN_LOCK, worthReading } from "./lock-state";
+import { applyEvent, fromAnswer, isDelayed, type LockState, UNKNOWN_LOCK, worthReading } from "./lock-state";
 import { addEvent } from "./lock-timeline";
-import { revocationSection } from "./revocation";
+import { Revocation } from "./revocation";
 
 export function lockPageView(key: string): View {
   return (root, context, signal) => {
     const { clock } = context;
-    const page = lockPageLayout(root, key, revocationSection(key, context, signal));
+    const page = lockPageLayout(root, key, new Revocation(key, context, signal));
     let state = UNKNOWN_LOCK;
+    // A lock-delay ends without an event: the page shows the lock again then.
+    let delayOver: ReturnType<typeof setTimeout> | undefined;
+    signal.addEventListener("abort", () => clearTimeout(delayOver), { once: true });
     const show = (next: LockState) => {
       state = next;
       showLock(page, state, clock);
+      clearTimeout(delayOver);
+      const now = clock.now();
+      if (isDelayed(state, now) && state.delayedUntilMs !== undefined) {
+        delayOver = setTimeout(() => show(state), state.delayedUntilMs - now + 50);
+      }
     };
-    runCountdowns(page.holders, clock, signal);
+    runCountdowns(root, clock, signal);
     followLock(key, context, signal, {
       onEvent: (event) => {
         addEvent(page.timeline, event, clock);

@@ -49,7 +49,10 @@ export function describeEvent(event: LockEvent): string {
   switch (event.name) {
     case "snapshot": {
       const lock = event.data;
-      if (!lock.held) return `Free, ${waitingText(lock.waiters)}.`;
+      if (!lock.held) {
+        const delay = lock.delayed_until_ms ? `delayed until ${format.clockTime(lock.delayed_until_ms)}, ` : "";
+        return `Free, ${delay}${waitingText(lock.waiters)}.`;
+      }
       const held = (lock.leases ?? []).map((lease: Lease) => `#${lease.fencing_token}`).join(", ");
       return `Held (${lock.mode}) by ${held || format.plural(lock.holders, "holder")}, ${waitingText(lock.waiters)}.`;
     }
@@ -65,6 +68,8 @@ export function describeEvent(event: LockEvent): string {
       return `#${event.data.fencing_token}'s lease ran out.`;
     case "revoked":
       return `#${event.data.fencing_token} was revoked by an admin.`;
+    case "delayed":
+      return `Nobody is granted it until ${format.clockTime(event.data.delayed_until_ms)}: the lock-delay of a session that held it.`;
     case "gap":
       return "Some events were no longer kept; a fresh snapshot follows.";
   }
