@@ -10,7 +10,7 @@ use super::auth::ApiKeyAccess;
 use super::error::ApiError;
 use super::extract::KeyPath;
 use super::responses::problem_responses;
-use super::schema::{LockKeyText, LockModeText};
+use super::schema::{LockKeyText, LockModeText, held_false, held_true};
 use crate::locks::MAX_LIST;
 use crate::locks::{
     LeaseView, ListCursor, LockError, LockKey, LockSight, LockView, Locks, WaiterView,
@@ -21,7 +21,7 @@ use crate::locks::{
 pub struct LockStatus {
     #[schema(example = "orders:42")]
     key: String,
-    /// Always true: a lock that is not held answers 404.
+    #[schema(schema_with = held_true)]
     held: bool,
     /// Until the latest lease ends, in milliseconds.
     ttl_ms: u64,
@@ -77,7 +77,7 @@ pub struct LeaseEntry {
 pub struct FreeLock {
     #[schema(example = "orders:42")]
     key: String,
-    /// Always false.
+    #[schema(schema_with = held_false)]
     held: bool,
     /// The requests waiting, about to be served.
     waiters: Vec<WaiterEntry>,

@@ -41,6 +41,25 @@ pub struct NameText(String);
 #[schema(value_type = String)]
 pub struct IdempotencyKeyText(String);
 
+/// `held` of a held lock's status: always `true`, so a status can never
+/// also read as a free lock's (`oneOf` needs exactly one match).
+pub fn held_true() -> Object {
+    held_const(true, "Always true: a lock that is not held answers 404.")
+}
+
+/// `held` of a free lock's status: always `false`.
+pub fn held_false() -> Object {
+    held_const(false, "Always false.")
+}
+
+fn held_const(value: bool, description: &str) -> Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Boolean)
+        .enum_values(Some([value]))
+        .description(Some(description))
+        .build()
+}
+
 /// How a lock is held: `exclusive` (alone, or as one of a counting lock's
 /// `limit` places) or `shared` (with any number of other shared holders).
 #[derive(ToSchema)]
