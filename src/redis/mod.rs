@@ -111,6 +111,10 @@ pub enum BackendError {
     Command(#[from] redis::RedisError),
     #[error("{script} replied {reply}, which it never should")]
     UnexpectedReply { script: &'static str, reply: String },
+    /// A write that needed its replicas' confirmation did not get it in
+    /// time (it stands on the primary, which may yet lose it).
+    #[error("too few replicas confirmed the write in time")]
+    NotConfirmed,
 }
 
 impl BackendError {
@@ -198,7 +202,7 @@ impl Redis {
                 let client = cluster_client(nodes, settings.timeout).build()?;
                 let confirming = settings
                     .replication
-                    .map(|_| confirming_pool(&client, settings))
+                    .map(|_| confirming_pool(nodes, settings))
                     .transpose()?;
                 Backend::Cluster {
                     client: Box::new(client),
@@ -242,6 +246,11 @@ impl Redis {
     /// Whether it is a Redis Cluster (a script sees only one slot's keys).
     pub fn is_cluster(&self) -> bool {
         matches!(self.0.backend, Backend::Cluster { .. })
+    }
+
+    /// Whether writes must be confirmed by replicas (`--redis-wait-replicas`).
+    pub fn confirms_writes(&self) -> bool {
+        self.0.replication.is_some()
     }
 
     /// The bound on each Redis operation.
@@ -388,11 +397,16 @@ fn single_pool(primary: &Primary, settings: &RedisSettings) -> Result<Pool, redi
     build_pool(manager, settings.checkout_size(), settings.timeout)
 }
 
+/// The connections for replica-confirmed writes on a cluster. Their client
+/// never retries: a `WAIT` retried after its primary died would be asked
+/// of another node, on another connection, which has nothing to wait for
+/// and would answer at once as if the write were confirmed.
 fn confirming_pool(
-    client: &ClusterClient,
+    nodes: &[String],
     settings: &RedisSettings,
 ) -> Result<ClusterPool, redis::RedisError> {
-    let manager = ClusterManager::new(client.clone(), settings.timeout);
+    let client = cluster_client(nodes, settings.timeout).retries(0).build()?;
+    let manager = ClusterManager::new(client, settings.timeout);
     build_pool(manager, settings.checkout_size(), settings.timeout)
 }
 

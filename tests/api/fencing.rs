@@ -154,45 +154,97 @@ mod recipes {
             .execute(&pool)
             .await
             .unwrap();
+        // The recipe: the read raises the row's fence to the reader's token
+        // (refusing a smaller one), the write checks it again.
+        let read = |fence: i64| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(
+                    "UPDATE accounts SET fence = $1 WHERE id = 'acct-1' AND fence <= $1 \
+                     RETURNING balance",
+                )
+                .bind(fence)
+                .fetch_optional(&pool)
+                .await
+                .unwrap()
+            }
+        };
         let write = |balance: i64, fence: i64| {
             let pool = pool.clone();
             async move {
-                sqlx::query(
-                    "UPDATE accounts SET balance = $1, fence = $2 WHERE id = 'acct-1' AND fence <= $2",
-                )
-                .bind(balance)
-                .bind(fence)
-                .execute(&pool)
-                .await
-                .unwrap()
-                .rows_affected()
+                sqlx::query("UPDATE accounts SET balance = $2 WHERE id = 'acct-1' AND fence <= $1")
+                    .bind(fence)
+                    .bind(balance)
+                    .execute(&pool)
+                    .await
+                    .unwrap()
+                    .rows_affected()
             }
         };
         let (old, new) = fencing_tokens().await;
-        assert_eq!(write(10, new).await, 1, "the newer holder writes");
-        assert_eq!(write(20, new).await, 1, "and writes again under its token");
-        assert_eq!(write(99, old).await, 0, "the stale holder is refused");
+        // A read-modify-write each: the stale holder reads, the newer one
+        // reads, the stale one's write comes first and is refused.
+        let seen_by_old = read(old).await.expect("the stale holder reads first");
+        let seen_by_new = read(new).await.expect("the newer holder reads");
+        assert_eq!(
+            write(seen_by_old + 1, old).await,
+            0,
+            "the stale write is refused"
+        );
+        assert_eq!(
+            write(seen_by_new + 1, new).await,
+            1,
+            "the newer holder writes"
+        );
+        assert_eq!(read(new).await, Some(1), "and reads again under its token");
+        assert_eq!(read(old).await, None, "the stale holder cannot even read");
         let balance: i64 = sqlx::query_scalar("SELECT balance FROM accounts")
             .fetch_one(&pool)
             .await
             .unwrap();
-        assert_eq!(balance, 20);
+        assert_eq!(balance, 1, "one increment, none lost");
         pool.close().await;
     }
 
     #[tokio::test]
     async fn a_redis_resource_refuses_a_stale_fencing_token_with_a_lua_check() {
-        const CHECK_AND_SET: &str = "
+        // The recipe's two scripts: the read raises the fence, the write
+        // checks it.
+        const READ: &str = "
+            local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+            if tonumber(ARGV[1]) < fence then return false end
+            redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+            return redis.call('HGET', KEYS[1], 'value') or ''";
+        const WRITE: &str = "
             local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
             if tonumber(ARGV[1]) < fence then return 0 end
-            redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+            redis.call('HSET', KEYS[1], 'value', ARGV[2])
             return 1";
         let resource = RedisServer::start_single().await;
         let mut conn = resource.node(0).connection().await;
-        let script = redis::Script::new(CHECK_AND_SET);
+        let (read, write) = (redis::Script::new(READ), redis::Script::new(WRITE));
         let (old, new) = fencing_tokens().await;
-        let mut write = async |fence: i64, value: &str| -> i64 {
-            script
+        let mut reads = async |fence: i64| -> Option<String> {
+            read.key("inventory:42")
+                .arg(fence)
+                .invoke_async(&mut conn)
+                .await
+                .unwrap()
+        };
+        assert_eq!(
+            reads(old).await.as_deref(),
+            Some(""),
+            "the stale holder reads first"
+        );
+        assert_eq!(
+            reads(new).await.as_deref(),
+            Some(""),
+            "the newer holder reads"
+        );
+        assert_eq!(reads(old).await, None, "then the stale holder is shut out");
+        let mut conn = resource.node(0).connection().await;
+        let mut writes = async |fence: i64, value: &str| -> i64 {
+            write
                 .key("inventory:42")
                 .arg(fence)
                 .arg(value)
@@ -200,8 +252,8 @@ mod recipes {
                 .await
                 .unwrap()
         };
-        assert_eq!(write(new, "from the new holder").await, 1);
-        assert_eq!(write(old, "from the stale holder").await, 0);
+        assert_eq!(writes(old, "from the stale holder").await, 0);
+        assert_eq!(writes(new, "from the new holder").await, 1);
         let value: String = redis::cmd("HGET")
             .arg("inventory:42")
             .arg("value")

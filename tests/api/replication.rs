@@ -177,3 +177,81 @@ async fn in_a_cluster_waiting_for_a_replica_stalls_no_other_request_to_its_node(
     );
     assert_problem(refused, 503, "not-replicated").await;
 }
+
+/// A streamed lock's renewals must be confirmed too: with its replica
+/// frozen, the stream is not told `renewed` for a lease a failover could
+/// lose, and it ends `lost` before the last confirmed lease would.
+#[tokio::test]
+async fn with_its_replica_frozen_a_streamed_lock_is_renewed_no_more() {
+    let (primary, replica) = primary_and_replica().await;
+    let app = confirming_gateway(&primary, "200").await;
+    let response = app
+        .stream(json!({"key": "streamed:confirmed", "ttl_ms": 1_500}))
+        .await;
+    let mut events = crate::helpers::EventStream::of(response);
+    let acquired = events.next(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(acquired.name, "acquired");
+    let renewed = events.until("renewed", Duration::from_secs(2)).await;
+    let confirmed_until = renewed.data["expires_at_ms"].as_u64().unwrap();
+
+    send_signal(replica.node(0).pid(), "-STOP");
+    let mut last = None;
+    while let Some(event) = events.next(Duration::from_secs(5)).await {
+        if event.name == "renewed" {
+            // One confirmed just before the freeze may still come.
+            let until = event.data["expires_at_ms"].as_u64().unwrap();
+            assert!(
+                until <= confirmed_until + 600,
+                "renewed to {until} with the replica frozen"
+            );
+        }
+        last = Some(event);
+    }
+    send_signal(replica.node(0).pid(), "-CONT");
+    let last = last.expect("the stream said nothing");
+    assert_eq!(last.name, "lost", "{:?}", last.data);
+    assert_eq!(last.data["reason"], "backend-unavailable");
+}
+
+/// In a cluster, a grant whose primary dies while it waits for its (frozen)
+/// replica is answered 503, never 201: the `WAIT` is not asked again of a
+/// node that has nothing to wait for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_a_primary_dying_during_wait_confirms_nothing() {
+    let mut redis = RedisServer::cluster(3).await;
+    for master in 0..3 {
+        redis.add_cluster_replica(master).await;
+    }
+    let [key, first]: [String; 2] = redis.keys_on_master(0, 2).await.try_into().unwrap();
+    let app = TestApp::spawn_with(
+        &redis,
+        &[
+            "--redis-wait-replicas",
+            "1",
+            "--redis-wait-timeout-ms",
+            "3000",
+            "--redis-timeout-ms",
+            "5000",
+        ],
+    )
+    .await;
+    // The warm-up: every master's connection is open.
+    app.take(&format!("{key}-warm"), 100).await;
+
+    send_signal(redis.node(3).pid(), "-STOP");
+    let refused = app.acquire(json!({"key": first})).await;
+    assert_problem(refused, 503, "not-replicated").await;
+    let granting = app.acquire(json!({"key": key}));
+    let killing = async {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        redis.node_mut(0).kill();
+    };
+    let (answer, ()) = tokio::join!(granting, killing);
+    send_signal(redis.node(3).pid(), "-CONT");
+    assert_eq!(
+        answer.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a grant no replica confirmed was answered {}",
+        answer.status()
+    );
+}

@@ -292,11 +292,36 @@ impl Renewals {
         scripts::release_many(&mut conn, &items, publish).await
     }
 
-    /// Renews many leases in one round trip (see [`StreamedLocks`]).
+    /// Renews many leases in one round trip (see [`StreamedLocks`]); when
+    /// replicas must confirm writes, each renewal is confirmed, or counts as
+    /// failed: a stream must not be told `renewed` for a lease that a
+    /// failover could lose.
     async fn extend_many(
         &self,
         renewals: &[(LockKeys, String, Ttl)],
     ) -> Result<Vec<Result<ExtendReply, BackendError>>, BackendError> {
+        let redis = self.locks.redis();
+        if redis.confirms_writes() {
+            let publish = self.locks.publish();
+            let confirmed = renewals.iter().map(|(keys, token, ttl)| async move {
+                let (reply, confirmed) = redis
+                    .write(
+                        &keys.lock(),
+                        true,
+                        async |conn| {
+                            scripts::extend(conn, keys, publish, token, ttl.as_millis()).await
+                        },
+                        |reply| matches!(reply, ExtendReply::Extended(_)),
+                    )
+                    .await?;
+                if confirmed {
+                    Ok(reply)
+                } else {
+                    Err(BackendError::NotConfirmed)
+                }
+            });
+            return Ok(futures_util::future::join_all(confirmed).await);
+        }
         let mut conn = self.locks.redis().connection().await?;
         let items: Vec<scripts::Renewal<'_>> = renewals
             .iter()
