@@ -127,7 +127,10 @@ pub struct Counterexample {
 ///
 /// stateright keeps the last discovery of a property made in a block of
 /// states, not the first: the search stops at the first block with one,
-/// then looks again below its length until none is shorter.
+/// then looks again below its length until none is shorter. When the
+/// breadth-first search would need too much memory, a depth-first one
+/// finds a counterexample, and further depth-first searches, each bounded
+/// halfway to the shortest length not yet ruled out, find shorter ones.
 pub fn shortest(
     scenario: Scenario,
     fixes: Fixes,
@@ -138,11 +141,17 @@ pub fn shortest(
     let search = |depth: Option<usize>, breadth_first: bool| {
         let mut model = LockModel::new(scenario.clone(), fixes);
         model.only = Some(property);
+        // Depth first, memory is no matter: it may look as far as the check did.
+        let cap = if breadth_first {
+            SHORTEST_MAX_STATES.min(bound.max_states)
+        } else {
+            bound.max_states
+        };
         let mut builder = model
             .checker()
             .finish_when(HasDiscoveries::AnyFailures)
             .threads(1)
-            .target_state_count(SHORTEST_MAX_STATES.min(bound.max_states));
+            .target_state_count(cap);
         // stateright counts the initial state as depth 1.
         if let Some(depth) = depth.or(bound.depth) {
             builder = builder.target_max_depth(depth);
@@ -157,10 +166,22 @@ pub fn shortest(
         Some(path) => (path, true),
         None => (search(None, false)?, false),
     };
+    let steps = |path: &Path<State, Action>| path.clone().into_actions().len();
     // Each search below the length of the best one so far: none, and it is shortest.
     if shortest {
-        while let Some(shorter) = search(Some(best.clone().into_actions().len() + 1), true) {
+        while let Some(shorter) = search(Some(steps(&best) + 1), true) {
             best = shorter;
+        }
+    } else {
+        // Depth first, halving the gap to a length with none found (a
+        // bounded depth-first search may miss one, so this is no proof).
+        let mut none_at = 0;
+        while steps(&best) > none_at + 1 {
+            let try_at = (none_at + steps(&best)) / 2;
+            match search(Some(try_at + 1), false) {
+                Some(shorter) if steps(&shorter) < steps(&best) => best = shorter,
+                _ => none_at = try_at,
+            }
         }
     }
     let model = LockModel::new(scenario, fixes);

@@ -1,8 +1,8 @@
-//! The gateway's side of a request (`src/locks/acquire.rs`, `src/locks/handover.rs`, `src/locks/streams/`), its tending (`src/locks/waiting/tending.rs`) and its shutdown (`src/app.rs`): each step one round trip to Redis, or none.
+//! The gateway's side of a request (`src/locks/acquire/`, `src/locks/streamed/`), its tending (`src/locks/waiting/tending.rs`) and its shutdown (`src/app/mod.rs`): each step one round trip to Redis, or none.
 
-use crate::scenario::{Gw, Req, TICK_MS};
+use crate::scenario::{Gw, Mutant, Req, TICK_MS, Tick};
 use crate::scripts::{Acquired, Left};
-use crate::state::{Cleanup, Phase, Refusal, Standing};
+use crate::state::{Cleanup, Phase, Refusal, Search, Standing, TendPlan};
 use crate::step::Step;
 
 /// Why a waiter leaves the queue.
@@ -23,9 +23,10 @@ fn ms(ticks: u8) -> u32 {
 }
 
 impl Step<'_> {
-    /// The client sends its request: the first attempt, and the second
-    /// that joins the queue, as one step (a first attempt that finds no
-    /// place changes nothing, so the join may as well come at once).
+    /// The client sends its request: a session's lock joins its session
+    /// (`session_join.lua`), then the first attempt, and the second that
+    /// joins the queue, as one step (a first attempt that finds no place
+    /// changes nothing, so the join may as well come at once).
     pub fn send(&mut self, id: Req) {
         let spec = self.scenario.spec(id).clone();
         self.s.arrivals += 1;
@@ -35,7 +36,7 @@ impl Step<'_> {
             let overlapped = self.s.ids().any(|other| {
                 other != id
                     && scenario.spec(other).idempotency_key == spec.idempotency_key
-                    && matches!(self.s.request(other).phase, Phase::Waiting { .. })
+                    && self.s.request(other).waiting()
             });
             self.s.request_mut(id).overlapped = overlapped;
         }
@@ -45,64 +46,122 @@ impl Step<'_> {
         } else {
             "/locks"
         };
+        let on = self.on_key(spec.key);
         self.say(|| {
-            let key = match spec.idempotency_key {
+            let idem = match spec.idempotency_key {
                 Some(key) => format!(", Idempotency-Key K{key}"),
                 None => String::new(),
             };
+            let lease = match spec.session {
+                Some(session) => format!("session {session}"),
+                None => format!("ttl_ms {}", ms(spec.ttl)),
+            };
             format!(
-                "client {name} -> gateway {}: POST {path} (wait_ms {}, ttl_ms {}{key})",
+                "client {name} -> gateway {}: POST {path}{on} (wait_ms {}, {lease}{idem})",
                 spec.gateway,
                 ms(spec.wait),
-                ms(spec.ttl)
             )
         });
-        self.running(|| format!("acquire({name})"));
-        let outcome = self.acquire(id, spec.wait > 0, spec.wait);
+        if let Some(session) = spec.session {
+            if !self.s.redis.session(session).alive(self.s.now) {
+                self.say(|| format!("redis: session_join({name}) -> not-found"));
+                self.refuse(id, Refusal::SessionEnded);
+                return;
+            }
+            self.s.redis.session_mut(session).locks |= id.bit();
+        }
+        self.running(|| format!("acquire({name}){on}"));
+        let outcome = self.acquire(spec.key, id, id, spec.wait > 0, spec.wait);
         let deadline = self.s.now + spec.wait;
         self.settle_attempt(id, outcome, deadline);
     }
 
     /// Where an attempt leaves the request.
-    fn settle_attempt(&mut self, id: Req, outcome: Acquired, deadline: u8) {
+    fn settle_attempt(&mut self, id: Req, outcome: Acquired, deadline: Tick) {
         let name = self.name(id);
-        let request = self.s.request_mut(id);
+        let now = self.s.now;
+        let in_session = self.scenario.spec(id).session.is_some();
         match outcome {
-            Acquired::Granted { ends } => {
-                request.phase = Phase::Holding {
-                    token: id,
-                    until: ends,
-                };
-                request.granted = true;
-                self.say(|| format!("redis: acquire({name}) -> granted; {name} answered 201"));
+            Acquired::Granted { ends, fence } => {
+                let request = self.s.request_mut(id);
+                request.granted_fence = fence;
+                if in_session {
+                    request.phase = Phase::Attaching;
+                    self.say(|| format!("redis: acquire({name}) -> granted; attaching it"));
+                } else {
+                    request.phase = Phase::Holding {
+                        token: request.token,
+                        until: ends,
+                    };
+                    request.granted = request.token == id;
+                    self.say(|| format!("redis: acquire({name}) -> granted; {name} answered 201"));
+                }
             }
-            Acquired::Replayed { token, ends } => {
+            Acquired::Replayed { token, ends, fence } => {
+                let request = self.s.request_mut(id);
                 request.phase = Phase::Holding { token, until: ends };
+                request.granted_fence = fence;
                 self.say(|| {
                     format!(
                         "redis: acquire({name}) -> replayed (the key's grant); {name} answered 201"
                     )
                 });
             }
-            Acquired::Queued { ticket } => {
+            Acquired::Queued {
+                ticket,
+                token,
+                offered,
+            } => {
+                let request = self.s.request_mut(id);
+                // A requeued waiter's ticket keeps what it last held
+                // (`Ticket::joined` sets only a queued standing): a grant
+                // heard, or unaccounted, stands, unseen.
+                let (mut standing, mut heard, search) = match request.phase {
+                    Phase::Waiting { search, .. } if self.fixes.requeue_resets_standing => {
+                        (Standing::Queued, false, search)
+                    }
+                    Phase::Waiting {
+                        standing, search, ..
+                    } => (standing, false, search),
+                    _ => (Standing::Queued, false, Search::Idle { at: now }),
+                };
+                if offered {
+                    (standing, heard) = (Standing::Granted, true);
+                }
+                request.token = token;
                 request.phase = Phase::Waiting {
-                    standing: Standing::Queued,
+                    standing,
+                    heard,
                     deadline,
                     ticket,
+                    search,
                 };
                 request.waited = true;
-                self.say(|| format!("redis: acquire({name}) -> queued at ticket {ticket}"));
+                let twin = if token != id {
+                    format!(" (with {}'s token)", self.name(token))
+                } else {
+                    String::new()
+                };
+                self.say(|| format!("redis: acquire({name}) -> queued at ticket {ticket}{twin}"));
             }
             Acquired::Held => {
-                request.phase = Phase::Refused(Refusal::Held);
                 self.say(|| format!("redis: acquire({name}) -> held; {name} answered 409"));
+                self.s.request_mut(id).phase = Phase::Refused(Refusal::Held);
             }
+        }
+    }
+
+    /// The wait loop acted on its ticket's news.
+    fn seen(&mut self, id: Req) {
+        if let Phase::Waiting { heard, .. } = &mut self.s.request_mut(id).phase {
+            *heard = false;
         }
     }
 
     /// The waiter heard its grant: it claims the place for its whole lease
     /// (`extend.lua`); a place gone meanwhile sends it back to the queue.
     pub fn claim(&mut self, id: Req) {
+        self.seen(id);
         let name = self.name(id);
         self.running(|| format!("extend({name})"));
         let deadline = self.deadline(id);
@@ -114,26 +173,70 @@ impl Step<'_> {
     }
 
     /// `extend.lua` for a waiter's offered place: true, and the client
-    /// answered `201`, if the place was still its own.
+    /// answered `201` (a session's lock: once attached), if the place was
+    /// still its own.
     fn claimed(&mut self, id: Req) -> bool {
-        let ttl = self.scenario.spec(id).ttl;
-        let name = self.name(id);
-        match self.extend(id, ttl) {
+        let ttl = self.scenario.ttl_of(id);
+        let (name, key, gw) = (self.name(id), self.key_of(id), self.gateway_of(id));
+        let token = self.s.request(id).token;
+        match self.extend(key, token, ttl) {
             Some(until) => {
+                let fence = self.lock(key).place(token).map_or(0, |place| place.fence);
+                let in_session = self.scenario.spec(id).session.is_some();
                 let request = self.s.request_mut(id);
-                request.phase = Phase::Holding { token: id, until };
-                request.granted = true;
-                let gw = self.gateway_of(id);
-                self.say(|| {
-                    format!("gateway {gw}: extend({name}) claims the place; {name} answered 201")
-                });
+                request.granted_fence = fence;
+                if in_session {
+                    request.phase = Phase::Attaching;
+                    self.say(|| format!("gateway {gw}: extend({name}) claims the place"));
+                } else {
+                    request.phase = Phase::Holding { token, until };
+                    request.granted = token == id;
+                    self.say(|| {
+                        format!(
+                            "gateway {gw}: extend({name}) claims the place; {name} answered 201"
+                        )
+                    });
+                }
                 true
             }
             None => {
-                let gw = self.gateway_of(id);
                 self.say(|| format!("gateway {gw}: extend({name}) -> the offer is gone"));
                 false
             }
+        }
+    }
+
+    /// `Locks::attach`: the session confirms it holds the lock
+    /// (`session_join.lua` with the fencing token), then the lock takes
+    /// the session's lease (`extend.lua`, attach); the client is answered
+    /// `201`. A session ended meanwhile: the grant is released and the
+    /// client answered `404`.
+    pub fn attach(&mut self, id: Req) {
+        let (name, key, gw) = (self.name(id), self.key_of(id), self.gateway_of(id));
+        let session = self.scenario.spec(id).session.expect("a session's lock");
+        let token = self.s.request(id).token;
+        self.running(|| format!("release({name})"));
+        if !self.s.redis.session(session).alive(self.s.now) {
+            self.release(key, token);
+            self.say(|| {
+                format!(
+                    "gateway {gw}: session_join({name}) -> not-found: released, {name} answered 404"
+                )
+            });
+            self.s.request_mut(id).phase = Phase::Refused(Refusal::SessionEnded);
+            return;
+        }
+        if self.attach_place(key, token) {
+            let request = self.s.request_mut(id);
+            request.phase = Phase::Holding {
+                token,
+                until: crate::scenario::FOREVER,
+            };
+            request.granted = token == id;
+            self.say(|| format!("gateway {gw}: attach({name}) to {session}; {name} answered 201"));
+        } else {
+            self.say(|| format!("gateway {gw}: attach({name}) -> lost; {name} answered 404"));
+            self.s.request_mut(id).phase = Phase::Refused(Refusal::SessionEnded);
         }
     }
 
@@ -142,7 +245,7 @@ impl Step<'_> {
     }
 
     /// The wait's end, while the request waits.
-    fn deadline(&self, id: Req) -> u8 {
+    fn deadline(&self, id: Req) -> Tick {
         match self.s.request(id).phase {
             Phase::Waiting { deadline, .. } => deadline,
             _ => self.s.now,
@@ -150,11 +253,13 @@ impl Step<'_> {
     }
 
     /// Another attempt as a waiter, with what is left of the wait.
-    fn requeue(&mut self, id: Req, deadline: u8) {
-        let name = self.name(id);
+    fn requeue(&mut self, id: Req, deadline: Tick) {
+        let (name, key) = (self.name(id), self.key_of(id));
         let left = deadline.saturating_sub(self.s.now);
-        self.running(|| format!("acquire({name})"));
-        let outcome = self.acquire(id, true, left);
+        let token = self.s.request(id).token;
+        let on = self.on_key(key);
+        self.running(|| format!("acquire({name}){on}"));
+        let outcome = self.acquire(key, id, token, true, left);
         self.settle_attempt(id, outcome, deadline);
     }
 
@@ -168,6 +273,7 @@ impl Step<'_> {
         else {
             return;
         };
+        self.seen(id);
         let gateway = self.s.gateway(self.gateway_of(id));
         let why = if gateway.closing {
             Why::Shutdown
@@ -177,23 +283,30 @@ impl Step<'_> {
             debug_assert_eq!(standing, Standing::Unaccounted);
             Why::Unaccounted
         };
-        let name = self.name(id);
+        let (name, key, token) = (self.name(id), self.key_of(id), self.s.request(id).token);
         self.running(|| format!("leave({name})"));
-        let release = why == Why::Shutdown && self.fixes.shutdown_leave_releases;
-        let left = self.leave(id, release);
+        // At shutdown, `give_up`: a place offered meanwhile goes on, but a
+        // request under an Idempotency-Key keeps it for its twin or retry.
+        let give_back = why == Why::Shutdown
+            && self.fixes.shutdown_gives_back
+            && self.scenario.spec(id).idempotency_key.is_none();
+        let left = self.leave(key, id, token, give_back);
         let because = match why {
             Why::Deadline => "its wait is over",
             Why::Unaccounted => "it is no longer queued",
-            Why::Shutdown if release => "shutting down (leave and release)",
+            Why::Shutdown if give_back => "shutting down (leave and give back)",
             Why::Shutdown => "shutting down",
         };
         let gw = self.gateway_of(id);
         self.say(|| format!("gateway {gw}: {name} leaves, {because}: leave({name}) -> {left:?}"));
         match (why, left) {
             (Why::Shutdown, Left::Granted) => {
-                // The wait loop's `leave` claims what was granted; the
-                // 503 follows whatever it held.
-                self.claimed(id);
+                // As it was, the wait loop's `leave` claims what was
+                // granted, and the 503 follows whatever it held; fixed,
+                // an offer kept for a twin is left to lapse.
+                if !self.fixes.shutdown_gives_back {
+                    self.claimed(id);
+                }
                 self.refuse(id, Refusal::ShuttingDown);
             }
             (Why::Shutdown, _) => self.refuse(id, Refusal::ShuttingDown),
@@ -213,20 +326,61 @@ impl Step<'_> {
         }
     }
 
+    /// `Acquisition::give_up`: the wait ends holding nothing, its session
+    /// having ended (`404`) or its wait closing a cycle (`409 deadlock`);
+    /// a place offered meanwhile goes on (`leave.lua`, giving back).
+    pub fn give_up(&mut self, id: Req) {
+        let Phase::Waiting { search, .. } = self.s.request(id).phase else {
+            return;
+        };
+        let refusal = match search {
+            Search::Refusing => Refusal::Deadlock,
+            _ => Refusal::SessionEnded,
+        };
+        let (name, key, token, gw) = (
+            self.name(id),
+            self.key_of(id),
+            self.s.request(id).token,
+            self.gateway_of(id),
+        );
+        // As it stands before it leaves: whether a `deadlock` answer is sound.
+        let sound = crate::deadlock::refusal_sound(self.scenario, self.s, id);
+        let claims = refusal == Refusal::Deadlock && self.fixes.deadlock_claims_grant;
+        let give_back = !claims
+            && (self.scenario.spec(id).idempotency_key.is_none()
+                || refusal == Refusal::SessionEnded);
+        self.running(|| format!("leave({name})"));
+        let left = self.leave(key, id, token, give_back);
+        let because = match refusal {
+            Refusal::Deadlock => "its wait closes a cycle",
+            _ => "its session ended",
+        };
+        self.say(|| format!("gateway {gw}: {name} gives up, {because}: leave({name}) -> {left:?}"));
+        if claims && left == Left::Granted && self.claimed(id) {
+            return;
+        }
+        if refusal == Refusal::Deadlock && !sound {
+            self.s.broken.false_deadlock = true;
+        }
+        self.refuse(id, refusal);
+    }
+
     fn refuse(&mut self, id: Req, refusal: Refusal) {
         let name = self.name(id);
         self.s.request_mut(id).phase = Phase::Refused(refusal);
         let status = match refusal {
             Refusal::Held => "409 lock-held",
             Refusal::ShuttingDown => "503 shutting-down",
+            Refusal::SessionEnded => "404 session-not-found",
+            Refusal::Deadlock => "409 deadlock",
         };
         let gw = self.gateway_of(id);
         self.say(|| format!("gateway {gw}: {name} answered {status}"));
     }
 
     /// The client left: a waiting request's ticket goes at once, and its
-    /// handover leaves the queue in the background; a streamed lock's
-    /// guard releases it.
+    /// guard leaves the queue in the background; a streamed lock's guard
+    /// releases it.
     pub fn disconnect(&mut self, id: Req) {
         let name = self.name(id);
         let request = self.s.request_mut(id);
@@ -237,23 +391,28 @@ impl Step<'_> {
         self.say(|| format!("client {name} disconnects"));
     }
 
-    /// The handover's (or the stream guard's) next script.
+    /// The guard's (or the stream guard's) next script: fixed, the guard
+    /// leaves giving back what was offered, in one script; as it was, it
+    /// leaves and then releases what the leave says was granted. A request
+    /// under an Idempotency-Key keeps what it was granted, for its retry.
     pub fn clean_up(&mut self, id: Req) {
-        let name = self.name(id);
+        let (name, key, token) = (self.name(id), self.key_of(id), self.s.request(id).token);
         let Phase::Disconnected(cleanup) = self.s.request(id).phase else {
             return;
         };
+        let keep = self.scenario.spec(id).idempotency_key.is_some();
         let next = match cleanup {
             Cleanup::Leave => {
                 self.running(|| format!("leave({name})"));
-                match self.leave(id, false) {
-                    Left::Granted => Phase::Disconnected(Cleanup::Release),
+                let give_back = self.fixes.shutdown_gives_back && !keep;
+                match self.leave(key, id, token, give_back) {
+                    Left::Granted if !keep => Phase::Disconnected(Cleanup::Release),
                     _ => Phase::Finished,
                 }
             }
             Cleanup::Release => {
                 self.running(|| format!("release({name})"));
-                self.release(id);
+                self.release(key, token);
                 Phase::Finished
             }
         };
@@ -267,19 +426,24 @@ impl Step<'_> {
 
     /// The client releases its lock (`DELETE`).
     pub fn release_lock(&mut self, id: Req) {
-        let name = self.name(id);
-        self.say(|| format!("client {name}: DELETE /locks"));
+        let (name, key) = (self.name(id), self.key_of(id));
+        let token = match self.s.request(id).phase {
+            Phase::Holding { token, .. } => token,
+            _ => id,
+        };
+        let on = self.on_key(key);
+        self.say(|| format!("client {name}: DELETE /locks{on}"));
         self.running(|| format!("release({name})"));
-        self.release(id);
+        self.release(key, token);
         self.s.request_mut(id).phase = Phase::Finished;
     }
 
     /// The stream's renewal (`extend.lua`); a lock gone ends it `lost`.
     pub fn renew(&mut self, id: Req) {
-        let name = self.name(id);
+        let (name, key) = (self.name(id), self.key_of(id));
         let ttl = self.scenario.spec(id).ttl;
         self.running(|| format!("extend({name})"));
-        let request_phase = match self.extend(id, ttl) {
+        let request_phase = match self.extend(key, id, ttl) {
             Some(until) => Phase::Holding { token: id, until },
             None => {
                 let gw = self.gateway_of(id);
@@ -292,37 +456,73 @@ impl Step<'_> {
         self.s.request_mut(id).phase = request_phase;
     }
 
-    /// A tending round begins: the plan names the waiters in this
-    /// instance's waiting room, with their tickets and deadlines.
+    /// A tending round begins (`Room::plans`): the plan names the waiters
+    /// in this instance's waiting room, with their tickets and deadlines,
+    /// and asks the positions of the streamed ones (of every one, on a
+    /// lock whose `check_all` is set). A tend wanted sooner than the round
+    /// plans only the locks that asked for it.
     pub fn plan_tend(&mut self, gw: Gw) {
         let now = self.s.now;
-        let mut plan = crate::state::TendPlan::new();
+        let gateway = self.s.gateway(gw);
+        let round = now >= gateway.tend_at;
+        let check_all = gateway.check_all;
+        let mut plan = TendPlan::default();
         for id in self.s.ids() {
             if self.gateway_of(id) != gw {
+                continue;
+            }
+            let key_bit = 1 << self.key_of(id).0;
+            if !round && check_all & key_bit == 0 {
                 continue;
             }
             if let Phase::Waiting {
                 deadline, ticket, ..
             } = self.s.request(id).phase
             {
-                plan.push((id, ticket, deadline));
+                plan.waiters.push((id, ticket, deadline));
+                if self.scenario.spec(id).streamed || check_all & key_bit != 0 {
+                    plan.asked |= id.bit();
+                }
             }
         }
         let gateway = self.s.gateway_mut(gw);
         gateway.tending = Some(plan);
-        gateway.tend_at = now + 1;
+        gateway.check_all = 0;
+        gateway.tend_soon = false;
+        if round {
+            gateway.tend_at = now + 1;
+        }
     }
 
-    /// The planned tend reaches Redis.
+    /// The planned tend reaches Redis: one `tend.lua` per lock, in one
+    /// pipeline (taken here as one step).
     pub fn run_tend(&mut self, gw: Gw) {
         let plan = self.s.gateway_mut(gw).tending.take().unwrap_or_default();
-        self.running(|| format!("tend({gw})"));
         if !self.s.gateway(gw).steady {
             self.say(|| {
                 format!("redis: tend({gw}) runs, the first since gateway {gw} or Redis resumed")
             });
         }
-        self.tend(gw, &plan);
+        for index in 0..self.scenario.locks {
+            let key = crate::scenario::Key(index);
+            if plan
+                .waiters
+                .iter()
+                .any(|&(id, _, _)| self.key_of(id) == key)
+            {
+                self.running(|| format!("tend({gw})"));
+                self.tend(key, gw, &plan);
+            }
+        }
         self.s.gateway_mut(gw).steady = true;
+    }
+
+    /// Whether request `id`'s wait ends with its session now: its gateway
+    /// has learnt that the session ended (its sweep asked, within a tick).
+    pub fn session_over(&self, id: Req) -> bool {
+        let Some(session) = self.scenario.spec(id).session else {
+            return false;
+        };
+        !self.fixes.is(Mutant::IgnoreSessionEnd) && self.s.redis.session(session).ended.is_some()
     }
 }

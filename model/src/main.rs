@@ -1,23 +1,80 @@
-//! The model checker's command line: `check` prints what each scenario's check found, with the shortest counterexample to each property broken; `test` also exits 1 when a protocol breaks a property it should keep, or keeps one it is known to break.
+//! The model checker's command line: `check` prints what each scenario's check found, with the shortest counterexample to each property broken; `test` also exits 1 when a protocol (or a mutant of the fixed one) breaks a property it should keep, or keeps one it is expected to break.
 
 use std::process::ExitCode;
 
 use lockgate_model::check::{self, Bound, Report};
 use lockgate_model::properties;
-use lockgate_model::scenario::{Fixes, Protocol, Retend, Scenario, TICK_MS};
+use lockgate_model::scenario::{Expect, Fixes, Mutant, Protocol, Retend, Scenario, TICK_MS};
 use lockgate_model::scenarios;
 
 const USAGE: &str = "usage: lockgate-model <check|test|list> [options]
   --protocol as-it-was|proposed|fixed|all   (default all)
   --scenario NAME|all                       (default all; `list` names them)
-  --deep                                    the larger scenarios too
+  --deep                                    the larger scenarios (and slower checks) too
   --extra-ticks N                           run each scenario N ticks longer
   --depth STEPS                             stop each path after STEPS steps
   --threads N                               (default 2)
   --max-states N                            stop after generating N states (default 500000000)
   --quiet                                   no traces
   switches over the protocol's fixes (check only):
-  --retend off|local|dropped  --shutdown-leave-releases on|off  --keep-ticket-counter on|off";
+  --retend off|local  --away-keeps-place on|off  --check-when-lapsed on|off
+  --shutdown-gives-back on|off  --keep-ticket-counter on|off
+  --idempotency-twins on|off  --requeue-resets-standing on|off
+  --deadlock-waits-here on|off  --deadlock-claims-grant on|off
+  mutants of the fixed protocol (check only; test checks each where it is expected to break):
+  --sweep-early  --no-lock-delay  --deadlock-unconfirmed  --no-deadlock-search  --ignore-session-end";
+
+/// Switches over the fixes, each unset unless given.
+#[derive(Default)]
+struct Switches {
+    retend: Option<Retend>,
+    away_keeps_place: Option<bool>,
+    check_when_lapsed: Option<bool>,
+    shutdown_gives_back: Option<bool>,
+    keep_ticket_counter: Option<bool>,
+    idempotency_twins: Option<bool>,
+    deadlock_waits_here: Option<bool>,
+    deadlock_claims_grant: Option<bool>,
+    requeue_resets_standing: Option<bool>,
+    mutant: Option<Mutant>,
+}
+
+impl Switches {
+    fn any(&self) -> bool {
+        self.retend.is_some()
+            || self.away_keeps_place.is_some()
+            || self.check_when_lapsed.is_some()
+            || self.shutdown_gives_back.is_some()
+            || self.keep_ticket_counter.is_some()
+            || self.idempotency_twins.is_some()
+            || self.deadlock_waits_here.is_some()
+            || self.deadlock_claims_grant.is_some()
+            || self.requeue_resets_standing.is_some()
+            || self.mutant.is_some()
+    }
+
+    fn apply(&self, mut fixes: Fixes) -> Fixes {
+        let set = |switch: Option<bool>, value: &mut bool| {
+            if let Some(switch) = switch {
+                *value = switch;
+            }
+        };
+        fixes.retend = self.retend.unwrap_or(fixes.retend);
+        set(self.away_keeps_place, &mut fixes.away_keeps_place);
+        set(self.check_when_lapsed, &mut fixes.check_when_lapsed);
+        set(self.shutdown_gives_back, &mut fixes.shutdown_gives_back);
+        set(self.keep_ticket_counter, &mut fixes.keep_ticket_counter);
+        set(self.idempotency_twins, &mut fixes.idempotency_twins);
+        set(self.deadlock_waits_here, &mut fixes.deadlock_waits_here);
+        set(self.deadlock_claims_grant, &mut fixes.deadlock_claims_grant);
+        set(
+            self.requeue_resets_standing,
+            &mut fixes.requeue_resets_standing,
+        );
+        fixes.mutant = self.mutant.or(fixes.mutant);
+        fixes
+    }
+}
 
 struct Options {
     test: bool,
@@ -26,29 +83,7 @@ struct Options {
     deep: bool,
     bound: Bound,
     quiet: bool,
-    retend: Option<Retend>,
-    shutdown_leave_releases: Option<bool>,
-    keep_ticket_counter: Option<bool>,
-}
-
-impl Options {
-    fn overrides(&self) -> bool {
-        self.retend.is_some()
-            || self.shutdown_leave_releases.is_some()
-            || self.keep_ticket_counter.is_some()
-    }
-
-    fn fixes(&self, protocol: Protocol) -> Fixes {
-        let mut fixes = protocol.fixes();
-        fixes.retend = self.retend.unwrap_or(fixes.retend);
-        fixes.shutdown_leave_releases = self
-            .shutdown_leave_releases
-            .unwrap_or(fixes.shutdown_leave_releases);
-        fixes.keep_ticket_counter = self
-            .keep_ticket_counter
-            .unwrap_or(fixes.keep_ticket_counter);
-        fixes
-    }
+    switches: Switches,
 }
 
 fn switch(flag: &str, value: &str) -> Result<bool, String> {
@@ -78,15 +113,17 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
             max_states: 500_000_000,
         },
         quiet: false,
-        retend: None,
-        shutdown_leave_releases: None,
-        keep_ticket_counter: None,
+        switches: Switches::default(),
     };
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
+        let mutant = Mutant::ALL
+            .into_iter()
+            .find(|mutant| flag.strip_prefix("--") == Some(mutant.name()));
         match flag.as_str() {
             "--quiet" => options.quiet = true,
             "--deep" => options.deep = true,
+            _ if mutant.is_some() => options.switches.mutant = mutant,
             _ => {
                 let value = rest
                     .next()
@@ -95,7 +132,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
             }
         }
     }
-    if options.test && options.overrides() {
+    if options.test && options.switches.any() {
         return Err("test checks the protocols as they are: no switches".into());
     }
     Ok(Some(options))
@@ -107,6 +144,7 @@ fn option(options: &mut Options, flag: &str, value: &str) -> Result<(), String> 
             .parse::<usize>()
             .map_err(|_| format!("{flag}: not a number: {value}"))
     };
+    let switches = &mut options.switches;
     match flag {
         "--protocol" if value == "all" => options.protocols = Protocol::ALL.to_vec(),
         "--protocol" => {
@@ -120,25 +158,41 @@ fn option(options: &mut Options, flag: &str, value: &str) -> Result<(), String> 
         "--threads" => options.bound.threads = number()?.max(1),
         "--max-states" => options.bound.max_states = number()?.max(1),
         "--retend" => {
-            options.retend = Some(match value {
+            switches.retend = Some(match value {
                 "off" => Retend::Off,
                 "local" => Retend::LocalWaiters,
-                "dropped" => Retend::DroppedWaiters,
-                _ => return Err(format!("--retend: off, local or dropped, not {value}")),
+                _ => return Err(format!("--retend: off or local, not {value}")),
             })
         }
-        "--shutdown-leave-releases" => options.shutdown_leave_releases = Some(switch(flag, value)?),
-        "--keep-ticket-counter" => options.keep_ticket_counter = Some(switch(flag, value)?),
+        "--away-keeps-place" => switches.away_keeps_place = Some(switch(flag, value)?),
+        "--check-when-lapsed" => switches.check_when_lapsed = Some(switch(flag, value)?),
+        "--shutdown-gives-back" => switches.shutdown_gives_back = Some(switch(flag, value)?),
+        "--keep-ticket-counter" => switches.keep_ticket_counter = Some(switch(flag, value)?),
+        "--idempotency-twins" => switches.idempotency_twins = Some(switch(flag, value)?),
+        "--deadlock-waits-here" => switches.deadlock_waits_here = Some(switch(flag, value)?),
+        "--deadlock-claims-grant" => switches.deadlock_claims_grant = Some(switch(flag, value)?),
+        "--requeue-resets-standing" => {
+            switches.requeue_resets_standing = Some(switch(flag, value)?)
+        }
         _ => return Err(format!("unknown option {flag}\n{USAGE}")),
     }
     Ok(())
 }
 
 fn list() {
-    println!("scenarios (1 tick = {TICK_MS} ms; * only with --deep):");
+    println!("scenarios (1 tick = {TICK_MS} ms; * only with --deep), each with what is checked:");
     for (deep, scenario) in scenarios::catalogue() {
         let mark = if deep { "*" } else { " " };
-        println!("  {mark}{:<22} {}", scenario.name, scenario.about);
+        println!("  {mark}{:<24} {}", scenario.name, scenario.about);
+        for expect in &scenario.expect {
+            let deep = if expect.deep { " (--deep)" } else { "" };
+            let breaks = if expect.breaks.is_empty() {
+                "keeps every property".to_string()
+            } else {
+                format!("breaks {}", expect.breaks.join(", "))
+            };
+            println!("      {:<30} {breaks}{deep}", expect.label());
+        }
     }
     println!("protocols: as-it-was, proposed, fixed");
     println!("properties:");
@@ -148,35 +202,37 @@ fn list() {
 }
 
 /// Prints a report (with shortest traces unless quiet); returns whether
-/// it is what the scenario expects of `protocol` (always true for a
-/// protocol whose fixes were switched: nothing is expected of it).
-fn show(report: &Report, protocol: Protocol, options: &Options) -> bool {
+/// it is what was expected (always true for switched fixes: nothing is
+/// expected of them).
+fn show(
+    report: &Report,
+    label: &str,
+    expected: Option<&[&'static str]>,
+    options: &Options,
+) -> bool {
     let scenario = &report.model.scenario;
-    let expected: &[&str] = if options.overrides() {
-        &[]
-    } else {
-        scenario.expected_breaks(protocol)
-    };
     let broken = report.broken();
     let unreached = report.unreached();
-    let as_expected = broken.len() == expected.len()
-        && expected.iter().all(|name| broken.contains(name))
-        && unreached.is_empty()
-        && !report.capped;
-    let verdict = match (options.overrides(), as_expected) {
-        (true, _) => "switched fixes",
-        (false, true) => "as expected",
-        (false, false) => "NOT AS EXPECTED",
+    let as_expected = expected.is_none_or(|expected| {
+        broken.len() == expected.len()
+            && expected.iter().all(|name| broken.contains(name))
+            && unreached.is_empty()
+            && !report.capped
+    });
+    let verdict = match (expected, as_expected) {
+        (None, _) => "switched fixes",
+        (Some(_), true) => "as expected",
+        (Some(_), false) => "NOT AS EXPECTED",
     };
     println!(
-        "== {} / {}: {} states ({} generated), depth {}, {:.1} s: {verdict}",
+        "== {} / {label}: {} states ({} generated), depth {}, {:.1} s: {verdict}",
         scenario.name,
-        protocol.name(),
         report.unique_states,
         report.states,
         report.max_depth.saturating_sub(1),
         report.elapsed.as_secs_f64(),
     );
+    let expected = expected.unwrap_or(&[]);
     for name in &broken {
         let known = if expected.contains(name) {
             "expected"
@@ -210,7 +266,7 @@ fn show(report: &Report, protocol: Protocol, options: &Options) -> bool {
     for name in &unreached {
         println!("   UNREACHED: {name} (the model may be vacuous here)");
     }
-    as_expected || options.overrides()
+    as_expected
 }
 
 fn chosen(options: &Options) -> Result<Vec<Scenario>, String> {
@@ -227,6 +283,36 @@ fn chosen(options: &Options) -> Result<Vec<Scenario>, String> {
             .map(|(_, scenario)| scenario)
             .collect()),
     }
+}
+
+/// What to check on `scenario`: each expectation of a chosen protocol
+/// (the deep-only ones with `--deep` or when the scenario is named), or,
+/// with switches, each chosen protocol the scenario is checked under,
+/// switched (with nothing expected).
+fn runs(scenario: &Scenario, options: &Options) -> Vec<(String, Fixes, Option<Vec<&'static str>>)> {
+    let chosen = |expect: &&Expect| options.protocols.contains(&expect.protocol);
+    if options.switches.any() {
+        let mut protocols: Vec<Protocol> = Vec::new();
+        for expect in scenario.expect.iter().filter(chosen) {
+            if !protocols.contains(&expect.protocol) {
+                protocols.push(expect.protocol);
+            }
+        }
+        return protocols
+            .into_iter()
+            .map(|protocol| {
+                let fixes = options.switches.apply(protocol.fixes());
+                (format!("{} (switched)", protocol.name()), fixes, None)
+            })
+            .collect();
+    }
+    scenario
+        .expect
+        .iter()
+        .filter(chosen)
+        .filter(|expect| !expect.deep || options.deep || options.scenario.is_some())
+        .map(|expect| (expect.label(), expect.fixes(), Some(expect.breaks.clone())))
+        .collect()
 }
 
 fn main() -> ExitCode {
@@ -252,11 +338,11 @@ fn main() -> ExitCode {
     let started = std::time::Instant::now();
     let (mut total_states, mut deepest, mut all_as_expected) = (0, 0, true);
     for scenario in scenarios {
-        for &protocol in &options.protocols {
-            let report = check::run(scenario.clone(), options.fixes(protocol), options.bound);
+        for (label, fixes, expected) in runs(&scenario, &options) {
+            let report = check::run(scenario.clone(), fixes, options.bound);
             total_states += report.unique_states;
             deepest = deepest.max(report.max_depth.saturating_sub(1));
-            all_as_expected &= show(&report, protocol, &options);
+            all_as_expected &= show(&report, &label, expected.as_deref(), &options);
         }
     }
     println!(
@@ -265,7 +351,7 @@ fn main() -> ExitCode {
     );
     if options.test && !all_as_expected {
         println!(
-            "FAILED: a protocol broke a property it should keep, or kept one it is known to break"
+            "FAILED: a protocol broke a property it should keep, or kept one it is expected to break"
         );
         return ExitCode::FAILURE;
     }

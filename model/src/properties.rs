@@ -2,27 +2,27 @@
 
 use stateright::Property;
 
-use crate::scenario::SERVED_WITHIN;
-use crate::state::State;
+use crate::scenario::{DEADLOCK_ANSWERED_WITHIN, SERVED_WITHIN, SESSION_ANSWERED_WITHIN};
+use crate::state::{Phase, State};
 use crate::system::LockModel;
 
 /// Each property's name and what it says, in the order they are checked.
-pub const ABOUT: [(&str, &str); 8] = [
+pub const ABOUT: [(&str, &str); 14] = [
     (
         EXCLUSION,
-        "at most `limit` places are held at once (one for a plain lock)",
+        "at most `limit` places of a lock are held at once (one for a plain lock)",
     ),
     (
         FENCING,
-        "each grant's fencing token is larger than every earlier one",
+        "each grant's fencing token is larger than every earlier one of its lock",
     ),
     (
         SERVED,
-        "a waiter whose gateway and Redis keep running is not left waiting while the lock is free for more than 2 ticks",
+        "a waiter whose gateway and Redis keep running is not left waiting while its lock is free for more than 2 ticks",
     ),
     (
         ORDER,
-        "no place goes to a request while an earlier one whose gateway and Redis keep running waits (unless it let an offer lapse)",
+        "no place goes to a request while an earlier one for the lock whose gateway and Redis keep running waits (unless it let an offer lapse)",
     ),
     (
         ONE_GRANT_PER_KEY,
@@ -30,9 +30,33 @@ pub const ABOUT: [(&str, &str); 8] = [
     ),
     (
         REFUSED_HOLDS_NOTHING,
-        "a request answered that nothing was granted holds nothing",
+        "a request answered that nothing was granted holds nothing (but a grant it shares with a twin still waiting)",
     ),
     (LEFT_MEANS_LEFT, "no place goes to a request that has ended"),
+    (
+        NO_OFFER_TO_DEAD,
+        "no place is offered to a waiter whose gateway died more than a presence (1 s) earlier",
+    ),
+    (
+        SESSION_EXPIRY,
+        "a lock its client holds in a session is freed (by the session's end) only after the session expired",
+    ),
+    (
+        LOCK_DELAY,
+        "no place of a lock is granted before the lock-delay owed (a session's expiry, or a revocation of its lock, plus its lock_delay)",
+    ),
+    (
+        SESSION_END_ANSWERS,
+        "a waiter whose session ended, its gateway and Redis running, is answered within 3 ticks (and, answered, holds nothing)",
+    ),
+    (
+        DEADLOCK_ONLY_CYCLES,
+        "a wait is refused `deadlock` only when a cycle of real waits runs through it, when it is decided",
+    ),
+    (
+        DEADLOCK_ANSWERED,
+        "a cycle of waits on running gateways does not stand more than 3 ticks (one of them is refused)",
+    ),
     (
         WAITER_GRANTED,
         "(reachable) a request that waited in the queue is granted",
@@ -46,6 +70,12 @@ pub const ORDER: &str = "arrival-order";
 pub const ONE_GRANT_PER_KEY: &str = "one-grant-per-key";
 pub const REFUSED_HOLDS_NOTHING: &str = "refused-holds-nothing";
 pub const LEFT_MEANS_LEFT: &str = "no-grant-after-end";
+pub const NO_OFFER_TO_DEAD: &str = "no-offer-to-dead";
+pub const SESSION_EXPIRY: &str = "freed-after-expiry";
+pub const LOCK_DELAY: &str = "lock-delay";
+pub const SESSION_END_ANSWERS: &str = "session-end-answers";
+pub const DEADLOCK_ONLY_CYCLES: &str = "deadlock-only-cycles";
+pub const DEADLOCK_ANSWERED: &str = "deadlock-answered";
 pub const WAITER_GRANTED: &str = "waiter-granted";
 
 /// Whether `name` is a `sometimes` property (an example is wanted, not a
@@ -65,6 +95,20 @@ pub fn all() -> Vec<Property<LockModel>> {
         Property::always(ONE_GRANT_PER_KEY, one_grant_per_key),
         Property::always(REFUSED_HOLDS_NOTHING, refused_holds_nothing),
         Property::always(LEFT_MEANS_LEFT, |_, s: &State| !s.broken.granted_after_end),
+        Property::always(NO_OFFER_TO_DEAD, |_, s: &State| !s.broken.offered_to_dead),
+        Property::always(SESSION_EXPIRY, |_, s: &State| !s.broken.freed_before_expiry),
+        Property::always(LOCK_DELAY, |_, s: &State| !s.broken.lock_delay),
+        Property::always(SESSION_END_ANSWERS, |_, s: &State| {
+            s.requests
+                .iter()
+                .all(|r| r.orphaned <= SESSION_ANSWERED_WITHIN)
+        }),
+        Property::always(DEADLOCK_ONLY_CYCLES, |_, s: &State| {
+            !s.broken.false_deadlock
+        }),
+        Property::always(DEADLOCK_ANSWERED, |_, s: &State| {
+            s.cycle_for <= DEADLOCK_ANSWERED_WITHIN
+        }),
         Property::sometimes(WAITER_GRANTED, |_, s: &State| {
             s.requests.iter().any(|r| r.waited && r.granted)
         }),
@@ -72,14 +116,17 @@ pub fn all() -> Vec<Property<LockModel>> {
 }
 
 fn exclusion(model: &LockModel, s: &State) -> bool {
-    s.redis.places.len() <= usize::from(model.scenario.limit)
+    s.redis
+        .locks
+        .iter()
+        .all(|lock| lock.places.len() <= usize::from(model.scenario.limit))
 }
 
 /// Requests under one Idempotency-Key that overlap (one sent while
 /// another waits: a retry of a request whose answer is late) are one
-/// request: at most one of them is granted a place of its own, the others
-/// answer it again. (Requests under a key sent one after the other's grant
-/// ended may each be granted: the key is forgotten with its grant.)
+/// request: they are answered one grant (one fencing token) between them.
+/// (Requests under a key sent one after the other's grant ended may each
+/// be granted: the key is forgotten with its grant.)
 fn one_grant_per_key(model: &LockModel, s: &State) -> bool {
     let keys = model
         .scenario
@@ -93,11 +140,27 @@ fn one_grant_per_key(model: &LockModel, s: &State) -> bool {
             .map(|id| s.request(id))
             .collect();
         let overlapping = under_key.iter().any(|request| request.overlapped);
-        !overlapping || under_key.iter().filter(|request| request.granted).count() <= 1
+        let mut fences = under_key
+            .iter()
+            .map(|request| request.granted_fence)
+            .filter(|&fence| fence > 0);
+        let first = fences.next();
+        !overlapping || fences.all(|fence| Some(fence) == first)
     })
 }
 
+/// A request answered that nothing was granted holds nothing under its
+/// token, unless a request sharing that token (a twin under its
+/// Idempotency-Key) still waits for it or holds it.
 fn refused_holds_nothing(_: &LockModel, s: &State) -> bool {
-    s.ids()
-        .all(|id| !s.request(id).refused() || s.redis.place(id).is_none())
+    s.ids().all(|id| {
+        let request = s.request(id);
+        let token = request.token;
+        let shared = s.ids().any(|other| {
+            let other = s.request(other);
+            (other.token == token && !other.ended() && other.phase != Phase::Dead)
+                || matches!(other.phase, Phase::Holding { token: t, .. } if t == token)
+        });
+        !request.refused() || shared || !s.redis.holds(token)
+    })
 }

@@ -1,4 +1,4 @@
-//! What one check covers: the time base, the gateways, the requests the clients make, the faults that may strike, and which protocol the gateways and scripts follow.
+//! What one check covers: the time base, the gateways, the locks, the sessions, the requests the clients make, the faults that may strike, and which protocol the gateways and scripts follow.
 
 use std::fmt;
 
@@ -6,10 +6,12 @@ use std::fmt;
 /// `src/locks/waiting/tending.rs`, 300 ms).
 pub type Tick = u8;
 
-/// The most requests and gateways a scenario may have (the state keeps
-/// room for them inline).
+/// The most requests, gateways, locks and sessions a scenario may have
+/// (the state keeps room for them inline).
 pub const MAX_REQUESTS: usize = 6;
 pub const MAX_GATEWAYS: usize = 3;
+pub const MAX_LOCKS: usize = 2;
+pub const MAX_SESSIONS: usize = 2;
 
 /// Milliseconds in a tick, for the traces.
 pub const TICK_MS: u32 = 300;
@@ -17,12 +19,25 @@ pub const TICK_MS: u32 = 300;
 /// `lua/lib/queue.lua`): renewed at tick t it stands until t + 3 and has
 /// lapsed at t + 4 (1.2 s; three missed rounds, as the gateway says).
 pub const PRESENCE: Tick = 3;
+/// How long an instance may be away before its waiters lose their places
+/// (`AWAY_MS` = 10000): a presence that stood until t is gone at t + 34
+/// (10 s after it lapsed, a tick at most later).
+pub const AWAY: Tick = 33;
 /// How long a place offered from the queue stands unclaimed (`OFFER_MS`).
 pub const OFFER: Tick = 3;
 /// How many ticks a waiter whose gateway and Redis keep running may be
 /// left waiting while the lock is free: the place must reach it by the
 /// next round or the one after.
 pub const SERVED_WITHIN: Tick = 2;
+/// How many ticks a running waiter may go on waiting once its session
+/// has ended (the API: answered within 1 s).
+pub const SESSION_ANSWERED_WITHIN: Tick = 3;
+/// How many ticks a cycle of waits on running gateways may stand
+/// unanswered (the API: detected within 1 s of closing).
+pub const DEADLOCK_ANSWERED_WITHIN: Tick = 3;
+/// A lease that ends only with its session (`SESSION_LEASE` in
+/// `lua/lib/holders.lua`): never, in ticks.
+pub const FOREVER: Tick = Tick::MAX;
 
 /// A gateway instance (A, B, C). A restarted gateway keeps its id, as
 /// `<hostname>:<port>` does.
@@ -40,6 +55,39 @@ impl fmt::Display for Gw {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Req(pub u8);
 
+impl Req {
+    /// The request's bit in a set of requests.
+    pub fn bit(self) -> u8 {
+        1 << self.0
+    }
+}
+
+/// A lock key (x, y): each has its own keys in Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(pub u8);
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", char::from(b'x' + self.0))
+    }
+}
+
+/// A session (S1, S2): one lease that locks hang on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sess(pub u8);
+
+impl Sess {
+    pub fn bit(self) -> u8 {
+        1 << self.0
+    }
+}
+
+impl fmt::Display for Sess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "S{}", self.0 + 1)
+    }
+}
+
 /// What a client does with a plain lock it was granted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hold {
@@ -56,34 +104,45 @@ pub enum Hold {
 pub struct RequestSpec {
     pub name: &'static str,
     pub gateway: Gw,
+    /// The lock it takes. (A batch, `POST /locks/batch`, not in the
+    /// gateway yet, would name several keys here, all or nothing.)
+    pub key: Key,
     /// A streamed lock (`POST /locks/{key}/stream`): renewed by its gateway
     /// while its client stays, released when it leaves; while it waits, its
     /// gateway asks its position at every tending.
     pub streamed: bool,
     /// How long it may wait in the queue, in ticks (0: no wait).
     pub wait: Tick,
-    /// Its lease, in ticks.
+    /// Its lease, in ticks (a session's lock: its session's).
     pub ttl: Tick,
     /// Its Idempotency-Key (requests with the same key have the same body).
     pub idempotency_key: Option<u8>,
+    /// The session it is taken in.
+    pub session: Option<Sess>,
     /// Its client may disconnect while it waits (or, streamed, while it holds).
     pub may_disconnect: bool,
     pub hold: Hold,
+    /// Sent only after this request was (when the scenario's requests are
+    /// not sent in the order listed).
+    pub after: Option<Req>,
 }
 
 impl RequestSpec {
-    /// A plain request on `gateway` that waits up to `wait` ticks for a
-    /// lease of `ttl` ticks, and releases it when its client likes.
+    /// A plain request on `gateway` for lock x that waits up to `wait`
+    /// ticks for a lease of `ttl` ticks, and releases it when its client likes.
     pub fn plain(name: &'static str, gateway: u8, wait: Tick, ttl: Tick) -> Self {
         Self {
             name,
             gateway: Gw(gateway),
+            key: Key(0),
             streamed: false,
             wait,
             ttl,
             idempotency_key: None,
+            session: None,
             may_disconnect: false,
             hold: Hold::Releases,
+            after: None,
         }
     }
 
@@ -95,8 +154,20 @@ impl RequestSpec {
         }
     }
 
+    /// The same request for another lock.
+    pub fn on(mut self, key: u8) -> Self {
+        self.key = Key(key);
+        self
+    }
+
     pub fn with_key(mut self, key: u8) -> Self {
         self.idempotency_key = Some(key);
+        self
+    }
+
+    /// Taken in session `session` (0 is S1).
+    pub fn in_session(mut self, session: u8) -> Self {
+        self.session = Some(Sess(session));
         self
     }
 
@@ -109,6 +180,24 @@ impl RequestSpec {
         self.hold = Hold::Keeps;
         self
     }
+
+    /// Sent only after request `index` was.
+    pub fn after(mut self, index: u8) -> Self {
+        self.after = Some(Req(index));
+        self
+    }
+}
+
+/// One session a client opened before the run begins.
+#[derive(Clone, Debug)]
+pub struct SessionSpec {
+    /// Its lease, in ticks.
+    pub ttl: Tick,
+    /// Its lock-delay, in ticks.
+    pub lock_delay: Tick,
+    /// The gateway that keeps it alive (a streamed session, renewed every
+    /// third of its lease), if any; else nobody keeps it.
+    pub keeper: Option<Gw>,
 }
 
 /// A fault that may strike some gateways, with how long it lasts.
@@ -120,6 +209,8 @@ pub struct Fault {
     pub gateways: Vec<Gw>,
     /// Shortest and longest duration, in ticks (pauses and stalls).
     pub lasts: (Tick, Tick),
+    /// The same for the second strike and after, if they differ.
+    pub then_lasts: Option<(Tick, Tick)>,
 }
 
 impl Fault {
@@ -128,12 +219,27 @@ impl Fault {
             times,
             gateways: gateways.iter().map(|&g| Gw(g)).collect(),
             lasts: (0, 0),
+            then_lasts: None,
         }
     }
 
     pub fn lasting(mut self, shortest: Tick, longest: Tick) -> Self {
         self.lasts = (shortest, longest);
         self
+    }
+
+    /// The second strike (and after) lasts this long.
+    pub fn then_lasting(mut self, shortest: Tick, longest: Tick) -> Self {
+        self.then_lasts = Some((shortest, longest));
+        self
+    }
+
+    /// How long the strike numbered `strike` (1 is the first) lasts.
+    pub fn lasts_for(&self, strike: u8) -> (Tick, Tick) {
+        match (strike, self.then_lasts) {
+            (2.., Some(lasts)) => lasts,
+            _ => self.lasts,
+        }
     }
 
     pub fn strikes(&self, gateway: Gw) -> bool {
@@ -152,22 +258,28 @@ pub struct Faults {
     pub shutdown: Fault,
     /// Redis frozen (`DEBUG SLEEP`, SIGSTOP): no script runs, its clock goes on.
     pub redis_stall: Fault,
-    /// An operator revokes the lock (`DELETE ?force=true`).
+    /// An operator revokes a lock (`DELETE ?force=true`).
     pub revokes: u8,
-    /// Someone reads the lock (`GET /locks/{key}`), which drops dead waiters.
+    /// Someone reads a lock (`GET /locks/{key}`), which drops dead waiters.
     pub inspects: u8,
 }
 
 /// The protocol the scripts and gateways follow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Protocol {
-    /// As the repository has it today.
+    /// Before the fixes: a waiter whose instance's presence lapsed is
+    /// dropped from the queue; shutdown claims a grant and answers 503;
+    /// each request under an Idempotency-Key waits on its own.
     AsItWas,
     /// The fixes as first proposed: every tend re-enqueues each local
     /// waiter that is neither queued nor holding, at its own ticket; a
     /// waiter answered 503 at shutdown leaves and releases in one script.
     Proposed,
-    /// The proposed fixes with what the model showed they also need.
+    /// The repository as it is: an away waiter keeps its place (for
+    /// `AWAY_MS`), a tend that finds the instance was away longer has it
+    /// ask where each waiter stands, shutdown gives back what was offered,
+    /// Idempotency-Key twins share one ticket and token; sessions,
+    /// lock-delay and deadlock detection.
     Fixed,
 }
 
@@ -189,50 +301,173 @@ impl Protocol {
     }
 
     pub fn fixes(self) -> Fixes {
+        let fixed = Fixes {
+            retend: Retend::Off,
+            away_keeps_place: true,
+            check_when_lapsed: true,
+            shutdown_gives_back: true,
+            keep_ticket_counter: false,
+            idempotency_twins: true,
+            deadlock_waits_here: false,
+            deadlock_claims_grant: false,
+            requeue_resets_standing: false,
+            mutant: None,
+        };
         match self {
             Protocol::AsItWas => Fixes {
-                retend: Retend::Off,
-                shutdown_leave_releases: false,
-                keep_ticket_counter: false,
+                away_keeps_place: false,
+                check_when_lapsed: false,
+                shutdown_gives_back: false,
+                idempotency_twins: false,
+                ..fixed
             },
             Protocol::Proposed => Fixes {
                 retend: Retend::LocalWaiters,
-                shutdown_leave_releases: true,
-                keep_ticket_counter: false,
+                away_keeps_place: false,
+                check_when_lapsed: false,
+                idempotency_twins: false,
+                ..fixed
             },
-            Protocol::Fixed => Fixes {
-                retend: Retend::DroppedWaiters,
-                shutdown_leave_releases: true,
-                keep_ticket_counter: true,
-            },
+            Protocol::Fixed => fixed,
         }
     }
 }
 
 /// Which waiters a tend puts back in the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Retend {
-    /// None (as it was).
+    /// None.
     Off,
     /// Every waiter the gateway names that is neither in the queue nor a
-    /// holder, at the ticket the gateway remembers.
+    /// holder, at the ticket the gateway remembers (proposed).
     LocalWaiters,
-    /// Only the entries Redis dropped because their instance's presence
-    /// lapsed (kept aside, with their ticket, until their wait ends), and
-    /// only those the gateway still names.
-    DroppedWaiters,
+}
+
+/// A deliberately broken variant of the fixed protocol: each breaks one
+/// property, to show that the check of that property can fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mutant {
+    /// The sweep ends a session at its expiry instant, not after it.
+    SweepEarly,
+    /// A session's end (and a revocation) frees its locks with no lock-delay.
+    NoLockDelay,
+    /// A cycle seen once is answered `deadlock`, without the second search.
+    DeadlockUnconfirmed,
+    /// No search for cycles of waits.
+    NoDeadlockSearch,
+    /// A wait does not end when its session does.
+    IgnoreSessionEnd,
+}
+
+impl Mutant {
+    pub const ALL: [Mutant; 5] = [
+        Mutant::SweepEarly,
+        Mutant::NoLockDelay,
+        Mutant::DeadlockUnconfirmed,
+        Mutant::NoDeadlockSearch,
+        Mutant::IgnoreSessionEnd,
+    ];
+
+    /// Its command-line switch (without the dashes).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::SweepEarly => "sweep-early",
+            Mutant::NoLockDelay => "no-lock-delay",
+            Mutant::DeadlockUnconfirmed => "deadlock-unconfirmed",
+            Mutant::NoDeadlockSearch => "no-deadlock-search",
+            Mutant::IgnoreSessionEnd => "ignore-session-end",
+        }
+    }
 }
 
 /// The changes to the protocol, one switch each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fixes {
     pub retend: Retend,
+    /// A waiter whose instance's presence lapsed is passed over but keeps
+    /// its place until the instance has been away `AWAY_MS` (else it is
+    /// dropped as soon as the presence lapses).
+    pub away_keeps_place: bool,
+    /// `tend.lua` answers `lapsed` when the instance was away past
+    /// `AWAY_MS` (or the queue is gone); the gateway then asks where each
+    /// of its waiters stands, and one no longer queued queues again.
+    pub check_when_lapsed: bool,
     /// A waiter answered 503 at shutdown leaves with a script that also
-    /// releases a place it was granted meanwhile.
-    pub shutdown_leave_releases: bool,
-    /// The ticket counter (`#seq`) outlives an empty queue, so a ticket
-    /// put back never ties with a newcomer's.
+    /// gives back a place it was offered meanwhile.
+    pub shutdown_gives_back: bool,
+    /// The ticket counter (`#seq`) outlives an empty queue.
     pub keep_ticket_counter: bool,
+    /// Requests under one Idempotency-Key waiting at once share one ticket
+    /// and token (`~<idem>` in the waiters hash), so one grant serves them.
+    pub idempotency_twins: bool,
+    /// The deadlock search counts only waits whose instance is present
+    /// (not the repository's: it reads the queue entry, present or not).
+    pub deadlock_waits_here: bool,
+    /// A wait refused `deadlock` leaves keeping a place it was granted
+    /// meanwhile, and claims it (not the repository's: it gives it back
+    /// and answers `deadlock`).
+    pub deadlock_claims_grant: bool,
+    /// A waiter that queues again has its ticket's standing reset to
+    /// queued first (not the repository's: `Ticket::joined` sets only a
+    /// queued standing, so a stale grant or unaccounted one stands).
+    pub requeue_resets_standing: bool,
+    pub mutant: Option<Mutant>,
+}
+
+impl Fixes {
+    pub fn is(&self, mutant: Mutant) -> bool {
+        self.mutant == Some(mutant)
+    }
+}
+
+/// One protocol (or mutant of it) checked on a scenario, with the
+/// properties it is expected to break there.
+#[derive(Clone, Debug)]
+pub struct Expect {
+    pub protocol: Protocol,
+    pub mutant: Option<Mutant>,
+    pub breaks: Vec<&'static str>,
+    /// Checked only with `--deep`.
+    pub deep: bool,
+}
+
+impl Expect {
+    pub fn new(protocol: Protocol, breaks: &[&'static str]) -> Self {
+        Self {
+            protocol,
+            mutant: None,
+            breaks: breaks.to_vec(),
+            deep: false,
+        }
+    }
+
+    /// The fixed protocol broken by `mutant`, expected to break `breaks`.
+    pub fn mutant(mutant: Mutant, breaks: &[&'static str]) -> Self {
+        Self {
+            mutant: Some(mutant),
+            ..Self::new(Protocol::Fixed, breaks)
+        }
+    }
+
+    pub fn deep_only(mut self) -> Self {
+        self.deep = true;
+        self
+    }
+
+    pub fn fixes(&self) -> Fixes {
+        Fixes {
+            mutant: self.mutant,
+            ..self.protocol.fixes()
+        }
+    }
+
+    /// `fixed`, or `fixed --sweep-early`.
+    pub fn label(&self) -> String {
+        match self.mutant {
+            Some(mutant) => format!("{} --{}", self.protocol.name(), mutant.name()),
+            None => self.protocol.name().to_owned(),
+        }
+    }
 }
 
 /// One configuration to check.
@@ -241,17 +476,21 @@ pub struct Scenario {
     pub name: &'static str,
     pub about: &'static str,
     pub gateways: u8,
-    /// Places of the lock: 1 for a plain lock, more for a counting lock.
+    /// Locks (x, y).
+    pub locks: u8,
+    /// Places of each lock: 1 for a plain lock, more for a counting lock.
     pub limit: u8,
+    pub sessions: Vec<SessionSpec>,
     pub requests: Vec<RequestSpec>,
     pub faults: Faults,
     /// Time stops here.
     pub horizon: Tick,
-    /// Requests are sent in the order listed (each at any tick after the one before).
+    /// Requests are sent in the order listed (each at any tick after the
+    /// one before); else each after the one it names, if any.
     pub in_order: bool,
-    /// The properties each protocol is expected to break here (as
-    /// counterexamples the checker must find); every other one must hold.
-    pub breaks: Vec<(Protocol, Vec<&'static str>)>,
+    /// What is checked, and what each check is expected to break (as
+    /// counterexamples the checker must find); every other property must hold.
+    pub expect: Vec<Expect>,
 }
 
 impl Scenario {
@@ -263,11 +502,27 @@ impl Scenario {
         self.spec(request).name
     }
 
-    /// The properties `protocol` is expected to break here.
-    pub fn expected_breaks(&self, protocol: Protocol) -> &[&'static str] {
-        self.breaks
+    pub fn session(&self, session: Sess) -> &SessionSpec {
+        &self.sessions[usize::from(session.0)]
+    }
+
+    /// A request's lease: its own, or its session's.
+    pub fn ttl_of(&self, request: Req) -> Tick {
+        let spec = self.spec(request);
+        spec.session
+            .map_or(spec.ttl, |session| self.session(session).ttl)
+    }
+
+    /// Whether the traces name the lock (more than one).
+    pub fn names_keys(&self) -> bool {
+        self.locks > 1
+    }
+
+    /// What `protocol` (with `mutant`) is expected to break here, if it is
+    /// checked here at all.
+    pub fn expected(&self, protocol: Protocol, mutant: Option<Mutant>) -> Option<&Expect> {
+        self.expect
             .iter()
-            .find(|(p, _)| *p == protocol)
-            .map_or(&[], |(_, names)| names.as_slice())
+            .find(|expect| expect.protocol == protocol && expect.mutant == mutant)
     }
 }

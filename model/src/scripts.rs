@@ -2,22 +2,30 @@
 //!
 //! Only what decides who holds and who waits is kept: a place's token,
 //! fencing token, lease end and whether it is an unclaimed offer; a
-//! waiter's ticket, instance and deadline; each instance's presence. The
-//! request's lease, kind and Idempotency-Key are read from the scenario.
+//! waiter's ticket, token, instance, deadline and arrival; each
+//! instance's presence; a lock-delay. The request's lease, kind, session
+//! and Idempotency-Key are read from the scenario.
 
-use crate::scenario::{Gw, OFFER, PRESENCE, Req, Retend, Tick};
-use crate::state::{Entry, Phase, Place, Standing};
+use crate::scenario::{AWAY, FOREVER, Gw, Key, Mutant, OFFER, PRESENCE, Req, Retend, Tick};
+use crate::state::{Entry, Phase, Place, Standing, TendPlan};
 use crate::step::Step;
 
 /// What `acquire.lua` answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acquired {
     /// A new place: `granted`.
-    Granted { ends: Tick },
+    Granted { ends: Tick, fence: u16 },
     /// The Idempotency-Key's grant still lives: `replayed` with its token.
-    Replayed { token: Req, ends: Tick },
-    /// In the queue with this ticket: `queued`.
-    Queued { ticket: u8 },
+    Replayed { token: Req, ends: Tick, fence: u16 },
+    /// In the queue with this ticket, granted under `token` (its own, or
+    /// the one it shares with a request waiting under its
+    /// Idempotency-Key); `offered`: that retry was offered the place in
+    /// the same script (its grant message is heard).
+    Queued {
+        ticket: u8,
+        token: Req,
+        offered: bool,
+    },
     /// No place and no wait: `held`.
     Held,
 }
@@ -31,99 +39,165 @@ pub enum Left {
     Granted,
     /// Neither (passed over, or granted and let go): `gone`.
     Gone,
-    /// Granted, and the place was released in the same script (the fixed
-    /// shutdown's leave).
-    Released,
+    /// Granted, and the place was given back in the same script: `given-back`.
+    GivenBack,
+}
+
+/// Where a waiter stands for the queue (`standing` in `lib/queue.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// It may be served now.
+    Here,
+    /// Its instance is away (less than `AWAY_MS`): passed over, it keeps its place.
+    Away,
+    /// Its wait is over, or its instance has been away too long: dropped.
+    Gone,
 }
 
 impl Step<'_> {
     /// `lib/queue.lua` `renew_presence`.
-    fn renew_presence(&mut self, inst: Gw) {
+    fn renew_presence(&mut self, key: Key, inst: Gw) {
         let until = self.s.now + PRESENCE;
-        self.s.redis.presence[usize::from(inst.0)] = Some(until);
+        self.lock_mut(key).presence[usize::from(inst.0)] = Some(until);
     }
 
-    /// `lib/queue.lua` `dequeue`: the queue's keys (the presences and
-    /// `#seq` with them) go with its last waiter.
-    fn dequeue(&mut self, id: Req) {
-        self.s.redis.queue.retain(|entry| entry.id != id);
-        if self.s.redis.queue.is_empty() {
-            self.s.redis.presence.iter_mut().for_each(|p| *p = None);
-            if !self.fixes.keep_ticket_counter {
-                self.s.redis.seq = 0;
+    /// `lib/queue.lua` `dequeue`: the queue's keys (the presences, `#seq`,
+    /// the `~<idem>` lists) go with its last waiter.
+    fn dequeue(&mut self, key: Key, id: Req) {
+        let keep_counter = self.fixes.keep_ticket_counter;
+        let lock = self.lock_mut(key);
+        lock.queue.retain(|entry| entry.id != id);
+        if lock.queue.is_empty() {
+            lock.presence.iter_mut().for_each(|p| *p = None);
+            if !keep_counter {
+                lock.seq = 0;
             }
         }
     }
 
     /// Puts `entry` in the queue at its ticket.
-    fn insert(&mut self, entry: Entry) {
-        let queue = &mut self.s.redis.queue;
+    fn insert(&mut self, key: Key, entry: Entry) {
+        let queue = &mut self.lock_mut(key).queue;
         queue.push(entry);
         queue.sort_by_key(|entry| (entry.ticket, entry.id));
     }
 
-    /// `lib/queue.lua` `enqueue`: a new ticket at the end.
-    fn enqueue(&mut self, id: Req, inst: Gw, deadline: Tick) -> u8 {
-        self.s.redis.seq += 1;
-        let ticket = self.s.redis.seq;
-        self.insert(Entry {
-            id,
-            ticket,
-            inst,
-            deadline,
+    /// `lib/queue.lua` `enqueue`: at `ticket` (a retry's twin's) or a new
+    /// one at the end; the instance's presence renewed.
+    fn enqueue(&mut self, key: Key, mut entry: Entry, ticket: Option<u8>) -> u8 {
+        let ticket = ticket.unwrap_or_else(|| {
+            let lock = self.lock_mut(key);
+            lock.seq += 1;
+            lock.seq
         });
-        self.renew_presence(inst);
+        entry.ticket = ticket;
+        let inst = entry.inst;
+        self.insert(key, entry);
+        self.renew_presence(key, inst);
         ticket
     }
 
-    /// A dead waiter passed over (its wait is over, or its instance's
-    /// presence lapsed).
-    fn drop_waiter(&mut self, entry: Entry) {
+    /// `lib/queue.lua` `standing`.
+    pub fn presence_of(&self, key: Key, entry: &Entry) -> Presence {
         let now = self.s.now;
-        let expired = entry.deadline < now;
-        self.dequeue(entry.id);
+        if entry.deadline < now {
+            return Presence::Gone;
+        }
+        match self.lock(key).presence[usize::from(entry.inst.0)] {
+            Some(until) if until >= now => Presence::Here,
+            Some(until)
+                if self.fixes.away_keeps_place
+                    && u16::from(until) + u16::from(AWAY) >= u16::from(now) =>
+            {
+                Presence::Away
+            }
+            _ => Presence::Gone,
+        }
+    }
+
+    /// A waiter dropped from the queue: its wait is over, or its instance
+    /// is taken for gone.
+    fn drop_waiter(&mut self, key: Key, entry: Entry) {
+        let expired = entry.deadline < self.s.now;
+        self.dequeue(key, entry.id);
         let why = if expired {
             "its wait is over".to_string()
+        } else if self.fixes.away_keeps_place {
+            format!("gateway {} away over 10 s", entry.inst)
         } else {
             format!("gateway {}'s presence lapsed", entry.inst)
         };
         let (script, name) = (self.script.clone(), self.name(entry.id));
         self.say(|| format!("redis: {script} drops {name} ({why})"));
-        if !expired && self.fixes.retend == Retend::DroppedWaiters {
-            let dropped = &mut self.s.redis.dropped;
-            dropped.push(entry);
-            dropped.sort_by_key(|entry| entry.id);
+    }
+
+    /// Whether a place of lock `key` is free for a new holder: room, and
+    /// no lock-delay (`admits` with `held`).
+    fn admits(&self, key: Key) -> bool {
+        let lock = self.lock(key);
+        lock.places.len() < usize::from(self.scenario.limit) && !lock.delayed(self.s.now)
+    }
+
+    fn idem_of(&self, id: Req) -> Option<u8> {
+        self.scenario.spec(id).idempotency_key
+    }
+
+    /// `lib/queue.lua` `serve`: the free places to the waiters at the head
+    /// of the queue, in order, passing over those whose instance is away
+    /// and dropping the gone. True when a waiter that may be served now
+    /// still waits (no newcomer may take a place before it).
+    pub fn serve(&mut self, key: Key) -> bool {
+        let mut index = 0;
+        while let Some(head) = self.lock(key).queue.get(index).cloned() {
+            match self.presence_of(key, &head) {
+                Presence::Gone => self.drop_waiter(key, head),
+                Presence::Away => index += 1,
+                Presence::Here => {
+                    if !self.admits(key) {
+                        return true;
+                    }
+                    self.offer(key, head);
+                    index = 0;
+                }
+            }
         }
+        false
     }
 
-    fn admits(&self) -> bool {
-        self.s.redis.places.len() < usize::from(self.scenario.limit)
-    }
-
-    /// `lib/queue.lua` `serve`: the free places to the head of the queue,
-    /// in order; dead heads are dropped on the way.
-    pub fn serve(&mut self) {
+    /// `lib/queue.lua` `offer`: a place for `head` (and for the requests
+    /// waiting under its Idempotency-Key, which share its token), each
+    /// told on its instance's grant channel and taken out of the queue.
+    fn offer(&mut self, key: Key, head: Entry) {
         let now = self.s.now;
-        while let Some(head) = self.s.redis.queue.first().cloned() {
-            if head.deadline < now || !self.s.redis.present(head.inst, now) {
-                self.drop_waiter(head);
-                continue;
-            }
-            if !self.admits() {
-                return;
-            }
-            let lease = self.scenario.spec(head.id).ttl.min(OFFER);
-            let fence = self.grant_place(head.id, lease, true);
-            self.dequeue(head.id);
-            let (script, name) = (self.script.clone(), self.name(head.id));
-            self.say(|| {
-                format!(
-                    "redis: {script} offers the place to {name} (fence {fence}, until t={})",
-                    now + lease
-                )
-            });
-            self.publish_grant(head.inst, head.id);
+        let lease = self.scenario.ttl_of(head.id).min(OFFER);
+        let fence = self.grant_place(key, head.token, lease, true);
+        let twins: Vec<Entry> = match self.idem_of(head.id) {
+            Some(idem) if self.fixes.idempotency_twins => self
+                .lock(key)
+                .queue
+                .iter()
+                .filter(|entry| entry.id != head.id && self.idem_of(entry.id) == Some(idem))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        };
+        let (script, name) = (self.script.clone(), self.name(head.id));
+        let also: String = twins
+            .iter()
+            .map(|twin| format!(" and its twin {}", self.name(twin.id)))
+            .collect();
+        self.say(|| {
+            format!(
+                "redis: {script} offers the place to {name}{also} (fence {fence}, until t={})",
+                now + lease
+            )
+        });
+        for twin in twins {
+            self.publish_grant(twin.inst, twin.id);
+            self.dequeue(key, twin.id);
         }
+        self.publish_grant(head.inst, head.id);
+        self.dequeue(key, head.id);
     }
 
     /// The grant message on `<prefix>granted:{key}:<instance>`: heard by
@@ -133,241 +207,432 @@ impl Step<'_> {
         if self.gateway_of(id) != inst || !self.s.gateway(inst).alive() {
             return;
         }
-        if let Phase::Waiting { standing, .. } = &mut self.s.request_mut(id).phase {
+        if let Phase::Waiting {
+            standing, heard, ..
+        } = &mut self.s.request_mut(id).phase
+        {
             *standing = Standing::Granted;
+            *heard = true;
         }
     }
 
     /// `lib/holders.lua` `grant_place` with `next_fence`; the monitors
     /// look at each grant as it is made.
-    fn grant_place(&mut self, token: Req, lease: Tick, offered: bool) -> u16 {
-        let fence = self.s.redis.last_fence + 1;
-        if self.s.redis.places.iter().any(|place| place.fence >= fence) {
+    fn grant_place(&mut self, key: Key, token: Req, lease: Tick, offered: bool) -> u16 {
+        let lock = self.lock(key);
+        let fence = lock.last_fence + 1;
+        if lock.places.iter().any(|place| place.fence >= fence) {
             self.s.broken.fencing = true;
         }
-        self.s.redis.last_fence = fence;
-        self.watch_grant(token);
-        let ends = self.s.now + lease;
-        let places = &mut self.s.redis.places;
-        places.push(Place {
+        self.watch_grant(key, token, offered);
+        let ends = self.s.now.saturating_add(lease);
+        let lock = self.lock_mut(key);
+        lock.last_fence = fence;
+        lock.places.push(Place {
             token,
             fence,
             ends,
             offered,
         });
-        places.sort_by_key(|place| place.token);
+        lock.places.sort_by_key(|place| place.token);
         fence
     }
 
-    /// What the monitors check when `token` is granted a place: that no
-    /// earlier waiter that kept running still waits, and that the request
-    /// has not ended.
-    fn watch_grant(&mut self, token: Req) {
+    /// What the monitors check when `token` is granted a place of lock
+    /// `key`: that no earlier waiter for it that kept running still waits,
+    /// that the requests acting with the token have not all ended, that no
+    /// lock-delay is owed, and that an offer goes to a waiter Redis could
+    /// not yet know dead.
+    fn watch_grant(&mut self, key: Key, token: Req, offered: bool) {
         let now = self.s.now;
-        let grantee = self.s.request(token).clone();
-        if grantee.ended() {
-            self.s.broken.granted_after_end = true;
-        }
-        for other in self.s.ids() {
-            let waiter = self.s.request(other);
+        let s = &*self.s;
+        let sharing: Vec<Req> = s.sharing(token).collect();
+        let all =
+            |test: &dyn Fn(Req) -> bool| !sharing.is_empty() && sharing.iter().all(|&id| test(id));
+        let all_ended = all(&|id| s.request(id).ended());
+        let all_dead_long = all(&|id| {
+            let request = s.request(id);
+            request.phase == Phase::Dead && request.died_at + PRESENCE < now
+        });
+        let owed = s.delay_owed[usize::from(key.0)];
+        let grantee_arrived = s.request(token).arrived;
+        let mut out_of_order = false;
+        for other in s.ids() {
+            let waiter = s.request(other);
             let Phase::Waiting {
                 standing, deadline, ..
             } = waiter.phase
             else {
                 continue;
             };
-            let gateway = self.s.gateway(self.gateway_of(other));
+            let gateway = s.gateway(self.gateway_of(other));
             let kept_running = gateway.up() && gateway.steady;
-            if other != token
+            if waiter.token != token
+                && self.key_of(other) == key
                 && kept_running
                 && standing != Standing::Granted
                 && now < deadline
                 && !waiter.forfeited
-                && waiter.arrived < grantee.arrived
+                && waiter.arrived < grantee_arrived
             {
-                self.s.broken.arrival_order = true;
+                out_of_order = true;
             }
         }
+        let broken = &mut self.s.broken;
+        broken.granted_after_end |= all_ended;
+        broken.offered_to_dead |= offered && all_dead_long;
+        broken.lock_delay |= now < owed;
+        broken.arrival_order |= out_of_order;
     }
 
-    /// Takes `token`'s place away (release or revocation).
-    fn take_place(&mut self, token: Req) {
-        self.s.redis.places.retain(|place| place.token != token);
+    /// Takes `token`'s place of lock `key` away (release, revocation, a
+    /// session's end).
+    fn take_place(&mut self, key: Key, token: Req) {
+        self.lock_mut(key)
+            .places
+            .retain(|place| place.token != token);
     }
 
-    /// `acquire.lua` for a new holder (never a re-entry): a place, a
-    /// replay, the queue (when `join`, with `wait_left` ticks), or `held`.
-    pub fn acquire(&mut self, id: Req, join: bool, wait_left: Tick) -> Acquired {
+    /// `lib/holders.lua` `delay_until`: no place is granted before `until`.
+    fn delay_until(&mut self, key: Key, until: Tick) {
+        if until <= self.s.now || self.fixes.is(Mutant::NoLockDelay) {
+            return;
+        }
+        self.lock_mut(key).delayed_until = until;
+        let (script, now) = (self.script.clone(), self.s.now);
+        self.say(|| {
+            format!(
+                "redis: {script} keeps the lock delayed until t={until} ({} ms)",
+                u32::from(until - now) * crate::scenario::TICK_MS
+            )
+        });
+    }
+
+    /// `acquire.lua` for a new holder (never a re-entry) of lock `key`
+    /// acting with `token`: a place, a replay, a wait as a twin of a
+    /// request under the same Idempotency-Key, the queue (when `join`,
+    /// with `wait_left` ticks), or `held`.
+    pub fn acquire(
+        &mut self,
+        key: Key,
+        id: Req,
+        token: Req,
+        join: bool,
+        wait_left: Tick,
+    ) -> Acquired {
         let spec = self.scenario.spec(id).clone();
         let now = self.s.now;
-        if let Some(key) = spec.idempotency_key {
-            let scenario = self.scenario;
+        let entry = Entry {
+            id,
+            token,
+            ticket: 0,
+            inst: spec.gateway,
+            deadline: now + wait_left,
+            since: now,
+        };
+        if let Some(idem) = spec.idempotency_key {
             let made = self
-                .s
-                .redis
+                .lock(key)
                 .places
                 .iter()
-                .find(|place| scenario.spec(place.token).idempotency_key == Some(key));
+                .find(|place| self.idem_of(place.token) == Some(idem));
             if let Some(place) = made {
                 return Acquired::Replayed {
                     token: place.token,
                     ends: place.ends,
+                    fence: place.fence,
+                };
+            }
+            // A retry of a request that still waits under the same key
+            // waits with it (its ticket, its token).
+            let first = self
+                .lock(key)
+                .queue
+                .iter()
+                .find(|entry| self.idem_of(entry.id) == Some(idem))
+                .cloned();
+            if let (Some(first), true) = (first, self.fixes.idempotency_twins) {
+                if !join || wait_left == 0 {
+                    return Acquired::Held;
+                }
+                if self.lock(key).queued(id).is_none() {
+                    let twin = Entry {
+                        token: first.token,
+                        ..entry
+                    };
+                    self.enqueue(key, twin, Some(first.ticket));
+                    self.serve(key);
+                }
+                return Acquired::Queued {
+                    ticket: first.ticket,
+                    token: first.token,
+                    offered: self.lock(key).queued(id).is_none(),
                 };
             }
         }
         // A plain lock that is held has no place for anyone: no serving.
-        let plain_held = self.scenario.limit == 1 && !self.s.redis.places.is_empty();
-        if !self.s.redis.queue.is_empty() && !plain_held {
-            self.serve();
+        let plain_held = self.scenario.limit == 1 && !self.lock(key).places.is_empty();
+        let mut waits = false;
+        if !self.lock(key).queue.is_empty() && !plain_held {
+            waits = self.serve(key);
         }
-        if self.admits() && self.s.redis.queue.is_empty() {
-            self.grant_place(id, spec.ttl, false);
+        if self.admits(key) && !waits {
+            let ttl = self.scenario.ttl_of(id);
+            let fence = self.grant_place(key, token, ttl, false);
             return Acquired::Granted {
-                ends: now + spec.ttl,
+                ends: now.saturating_add(ttl),
+                fence,
             };
         }
         if !join || wait_left == 0 {
             return Acquired::Held;
         }
-        if let Some(entry) = self.s.redis.queued(id) {
+        if let Some(queued) = self.lock(key).queued(id) {
             return Acquired::Queued {
-                ticket: entry.ticket,
+                ticket: queued.ticket,
+                token,
+                offered: false,
             };
         }
-        let ticket = self.enqueue(id, spec.gateway, now + wait_left);
-        Acquired::Queued { ticket }
+        let ticket = self.enqueue(key, entry, None);
+        Acquired::Queued {
+            ticket,
+            token,
+            offered: false,
+        }
     }
 
     /// `release.lua` (every hold): frees the place and serves the queue.
     /// False when the token held nothing.
-    pub fn release(&mut self, token: Req) -> bool {
-        if self.s.redis.place(token).is_none() {
+    pub fn release(&mut self, key: Key, token: Req) -> bool {
+        if self.lock(key).place(token).is_none() {
             return false;
         }
-        self.take_place(token);
-        if !self.s.redis.queue.is_empty() {
-            self.serve();
+        self.take_place(key, token);
+        if let Some(session) = self.scenario.spec(token).session {
+            // The session forgets it (`Sessions::forget`).
+            self.s.redis.session_mut(session).locks &= !token.bit();
+        }
+        if !self.lock(key).queue.is_empty() {
+            self.serve(key);
         }
         true
     }
 
-    /// `extend.lua`: the lease ends `ttl` from now; how a waiter claims
-    /// an offered place. The new end, or `None` when the token holds nothing.
-    pub fn extend(&mut self, token: Req, ttl: Tick) -> Option<Tick> {
-        let ends = self.s.now + ttl;
-        let place = self.s.redis.places.iter_mut().find(|p| p.token == token)?;
-        place.ends = ends;
+    /// `extend.lua`: the lease ends `ttl` from now (a session's holder's
+    /// only lengthens); how a waiter claims an offered place. The new end,
+    /// or `None` when the token holds nothing.
+    pub fn extend(&mut self, key: Key, token: Req, ttl: Tick) -> Option<Tick> {
+        let now = self.s.now;
+        let in_session = self.scenario.spec(token).session.is_some();
+        let place = self
+            .lock_mut(key)
+            .places
+            .iter_mut()
+            .find(|p| p.token == token)?;
+        let ends = now.saturating_add(ttl);
+        place.ends = if in_session {
+            place.ends.max(ends)
+        } else {
+            ends
+        };
         place.offered = false;
-        Some(ends)
+        Some(place.ends)
     }
 
-    /// `leave.lua`; with `release`, the fixed shutdown's leave, which also
-    /// gives back a place granted meanwhile.
-    pub fn leave(&mut self, id: Req, release: bool) -> Left {
-        self.s.redis.dropped.retain(|entry| entry.id != id);
-        if self.s.redis.queued(id).is_some() {
-            self.dequeue(id);
-            if !self.s.redis.queue.is_empty() {
-                self.serve();
+    /// `extend.lua` with attach: a session's holder's lease becomes its
+    /// session's (`SESSION_LEASE`). False when the token holds nothing.
+    pub fn attach_place(&mut self, key: Key, token: Req) -> bool {
+        match self
+            .lock_mut(key)
+            .places
+            .iter_mut()
+            .find(|p| p.token == token)
+        {
+            Some(place) => {
+                place.ends = FOREVER;
+                place.offered = false;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `leave.lua` for waiter `id` acting with `token`; with `give_back`,
+    /// a place it was granted meanwhile goes on in the same step.
+    pub fn leave(&mut self, key: Key, id: Req, token: Req, give_back: bool) -> Left {
+        if self.lock(key).queued(id).is_some() {
+            self.dequeue(key, id);
+            if !self.lock(key).queue.is_empty() {
+                self.serve(key);
             }
             return Left::Left;
         }
-        if self.s.redis.place(id).is_none() {
+        if self.lock(key).place(token).is_none() {
             return Left::Gone;
         }
-        if !release {
+        if !give_back {
             return Left::Granted;
         }
-        self.take_place(id);
-        if !self.s.redis.queue.is_empty() {
-            self.serve();
+        self.take_place(key, token);
+        if !self.lock(key).queue.is_empty() {
+            self.serve(key);
         }
-        Left::Released
+        Left::GivenBack
     }
 
-    /// `tend.lua` for instance `inst` naming the waiters of `plan`:
-    /// renews its presence, puts back its waiters as the protocol says,
-    /// serves the queue, and reports positions to the waiters that ask
-    /// (streamed ones): one no longer queued becomes unaccounted.
-    pub fn tend(&mut self, inst: Gw, plan: &[(Req, u8, Tick)]) {
+    /// `tend.lua` on lock `key` for instance `inst`, whose waiters there
+    /// `plan` names: renews its presence (and tells whether it had
+    /// `lapsed`), puts back its waiters as the protocol says, serves the
+    /// queue, and reports positions to the waiters asked (one no longer
+    /// queued becomes unaccounted: `Room::tended`). A lapsed tend that
+    /// asked fewer than all has every position asked at once.
+    pub fn tend(&mut self, key: Key, inst: Gw, plan: &TendPlan) {
         let now = self.s.now;
-        if !plan.is_empty() && !self.s.redis.queue.is_empty() {
-            self.renew_presence(inst);
-        }
-        for &(id, ticket, deadline) in plan {
-            if deadline < now || self.s.redis.queued(id).is_some() {
-                continue;
+        let waiters: Vec<(Req, u8, Tick)> = plan
+            .waiters
+            .iter()
+            .copied()
+            .filter(|&(id, _, _)| self.key_of(id) == key)
+            .collect();
+        let mut lapsed = false;
+        if !waiters.is_empty() {
+            if self.lock(key).queue.is_empty() {
+                lapsed = true;
+            } else {
+                let presence = self.lock(key).presence[usize::from(inst.0)];
+                lapsed = presence
+                    .is_none_or(|until| u16::from(until) + u16::from(AWAY) < u16::from(now));
+                self.renew_presence(key, inst);
             }
-            let back = match self.fixes.retend {
-                Retend::Off => None,
-                Retend::LocalWaiters => self.s.redis.place(id).is_none().then_some(Entry {
+        }
+        if self.fixes.retend == Retend::LocalWaiters {
+            for &(id, ticket, deadline) in &waiters {
+                let lock = self.lock(key);
+                if deadline < now || lock.queued(id).is_some() || lock.place(id).is_some() {
+                    continue;
+                }
+                let (script, name) = (self.script.clone(), self.name(id));
+                self.say(|| format!("redis: {script} puts {name} back at ticket {ticket}"));
+                let entry = Entry {
                     id,
+                    token: id,
                     ticket,
                     inst,
                     deadline,
-                }),
-                Retend::DroppedWaiters => {
-                    let dropped = &mut self.s.redis.dropped;
-                    let at = dropped.iter().position(|entry| entry.id == id);
-                    at.map(|at| dropped.remove(at))
-                }
-            };
-            if let Some(entry) = back {
-                let (script, name, ticket) = (self.script.clone(), self.name(id), entry.ticket);
-                self.say(|| format!("redis: {script} puts {name} back at ticket {ticket}"));
-                self.insert(entry);
-                self.renew_presence(inst);
+                    since: now,
+                };
+                self.insert(key, entry);
+                self.renew_presence(key, inst);
             }
         }
-        if !self.s.redis.queue.is_empty() {
-            self.serve();
+        if !self.lock(key).queue.is_empty() {
+            self.serve(key);
         }
-        for &(id, _, _) in plan {
-            if !self.scenario.spec(id).streamed || self.s.redis.queued(id).is_some() {
+        let mut asked = 0;
+        for &(id, _, _) in &waiters {
+            if plan.asked & id.bit() == 0 {
                 continue;
             }
-            if let Phase::Waiting { standing, .. } = &mut self.s.request_mut(id).phase
+            asked += 1;
+            if self.lock(key).queued(id).is_some() {
+                continue;
+            }
+            if let Phase::Waiting {
+                standing, heard, ..
+            } = &mut self.s.request_mut(id).phase
                 && *standing == Standing::Queued
             {
                 *standing = Standing::Unaccounted;
+                *heard = true;
             }
+        }
+        if self.fixes.check_when_lapsed && lapsed && asked < waiters.len() {
+            let (script, on) = (self.script.clone(), self.on_key(key));
+            self.say(|| format!("redis: {script}{on} -> lapsed: every waiter's position is asked"));
+            let gateway = self.s.gateway_mut(inst);
+            gateway.check_all |= 1 << key.0;
+            gateway.tend_soon = true;
         }
     }
 
-    /// `revoke.lua`: every place taken back, the queue served. Streamed
-    /// holders hear `revoked` on the release channel and end.
-    pub fn revoke(&mut self) {
-        let tokens: Vec<Req> = self.s.redis.places.iter().map(|p| p.token).collect();
-        for token in tokens {
-            self.take_place(token);
+    /// `revoke.lua`: every place of lock `key` taken back (a session's
+    /// keeps its session's lock-delay), the queue served. Streamed holders
+    /// hear `revoked` on the release channel and end.
+    pub fn revoke(&mut self, key: Key) {
+        let now = self.s.now;
+        let tokens: Vec<Req> = self.lock(key).places.iter().map(|p| p.token).collect();
+        for &token in &tokens {
+            self.take_place(key, token);
+            if let Some(session) = self.scenario.spec(token).session {
+                let delay = self.scenario.session(session).lock_delay;
+                let owed = &mut self.s.delay_owed[usize::from(key.0)];
+                *owed = (*owed).max(now.saturating_add(delay));
+                self.delay_until(key, now.saturating_add(delay));
+            }
         }
         for holder in self.s.ids() {
             let streamed = self.scenario.spec(holder).streamed;
             let alive = self.s.gateway(self.gateway_of(holder)).alive();
             let request = self.s.request_mut(holder);
-            if streamed && alive && matches!(request.phase, Phase::Holding { .. }) {
+            if let Phase::Holding { token, .. } = request.phase
+                && streamed
+                && alive
+                && tokens.contains(&token)
+            {
                 request.phase = Phase::Finished;
             }
         }
-        if !self.s.redis.queue.is_empty() {
-            self.serve();
+        if !self.lock(key).queue.is_empty() {
+            self.serve(key);
         }
     }
 
     /// `lib/queue.lua` `live_waiters` (behind `inspect.lua`, `GET`): every
-    /// dead waiter is dropped, not only the head.
-    pub fn inspect(&mut self) {
-        let now = self.s.now;
-        let dead: Vec<Entry> = self
-            .s
-            .redis
+    /// gone waiter is dropped, not only the head.
+    pub fn inspect(&mut self, key: Key) {
+        let gone: Vec<Entry> = self
+            .lock(key)
             .queue
             .iter()
-            .filter(|entry| entry.deadline < now || !self.s.redis.present(entry.inst, now))
+            .filter(|entry| self.presence_of(key, entry) == Presence::Gone)
             .cloned()
             .collect();
-        for entry in dead {
-            self.drop_waiter(entry);
+        for entry in gone {
+            self.drop_waiter(key, entry);
         }
+    }
+
+    /// `session_release.lua`: a session that expired ends its holder's
+    /// place of lock `key` (`token`), keeps the lock delayed until
+    /// `delayed_until`, and serves the queue. False when the token held
+    /// nothing (`gone`).
+    pub fn session_release(&mut self, key: Key, token: Req, delayed_until: Tick) -> bool {
+        if self.lock(key).place(token).is_none() {
+            return false;
+        }
+        if let Some(session) = self.scenario.spec(token).session {
+            // The monitors: a lock its client holds is not freed while its
+            // session lives, and after it the lock-delay is owed.
+            let now = self.s.now;
+            let expires = self.s.redis.session(session).expires;
+            let answered = self
+                .s
+                .requests
+                .iter()
+                .any(|r| matches!(r.phase, Phase::Holding { token: t, .. } if t == token));
+            if answered && now <= expires {
+                self.s.broken.freed_before_expiry = true;
+            }
+            let delay = self.scenario.session(session).lock_delay;
+            let owed = &mut self.s.delay_owed[usize::from(key.0)];
+            *owed = (*owed).max(expires.saturating_add(delay));
+        }
+        self.take_place(key, token);
+        self.delay_until(key, delayed_until);
+        if !self.lock(key).queue.is_empty() {
+            self.serve(key);
+        }
+        true
     }
 }

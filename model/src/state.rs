@@ -1,22 +1,26 @@
-//! The state of one run: Redis (one lock's keys), the gateways, the clients' requests, and the monitors that remember what a property needs from the past.
+//! The state of one run: Redis (each lock's keys, each session's), the gateways, the clients' requests, and the monitors that remember what a property needs from the past.
 
 use arrayvec::ArrayVec;
 
-use crate::scenario::{Gw, MAX_GATEWAYS, MAX_REQUESTS, Req, Scenario, Tick};
+use crate::scenario::{
+    Gw, Key, MAX_GATEWAYS, MAX_LOCKS, MAX_REQUESTS, MAX_SESSIONS, Req, Scenario, Sess, Tick,
+};
 
 /// A list with room for every request, kept in the state itself (no heap:
 /// cloning and hashing states is most of the checker's work).
 pub type PerRequest<T> = ArrayVec<T, MAX_REQUESTS>;
 /// A list with room for every gateway.
 pub type PerGateway<T> = ArrayVec<T, MAX_GATEWAYS>;
+pub type PerLock<T> = ArrayVec<T, MAX_LOCKS>;
+pub type PerSession<T> = ArrayVec<T, MAX_SESSIONS>;
 
-/// A place in the lock: a holder, or a waiter offered the place from the
+/// A place in a lock: a holder, or a waiter offered the place from the
 /// queue and not yet claimed (`lock` hash, or `holders` for many).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Place {
     pub token: Req,
     pub fence: u16,
-    /// The lease's end: held while `now < ends`.
+    /// The lease's end: held while `now < ends` (`FOREVER`: a session's).
     pub ends: Tick,
     /// Offered from the queue, not yet claimed with an extension.
     pub offered: bool,
@@ -25,19 +29,23 @@ pub struct Place {
 /// A waiter's entry in the queue (`queue` sorted set and `waiters` hash).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Entry {
+    /// Its waiter id.
     pub id: Req,
+    /// The token it is granted under: its own, or (a retry under an
+    /// Idempotency-Key) the one it shares with the request it waits with.
+    pub token: Req,
     pub ticket: u8,
     /// The instance it waits on.
     pub inst: Gw,
     /// The end of its wait (Redis clock).
     pub deadline: Tick,
+    /// When it joined (`since`, what the deadlock search compares).
+    pub since: Tick,
 }
 
-/// One lock's keys in Redis, and whether Redis runs.
+/// One lock's keys in Redis.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Redis {
-    /// Frozen since this tick: no script runs.
-    pub stalled_since: Option<Tick>,
+pub struct Lock {
     /// The live places, by token.
     pub places: PerRequest<Place>,
     /// The last fencing token issued (`fence` key).
@@ -49,26 +57,21 @@ pub struct Redis {
     pub presence: PerGateway<Option<Tick>>,
     /// The last ticket (`#seq` in `waiters`).
     pub seq: u8,
-    /// Entries dropped because their instance's presence lapsed, kept
-    /// aside until their wait ends (the fixed protocol only).
-    pub dropped: PerRequest<Entry>,
+    /// No place is granted before this tick (the `delayed` field:
+    /// lock-delay); 0 for none.
+    pub delayed_until: Tick,
 }
 
-impl Redis {
-    pub fn new(gateways: u8) -> Self {
+impl Lock {
+    fn new(gateways: u8) -> Self {
         Self {
-            stalled_since: None,
             places: ArrayVec::new(),
             last_fence: 0,
             queue: ArrayVec::new(),
             presence: (0..gateways).map(|_| None).collect(),
             seq: 0,
-            dropped: ArrayVec::new(),
+            delayed_until: 0,
         }
-    }
-
-    pub fn runs(&self) -> bool {
-        self.stalled_since.is_none()
     }
 
     pub fn place(&self, token: Req) -> Option<&Place> {
@@ -81,6 +84,102 @@ impl Redis {
 
     pub fn present(&self, inst: Gw, now: Tick) -> bool {
         self.presence[usize::from(inst.0)].is_some_and(|until| until >= now)
+    }
+
+    pub fn delayed(&self, now: Tick) -> bool {
+        self.delayed_until > now
+    }
+
+    /// Nobody holds it and no lock-delay keeps it.
+    pub fn free(&self, now: Tick) -> bool {
+        self.places.is_empty() && !self.delayed(now)
+    }
+}
+
+/// Why a session ended (`Ending` in `src/redis/sessions.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ending {
+    /// Nobody kept it alive: its locks keep its lock-delay.
+    Expired,
+}
+
+/// One session's keys in Redis (`session:{<handle>}`, its `:locks`, and
+/// its entry in the deadline index).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Session {
+    /// Alive while `now <= expires` (`expires` field, and its score in the
+    /// deadline index).
+    pub expires: Tick,
+    /// Marked ended (`ended`), and when.
+    pub ended: Option<(Ending, Tick)>,
+    /// The end of the lock-delay its locks keep (`delayed_until`).
+    pub delayed_until: Tick,
+    /// The tokens of its locks (`:locks`), granted or being taken.
+    pub locks: u8,
+    /// Its keys and index entry are gone (`drop_ended`).
+    pub dropped: bool,
+}
+
+impl Session {
+    /// Alive for `session_keep.lua`, `session_join.lua`: not ended, not expired.
+    pub fn alive(&self, now: Tick) -> bool {
+        self.ended.is_none() && now <= self.expires
+    }
+}
+
+/// Redis: its locks and sessions, and whether it runs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Redis {
+    /// Frozen since this tick: no script runs.
+    pub stalled_since: Option<Tick>,
+    pub locks: PerLock<Lock>,
+    pub sessions: PerSession<Session>,
+}
+
+impl Redis {
+    pub fn new(scenario: &Scenario) -> Self {
+        Self {
+            stalled_since: None,
+            locks: (0..scenario.locks)
+                .map(|_| Lock::new(scenario.gateways))
+                .collect(),
+            sessions: scenario
+                .sessions
+                .iter()
+                .map(|spec| Session {
+                    expires: spec.ttl,
+                    ended: None,
+                    delayed_until: 0,
+                    locks: 0,
+                    dropped: false,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn runs(&self) -> bool {
+        self.stalled_since.is_none()
+    }
+
+    pub fn lock(&self, key: Key) -> &Lock {
+        &self.locks[usize::from(key.0)]
+    }
+
+    pub fn lock_mut(&mut self, key: Key) -> &mut Lock {
+        &mut self.locks[usize::from(key.0)]
+    }
+
+    pub fn session(&self, session: Sess) -> &Session {
+        &self.sessions[usize::from(session.0)]
+    }
+
+    pub fn session_mut(&mut self, session: Sess) -> &mut Session {
+        &mut self.sessions[usize::from(session.0)]
+    }
+
+    /// Some place of any lock held under `token`.
+    pub fn holds(&self, token: Req) -> bool {
+        self.locks.iter().any(|lock| lock.place(token).is_some())
     }
 }
 
@@ -99,8 +198,24 @@ pub enum Life {
 }
 
 /// A tend planned from the gateway's waiting room and sent to Redis: the
-/// waiters it names, each with its ticket and the end of its wait.
-pub type TendPlan = PerRequest<(Req, u8, Tick)>;
+/// waiters it names, each with its ticket and the end of its wait, and
+/// those whose positions it asks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TendPlan {
+    pub waiters: PerRequest<(Req, u8, Tick)>,
+    /// The waiters whose positions are asked (streamed ones, or every one
+    /// of a lock whose `check_all` was set).
+    pub asked: u8,
+}
+
+/// A sweep under way on a gateway (`Sessions::finish`): the session it
+/// ended, and the tokens whose locks it has still to end.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sweep {
+    pub session: Sess,
+    pub pending: u8,
+    pub delayed_until: Tick,
+}
 
 /// One gateway instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -112,10 +227,16 @@ pub struct Gateway {
     pub streams_closed: bool,
     /// The next tending round.
     pub tend_at: Tick,
+    /// A tend is wanted at once (`tend_soon`: a lapsed tend's `check_all`).
+    pub tend_soon: bool,
+    /// Per lock: every waiter's position is asked at the next tend.
+    pub check_all: u8,
     /// A tend planned and not yet run.
     pub tending: Option<TendPlan>,
     /// It has run a tend since it (and Redis) last resumed.
     pub steady: bool,
+    /// A session it is ending (the sweep's `finish`).
+    pub sweeping: Option<Sweep>,
 }
 
 impl Gateway {
@@ -125,8 +246,11 @@ impl Gateway {
             closing: false,
             streams_closed: false,
             tend_at: 0,
+            tend_soon: false,
+            check_all: 0,
             tending: None,
             steady: true,
+            sweeping: None,
         }
     }
 
@@ -152,8 +276,8 @@ impl Default for Gateway {
 pub enum Standing {
     Queued,
     Granted,
-    /// Not in the queue and no grant heard (only asked of waiters that
-    /// report their position: streamed ones).
+    /// Not in the queue and no grant heard (a tend that asked its
+    /// position found none).
     Unaccounted,
 }
 
@@ -164,6 +288,10 @@ pub enum Refusal {
     Held,
     /// `503 shutting-down`.
     ShuttingDown,
+    /// `404 session-not-found`: its session ended.
+    SessionEnded,
+    /// `409 deadlock`: its wait closed a cycle, as its youngest.
+    Deadlock,
 }
 
 /// What the handover still has to do for a client that left.
@@ -175,16 +303,43 @@ pub enum Cleanup {
     Release,
 }
 
+/// A session's wait looking for a cycle (`deadlock.rs`): one read of
+/// Redis a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Search {
+    /// The next search is due at this tick (`CHECK_EVERY`, one tick).
+    Idle { at: Tick },
+    /// The start's wait (joined at `since`) and its lock's holders were
+    /// read: the sessions holding it (a set); `confirming`: the keys of
+    /// the cycle the first search saw, when this is the second.
+    Holders {
+        holders: u8,
+        since: Tick,
+        confirming: Option<u8>,
+    },
+    /// A cycle was seen (its keys), to search again 100 ms later.
+    Seen { keys: u8, since: Tick },
+    /// Confirmed: the wait leaves and is answered `409 deadlock`.
+    Refusing,
+}
+
 /// A request's progress, on its gateway and at its client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
     Unsent,
     /// In its gateway's waiting room (its ticket registered there).
     Waiting {
+        /// What the ticket holds now.
         standing: Standing,
+        /// The ticket changed since the wait loop last looked: it acts on it.
+        heard: bool,
         deadline: Tick,
         ticket: u8,
+        search: Search,
     },
+    /// Granted in a session; the session is to confirm it and the lock
+    /// to take the session's lease (`Locks::attach`) before the answer.
+    Attaching,
     /// Its client was answered `201` and holds `token` (its own, or the
     /// earlier grant an Idempotency-Key replayed) until `until`.
     Holding {
@@ -205,33 +360,52 @@ pub enum Phase {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Request {
     pub phase: Phase,
+    /// The token it acts with: its own id, or the one it shares with the
+    /// request it waits with under an Idempotency-Key.
+    pub token: Req,
     /// Its arrival (1 is first; 0 before it is sent).
     pub arrived: u8,
     /// Ticks in a row it has been left waiting, with its gateway and Redis
-    /// running, while the lock was free.
+    /// running, while its lock was free.
     pub idle: Tick,
+    /// Ticks in a row it has gone on waiting, its gateway and Redis
+    /// running, after its session ended.
+    pub orphaned: Tick,
     /// It was offered a place and did not claim it in time: passed over
     /// by design, so arrival order no longer speaks for it.
     pub forfeited: bool,
     /// It joined the queue at some point.
     pub waited: bool,
+    /// The fencing token of the place it was answered `201` for (its own,
+    /// shared, or replayed); 0 before.
+    pub granted_fence: u16,
     /// It was answered `201` for a place of its own (not a replay).
     pub granted: bool,
     /// It was sent while another request under its Idempotency-Key was
     /// waiting (a retry of a request whose answer is late).
     pub overlapped: bool,
+    /// When its gateway died under it.
+    pub died_at: Tick,
+    /// A real cycle of waits ran through its wait at some moment since its
+    /// search for one (the first of two) began.
+    pub cycle_seen: bool,
 }
 
 impl Request {
-    fn new() -> Self {
+    fn new(id: Req) -> Self {
         Self {
             phase: Phase::Unsent,
+            token: id,
             arrived: 0,
             idle: 0,
+            orphaned: 0,
             forfeited: false,
             waited: false,
+            granted_fence: 0,
             granted: false,
             overlapped: false,
+            died_at: 0,
+            cycle_seen: false,
         }
     }
 
@@ -244,6 +418,10 @@ impl Request {
     pub fn ended(&self) -> bool {
         matches!(self.phase, Phase::Refused(_) | Phase::Finished)
     }
+
+    pub fn waiting(&self) -> bool {
+        matches!(self.phase, Phase::Waiting { .. })
+    }
 }
 
 /// What the monitors saw break (properties about the past).
@@ -255,6 +433,16 @@ pub struct Broken {
     pub fencing: bool,
     /// A place went to a request that had already ended.
     pub granted_after_end: bool,
+    /// A session's lock was freed while its session had not expired.
+    pub freed_before_expiry: bool,
+    /// A place was granted before a lock-delay ended.
+    pub lock_delay: bool,
+    /// A wait was answered `deadlock` though no real cycle ran through it
+    /// during its search, or though it no longer waited.
+    pub false_deadlock: bool,
+    /// A place was offered to a waiter whose gateway died more than a
+    /// presence earlier.
+    pub offered_to_dead: bool,
 }
 
 /// How many of each fault have struck.
@@ -275,22 +463,40 @@ pub struct State {
     pub redis: Redis,
     pub gateways: PerGateway<Gateway>,
     pub requests: PerRequest<Request>,
+    /// The sessions whose streamed keeper still keeps them (a set).
+    pub kept: u8,
     /// Requests sent so far (arrivals are numbered from 1).
     pub arrivals: u8,
     pub struck: Struck,
     pub broken: Broken,
+    /// Per lock: no place may be granted before this tick (the lock-delay
+    /// the contract owes, as the monitor reckons it).
+    pub delay_owed: PerLock<Tick>,
+    /// Ticks in a row a cycle of waits on running gateways has stood.
+    pub cycle_for: Tick,
 }
 
 impl State {
     pub fn new(scenario: &Scenario) -> Self {
+        let kept = scenario
+            .sessions
+            .iter()
+            .enumerate()
+            .filter(|(_, spec)| spec.keeper.is_some())
+            .fold(0, |set, (index, _)| set | (1 << index));
         Self {
             now: 0,
-            redis: Redis::new(scenario.gateways),
+            redis: Redis::new(scenario),
             gateways: (0..scenario.gateways).map(|_| Gateway::new()).collect(),
-            requests: scenario.requests.iter().map(|_| Request::new()).collect(),
+            requests: (0..scenario.requests.len() as u8)
+                .map(|id| Request::new(Req(id)))
+                .collect(),
+            kept,
             arrivals: 0,
             struck: Struck::default(),
             broken: Broken::default(),
+            delay_owed: (0..scenario.locks).map(|_| 0).collect(),
+            cycle_for: 0,
         }
     }
 
@@ -313,5 +519,11 @@ impl State {
     /// Every request, by id.
     pub fn ids(&self) -> impl Iterator<Item = Req> + use<> {
         (0..self.requests.len() as u8).map(Req)
+    }
+
+    /// The requests that act with `token`.
+    pub fn sharing(&self, token: Req) -> impl Iterator<Item = Req> + '_ {
+        self.ids()
+            .filter(move |&id| self.request(id).token == token)
     }
 }

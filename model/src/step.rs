@@ -1,7 +1,7 @@
 //! One atomic step being taken: the state it changes, the scenario and protocol it follows, and the notes it leaves for a trace.
 
-use crate::scenario::{Fixes, Gw, Req, Scenario};
-use crate::state::State;
+use crate::scenario::{Fixes, Gw, Key, Req, Scenario};
+use crate::state::{Lock, State};
 
 /// What happened in a step, in words, kept only when a trace is printed.
 #[derive(Default)]
@@ -32,7 +32,7 @@ pub struct Step<'a> {
     pub scenario: &'a Scenario,
     pub fixes: Fixes,
     pub notes: &'a mut Notes,
-    /// The script running now, as the notes name it (`tend(C)`).
+    /// The script running now, as the notes name it (`tend(C)`, `release(H) x`).
     pub script: String,
 }
 
@@ -59,6 +59,27 @@ impl<'a> Step<'a> {
 
     pub fn gateway_of(&self, req: Req) -> Gw {
         self.scenario.spec(req).gateway
+    }
+
+    pub fn key_of(&self, req: Req) -> Key {
+        self.scenario.spec(req).key
+    }
+
+    pub fn lock(&self, key: Key) -> &Lock {
+        self.s.redis.lock(key)
+    }
+
+    pub fn lock_mut(&mut self, key: Key) -> &mut Lock {
+        self.s.redis.lock_mut(key)
+    }
+
+    /// ` x` when the scenario has more than one lock, for the notes.
+    pub fn on_key(&self, key: Key) -> String {
+        if self.scenario.names_keys() {
+            format!(" {key}")
+        } else {
+            String::new()
+        }
     }
 
     /// Names the script about to run, for the notes.

@@ -2,14 +2,16 @@
 //!
 //! Time passes only by `Tick`, which waits for every urgent step (one that
 //! a running gateway takes at once: a tend due, a grant heard, a wait
-//! ended, a renewal due, a handover's script): what runs, runs in time;
-//! only a pause, a stall or a crash delays it.
+//! ended, a renewal due, a guard's script, a sweep, a search): what runs,
+//! runs in time; only a pause, a stall or a crash delays it.
 
 use stateright::{Model, Property};
 
+use crate::deadlock;
 use crate::properties;
-use crate::scenario::{Fixes, Gw, Hold, Req, Scenario};
-use crate::state::{Gateway, Life, Phase, Standing, State};
+use crate::scenario::{Fixes, Gw, Hold, Key, Mutant, Req, Scenario, Sess};
+use crate::sessions;
+use crate::state::{Gateway, Life, Phase, Search, Standing, State};
 use crate::step::{Notes, Step};
 
 /// One step, named by the actor that takes it.
@@ -17,16 +19,24 @@ use crate::step::{Notes, Step};
 pub enum Action {
     /// The clock advances one tick (300 ms).
     Tick,
-    /// A client sends its request (`acquire.lua`).
+    /// A client sends its request (`session_join.lua`, `acquire.lua`).
     Send(Req),
     /// A gateway claims the place its waiter heard granted (`extend.lua`).
     Claim(Req),
+    /// A session's grant is confirmed by its session and takes the
+    /// session's lease (`Locks::attach`: `session_join.lua`, `extend.lua`).
+    Attach(Req),
     /// A gateway's waiter leaves the queue (`leave.lua`): its wait is
     /// over, its gateway shuts down, or it is unaccounted for.
     Leave(Req),
+    /// A waiter gives up: its session ended, or its wait closes a cycle
+    /// (`Acquisition::give_up`, `leave.lua` giving back).
+    GiveUp(Req),
+    /// One read of a session's wait's search for a cycle (`deadlock.rs`).
+    Search(Req),
     /// A client leaves while waiting, or a streamed holder's client leaves.
     Disconnect(Req),
-    /// The handover (or a stream's guard) undoes what a client that left
+    /// The guard (or a stream's guard) undoes what a client that left
     /// may hold (`leave.lua`, `release.lua`).
     Cleanup(Req),
     /// A client releases its lock (`release.lua`).
@@ -37,6 +47,12 @@ pub enum Action {
     PlanTend(Gw),
     /// The planned tend runs in Redis (`tend.lua`).
     RunTend(Gw),
+    /// A streamed session's keeper renews it (`session_keep.lua`).
+    KeepSession(Sess),
+    /// A gateway's sweep ends an expired session (`session_end.lua`).
+    EndSession(Gw, Sess),
+    /// The sweep ends the session's next lock (`session_release.lua`).
+    ReleaseSessionLock(Gw),
     Pause(Gw),
     Thaw(Gw),
     Crash(Gw),
@@ -49,10 +65,10 @@ pub enum Action {
     Exit(Gw),
     StallRedis,
     ResumeRedis,
-    /// An operator revokes the lock (`revoke.lua`).
-    Revoke,
-    /// Someone reads the lock (`inspect.lua`).
-    Inspect,
+    /// An operator revokes a lock (`revoke.lua`).
+    Revoke(Key),
+    /// Someone reads a lock (`inspect.lua`).
+    Inspect(Key),
 }
 
 /// A scenario under one protocol.
@@ -73,6 +89,11 @@ impl LockModel {
             usize::from(scenario.gateways) <= crate::scenario::MAX_GATEWAYS,
             "too many gateways"
         );
+        assert!(
+            usize::from(scenario.locks) <= crate::scenario::MAX_LOCKS
+                && scenario.sessions.len() <= crate::scenario::MAX_SESSIONS,
+            "too many locks or sessions"
+        );
         Self {
             scenario,
             fixes,
@@ -85,6 +106,9 @@ impl LockModel {
         let mut next = state.clone();
         let mut step = Step::new(&mut next, &self.scenario, self.fixes, notes);
         step.take(action);
+        if !self.scenario.sessions.is_empty() {
+            deadlock::watch_searches(&self.scenario, &mut next);
+        }
         next
     }
 
@@ -102,6 +126,7 @@ impl LockModel {
         for (index, gateway) in s.gateways.iter().enumerate() {
             self.gateway_steps(s, Gw(index as u8), gateway, &mut offer);
         }
+        self.session_steps(s, &mut offer);
         self.redis_steps(s, &mut offer);
         urgent
     }
@@ -120,11 +145,8 @@ impl LockModel {
         match gateway.life {
             Life::Up => {
                 let waiters = has_waiters(&self.scenario, s, gw);
-                if !gateway.closing
-                    && gateway.tending.is_none()
-                    && s.now >= gateway.tend_at
-                    && waiters
-                {
+                let due = s.now >= gateway.tend_at || gateway.tend_soon;
+                if !gateway.closing && gateway.tending.is_none() && due && waiters {
                     offer(Action::PlanTend(gw), true);
                 }
                 if gateway.tending.is_some() && redis {
@@ -148,7 +170,7 @@ impl LockModel {
                 }
             }
             Life::Paused { since } => {
-                let (shortest, longest) = faults.pause.lasts;
+                let (shortest, longest) = faults.pause.lasts_for(s.struck.pauses);
                 let paused = s.now - since;
                 if paused >= shortest {
                     offer(Action::Thaw(gw), paused >= longest);
@@ -156,6 +178,49 @@ impl LockModel {
             }
             Life::Down => offer(Action::Restart(gw), false),
             Life::Stopped => {}
+        }
+    }
+
+    /// The sessions' steps: each keeper's renewal, and each running
+    /// gateway's sweep (every quarter second: within the tick).
+    fn session_steps(&self, s: &State, offer: &mut impl FnMut(Action, bool)) {
+        if self.scenario.sessions.is_empty() || !s.redis.runs() {
+            return;
+        }
+        for (index, spec) in self.scenario.sessions.iter().enumerate() {
+            let session = Sess(index as u8);
+            if let Some(keeper) = spec.keeper {
+                let record = s.redis.session(session);
+                let period = (spec.ttl / 3).max(1);
+                let due = record.expires.saturating_sub(s.now) <= spec.ttl - period;
+                if s.kept & session.bit() != 0 && s.gateway(keeper).up() && due {
+                    offer(Action::KeepSession(session), true);
+                }
+            }
+        }
+        for (index, gateway) in s.gateways.iter().enumerate() {
+            let gw = Gw(index as u8);
+            if !gateway.up() || gateway.closing {
+                continue;
+            }
+            if gateway.sweeping.is_some() {
+                offer(Action::ReleaseSessionLock(gw), true);
+                continue;
+            }
+            for index in 0..self.scenario.sessions.len() {
+                let session = Sess(index as u8);
+                // One sweeper at a time, unless it stopped half way.
+                let swept = s.gateways.iter().any(|other| {
+                    other.up()
+                        && other
+                            .sweeping
+                            .as_ref()
+                            .is_some_and(|sweep| sweep.session == session)
+                });
+                if sessions::sweep_due(&self.fixes, s, session) && !swept {
+                    offer(Action::EndSession(gw, session), true);
+                }
+            }
         }
     }
 
@@ -174,11 +239,15 @@ impl LockModel {
                 if s.struck.stalls < faults.redis_stall.times {
                     offer(Action::StallRedis, false);
                 }
-                if s.struck.revokes < faults.revokes && !s.redis.places.is_empty() {
-                    offer(Action::Revoke, false);
-                }
-                if s.struck.inspects < faults.inspects && !s.redis.queue.is_empty() {
-                    offer(Action::Inspect, false);
+                for index in 0..self.scenario.locks {
+                    let key = Key(index);
+                    let lock = s.redis.lock(key);
+                    if s.struck.revokes < faults.revokes && !lock.places.is_empty() {
+                        offer(Action::Revoke(key), false);
+                    }
+                    if s.struck.inspects < faults.inspects && !lock.queue.is_empty() {
+                        offer(Action::Inspect(key), false);
+                    }
                 }
             }
         }
@@ -191,25 +260,43 @@ impl LockModel {
         let up = gateway.up();
         match s.request(id).phase {
             Phase::Unsent => {
-                let previous_sent =
-                    !self.scenario.in_order || id.0 == 0 || s.request(Req(id.0 - 1)).arrived > 0;
+                let previous = match (self.scenario.in_order, id.0) {
+                    (true, 0) | (false, _) => spec.after,
+                    (true, index) => Some(Req(index - 1)),
+                };
+                let previous_sent = previous.is_none_or(|previous| s.request(previous).arrived > 0);
                 if previous_sent && up && !gateway.closing && redis {
                     offer(Action::Send(id), false);
                 }
             }
             Phase::Waiting {
-                standing, deadline, ..
+                standing,
+                heard,
+                deadline,
+                search,
+                ..
             } => {
-                if up && redis && standing == Standing::Granted {
+                if up && redis && standing == Standing::Granted && heard {
                     offer(Action::Claim(id), true);
                 }
-                let ends =
-                    gateway.closing || s.now >= deadline || standing == Standing::Unaccounted;
+                let unaccounted = standing == Standing::Unaccounted && heard;
+                let ends = gateway.closing || s.now >= deadline || unaccounted;
                 if up && redis && ends {
                     offer(Action::Leave(id), true);
                 }
                 if up && spec.may_disconnect {
                     offer(Action::Disconnect(id), false);
+                }
+                if let Some(session) = spec.session
+                    && up
+                    && redis
+                {
+                    self.session_wait_steps(s, id, session, search, offer);
+                }
+            }
+            Phase::Attaching => {
+                if up && redis {
+                    offer(Action::Attach(id), true);
                 }
             }
             Phase::Holding { token, until } if spec.streamed => {
@@ -236,13 +323,41 @@ impl LockModel {
             Phase::Refused(_) | Phase::Finished | Phase::Dead => {}
         }
     }
+
+    /// What a session's wait may do: give up when its session ended (its
+    /// gateway's sweep tells it within a tick), search for a cycle (at
+    /// once, then every round), refuse a confirmed cycle.
+    fn session_wait_steps(
+        &self,
+        s: &State,
+        id: Req,
+        session: Sess,
+        search: Search,
+        offer: &mut impl FnMut(Action, bool),
+    ) {
+        let record = s.redis.session(session);
+        let ended = !self.fixes.is(Mutant::IgnoreSessionEnd) && record.ended.is_some();
+        if search == Search::Refusing {
+            offer(Action::GiveUp(id), true);
+        } else if let (true, Some((_, at))) = (ended, record.ended) {
+            offer(Action::GiveUp(id), at < s.now);
+        }
+        let searching = match search {
+            Search::Idle { at } => s.now >= at,
+            Search::Holders { .. } | Search::Seen { .. } => true,
+            Search::Refusing => false,
+        };
+        let closing = s.gateway(self.scenario.spec(id).gateway).closing;
+        if searching && !closing && !self.fixes.is(Mutant::NoDeadlockSearch) {
+            offer(Action::Search(id), true);
+        }
+    }
 }
 
 /// Whether gateway `gw` has waiters registered (its interest in the lock).
 fn has_waiters(scenario: &Scenario, s: &State, gw: Gw) -> bool {
-    s.ids().any(|id| {
-        scenario.spec(id).gateway == gw && matches!(s.request(id).phase, Phase::Waiting { .. })
-    })
+    s.ids()
+        .any(|id| scenario.spec(id).gateway == gw && s.request(id).waiting())
 }
 
 impl Step<'_> {
@@ -252,13 +367,19 @@ impl Step<'_> {
             Action::Tick => self.tick(),
             Action::Send(id) => self.send(id),
             Action::Claim(id) => self.claim(id),
+            Action::Attach(id) => self.attach(id),
             Action::Leave(id) => self.leave_queue(id),
+            Action::GiveUp(id) => self.give_up(id),
+            Action::Search(id) => self.search(id),
             Action::Disconnect(id) => self.disconnect(id),
             Action::Cleanup(id) => self.clean_up(id),
             Action::Release(id) => self.release_lock(id),
             Action::Renew(id) => self.renew(id),
             Action::PlanTend(gw) => self.plan_tend(gw),
             Action::RunTend(gw) => self.run_tend(gw),
+            Action::KeepSession(session) => self.keep_session(session),
+            Action::EndSession(gw, session) => self.end_session(gw, session),
+            Action::ReleaseSessionLock(gw) => self.release_session_lock(gw),
             Action::Pause(gw) => self.pause(gw),
             Action::Thaw(gw) => self.thaw(gw),
             Action::Crash(gw) => self.crash(gw),
@@ -268,57 +389,80 @@ impl Step<'_> {
             Action::Exit(gw) => self.exit(gw),
             Action::StallRedis => self.stall_redis(),
             Action::ResumeRedis => self.resume_redis(),
-            Action::Revoke => {
+            Action::Revoke(key) => {
                 self.s.struck.revokes += 1;
                 self.running(|| "revoke".into());
-                self.say(|| "operator: DELETE /locks?force=true".into());
-                self.revoke();
+                let on = self.on_key(key);
+                self.say(|| format!("operator: DELETE /locks{on}?force=true"));
+                self.revoke(key);
             }
-            Action::Inspect => {
+            Action::Inspect(key) => {
                 self.s.struck.inspects += 1;
                 self.running(|| "inspect".into());
-                self.say(|| "someone: GET /locks".into());
-                self.inspect();
+                let on = self.on_key(key);
+                self.say(|| format!("someone: GET /locks{on}"));
+                self.inspect(key);
             }
         }
     }
 
     /// The clock advances: leases and offers end, the client of a plain
-    /// lock knows its lease is over, and each waiter's idle time is counted.
+    /// lock knows its lease is over, and each waiter's idle time (and a
+    /// session's waiter's time after its session ended) is counted, and
+    /// how long a cycle of waits has stood.
     fn tick(&mut self) {
         self.s.now += 1;
         let now = self.s.now;
-        for place in self.s.redis.places.clone() {
-            if place.ends <= now {
-                let name = self.name(place.token);
-                let what = if place.offered {
-                    "offer lapses unclaimed"
-                } else {
-                    "lease ends"
-                };
-                self.say(|| format!("redis: {name}'s {what}"));
+        for index in 0..self.scenario.locks {
+            let key = Key(index);
+            for place in self.lock(key).places.clone() {
+                if place.ends <= now {
+                    let name = self.name(place.token);
+                    let what = if place.offered {
+                        "offer lapses unclaimed"
+                    } else {
+                        "lease ends"
+                    };
+                    self.say(|| format!("redis: {name}'s {what}"));
+                }
             }
+            self.lock_mut(key).places.retain(|place| place.ends > now);
         }
-        self.s.redis.places.retain(|place| place.ends > now);
-        self.s.redis.dropped.retain(|entry| entry.deadline >= now);
-        let free = self.s.redis.places.is_empty();
         let redis = self.s.redis.runs();
         for id in self.s.ids() {
             let spec = self.scenario.spec(id);
             let gateway = self.s.gateway(spec.gateway);
             let kept_running = redis && gateway.up() && gateway.steady;
+            let free = self.s.redis.lock(spec.key).free(now);
+            let orphaned = spec.session.is_some_and(|session| {
+                self.s.redis.session(session).ended.is_some() && redis && gateway.up()
+            });
             let request = self.s.request_mut(id);
+            let waiting =
+                matches!(request.phase, Phase::Waiting { deadline, .. } if now < deadline);
+            request.orphaned = if waiting && orphaned {
+                request.orphaned + 1
+            } else {
+                0
+            };
             match request.phase {
                 Phase::Holding { until, .. } if !spec.streamed && until <= now => {
                     request.phase = Phase::Finished;
                 }
-                Phase::Waiting { deadline, .. } if kept_running && free && now < deadline => {
+                _ if waiting && kept_running && free => {
                     request.idle += 1;
                     continue;
                 }
                 _ => {}
             }
             request.idle = 0;
+        }
+        if !self.scenario.sessions.is_empty() {
+            self.s.cycle_for = if deadlock::running_cycle(self.scenario, self.s) {
+                self.s.cycle_for + 1
+            } else {
+                0
+            };
         }
     }
 
@@ -336,7 +480,8 @@ impl Step<'_> {
         self.say(|| format!("gateway {gw} resumes (SIGCONT)"));
     }
 
-    /// The process dies: its waiters, handovers and streams with it.
+    /// The process dies: its waiters, guards, streams, attachments and
+    /// session keepers with it.
     fn crash(&mut self, gw: Gw) {
         self.s.struck.crashes += 1;
         *self.s.gateway_mut(gw) = Gateway {
@@ -344,16 +489,23 @@ impl Step<'_> {
             steady: false,
             ..Gateway::new()
         };
+        let now = self.s.now;
         for id in self.s.ids() {
             let spec = self.scenario.spec(id);
             let request = self.s.request_mut(id);
             let dies = match request.phase {
-                Phase::Waiting { .. } | Phase::Disconnected(_) => true,
+                Phase::Waiting { .. } | Phase::Disconnected(_) | Phase::Attaching => true,
                 Phase::Holding { .. } => spec.streamed,
                 _ => false,
             };
             if spec.gateway == gw && dies {
                 request.phase = Phase::Dead;
+                request.died_at = now;
+            }
+        }
+        for (index, spec) in self.scenario.sessions.iter().enumerate() {
+            if spec.keeper == Some(gw) {
+                self.s.kept &= !(1 << index);
             }
         }
         self.say(|| format!("gateway {gw} crashes (SIGKILL)"));
@@ -395,22 +547,24 @@ impl Step<'_> {
                 let name = self.name(id);
                 self.running(|| format!("release({name})"));
                 self.say(|| format!("gateway {gw}: releases streamed {name} (shutdown)"));
-                self.release(id);
+                self.release(self.key_of(id), id);
                 self.s.request_mut(id).phase = Phase::Finished;
             }
         }
         self.s.gateway_mut(gw).streams_closed = true;
     }
 
-    /// The drained gateway exits; a handover still running dies with it.
+    /// The drained gateway exits; a guard still running dies with it.
     fn exit(&mut self, gw: Gw) {
         self.s.gateway_mut(gw).life = Life::Stopped;
+        let now = self.s.now;
         for id in self.s.ids() {
             let request = self.s.request_mut(id);
             if self.scenario.spec(id).gateway == gw
                 && matches!(request.phase, Phase::Disconnected(_))
             {
                 request.phase = Phase::Dead;
+                request.died_at = now;
             }
         }
         self.say(|| format!("gateway {gw} exits"));

@@ -2,7 +2,7 @@
 
 use stateright::Path;
 
-use crate::scenario::TICK_MS;
+use crate::scenario::{FOREVER, Key, Sess, TICK_MS};
 use crate::state::{Phase, Refusal, Standing, State};
 use crate::step::Notes;
 use crate::system::{Action, LockModel};
@@ -21,15 +21,38 @@ pub fn events(model: &LockModel, path: &Path<State, Action>) -> Vec<String> {
     lines
 }
 
-/// What the last state says about the requests, for the end of a trace.
+/// What the last state says about the locks and requests, for the end of a trace.
 pub fn outcome(model: &LockModel, state: &State) -> Vec<String> {
+    let locks: Vec<String> = (0..model.scenario.locks)
+        .map(|index| {
+            let key = Key(index);
+            let name = if model.scenario.names_keys() {
+                format!("lock {key}")
+            } else {
+                "lock".into()
+            };
+            format!(
+                "{name}: {}; queue: {}",
+                describe_places(model, state, key),
+                describe_queue(model, state, key),
+            )
+        })
+        .collect();
     let mut lines = vec![format!(
-        "t={:<2} ({} ms) lock: {}; queue: {}",
+        "t={:<2} ({} ms) {}",
         state.now,
         u32::from(state.now) * TICK_MS,
-        describe_places(model, state),
-        describe_queue(model, state),
+        locks.join("; "),
     )];
+    for (index, session) in state.redis.sessions.iter().enumerate() {
+        let name = Sess(index as u8);
+        let status = match (session.dropped, session.ended) {
+            (true, _) => "ended and dropped".to_string(),
+            (false, Some(_)) => "ended".to_string(),
+            (false, None) => format!("alive until t={}", session.expires),
+        };
+        lines.push(format!("      session {name}: {status}"));
+    }
     for id in state.ids() {
         let request = state.request(id);
         let name = model.scenario.name_of(id);
@@ -38,6 +61,12 @@ pub fn outcome(model: &LockModel, state: &State) -> Vec<String> {
             line += &format!(
                 "; left waiting {} ticks while the lock is free",
                 request.idle
+            );
+        }
+        if let (Phase::Waiting { .. }, 1..) = (request.phase, request.orphaned) {
+            line += &format!(
+                "; still waiting {} ticks after its session ended",
+                request.orphaned
             );
         }
         lines.push(line);
@@ -58,31 +87,44 @@ fn describe_phase(model: &LockModel, phase: Phase) -> String {
             };
             format!("waiting ({heard}) until t={deadline}")
         }
+        Phase::Attaching => "granted, being attached to its session".into(),
+        Phase::Holding { token, until } if until == FOREVER => {
+            format!("holds {} for its session", model.scenario.name_of(token))
+        }
         Phase::Holding { token, until } => {
             format!("holds {} until t={until}", model.scenario.name_of(token))
         }
         Phase::Refused(Refusal::Held) => "answered 409 (nothing granted)".into(),
         Phase::Refused(Refusal::ShuttingDown) => "answered 503 (nothing granted)".into(),
-        Phase::Disconnected(_) => "left; its handover is cleaning up".into(),
+        Phase::Refused(Refusal::SessionEnded) => "answered 404 session-not-found".into(),
+        Phase::Refused(Refusal::Deadlock) => "answered 409 deadlock".into(),
+        Phase::Disconnected(_) => "left; its guard is cleaning up".into(),
         Phase::Finished => "done".into(),
         Phase::Dead => "died with its gateway".into(),
     }
 }
 
-fn describe_places(model: &LockModel, state: &State) -> String {
-    if state.redis.places.is_empty() {
+fn describe_places(model: &LockModel, state: &State, key: Key) -> String {
+    let lock = state.redis.lock(key);
+    if lock.places.is_empty() {
+        if lock.delayed(state.now) {
+            return format!("delayed until t={}", lock.delayed_until);
+        }
         return "free".into();
     }
-    let places: Vec<String> = state
-        .redis
+    let places: Vec<String> = lock
         .places
         .iter()
         .map(|place| {
+            let until = if place.ends == FOREVER {
+                "for its session".to_string()
+            } else {
+                format!("until t={}", place.ends)
+            };
             format!(
-                "{} (fence {}, until t={}{})",
+                "{} (fence {}, {until}{})",
                 model.scenario.name_of(place.token),
                 place.fence,
-                place.ends,
                 if place.offered { ", offered" } else { "" }
             )
         })
@@ -90,12 +132,12 @@ fn describe_places(model: &LockModel, state: &State) -> String {
     format!("held by {}", places.join(", "))
 }
 
-fn describe_queue(model: &LockModel, state: &State) -> String {
-    if state.redis.queue.is_empty() {
+fn describe_queue(model: &LockModel, state: &State, key: Key) -> String {
+    let lock = state.redis.lock(key);
+    if lock.queue.is_empty() {
         return "empty".into();
     }
-    let entries: Vec<String> = state
-        .redis
+    let entries: Vec<String> = lock
         .queue
         .iter()
         .map(|entry| format!("{}#{}", model.scenario.name_of(entry.id), entry.ticket))

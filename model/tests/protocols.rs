@@ -1,10 +1,10 @@
-//! The model finds each known defect of the protocol as it was, and none in the fixed one, on the smallest scenarios (the whole catalogue runs with `lockgate-model test`).
+//! The model finds each known defect of the protocol as it was, none of them in the fixed one, and each deliberately broken variant of the fixed one, on the smallest scenarios (the whole catalogue runs with `lockgate-model test`).
 
 use lockgate_model::check::{self, Bound};
 use lockgate_model::properties::{
-    LEFT_MEANS_LEFT, ONE_GRANT_PER_KEY, REFUSED_HOLDS_NOTHING, SERVED,
+    LEFT_MEANS_LEFT, ONE_GRANT_PER_KEY, REFUSED_HOLDS_NOTHING, SERVED, SESSION_EXPIRY,
 };
-use lockgate_model::scenario::Protocol;
+use lockgate_model::scenario::{Mutant, Protocol};
 use lockgate_model::scenarios;
 
 const BOUND: Bound = Bound {
@@ -15,7 +15,7 @@ const BOUND: Bound = Bound {
 };
 
 #[test]
-fn a_grant_claimed_at_shutdown_is_held_by_nobody_as_it_was_and_released_when_fixed() {
+fn a_grant_claimed_at_shutdown_is_held_by_nobody_as_it_was_and_given_back_when_fixed() {
     let scenario = scenarios::shutdown_with_streamed_lock();
     let as_it_was = check::run(scenario.clone(), Protocol::AsItWas.fixes(), BOUND);
     assert_eq!(as_it_was.broken(), vec![REFUSED_HOLDS_NOTHING]);
@@ -55,11 +55,21 @@ fn putting_back_every_local_waiter_revives_one_that_left() {
 }
 
 #[test]
-fn two_waiting_requests_with_one_idempotency_key_get_two_grants() {
-    let report = check::run(
-        scenarios::idempotent_retry(),
-        Protocol::Fixed.fixes(),
-        BOUND,
-    );
-    assert_eq!(report.broken(), vec![ONE_GRANT_PER_KEY]);
+fn two_waiting_requests_with_one_idempotency_key_get_two_grants_unless_they_wait_as_twins() {
+    let scenario = scenarios::idempotent_retry();
+    let as_it_was = check::run(scenario.clone(), Protocol::AsItWas.fixes(), BOUND);
+    assert_eq!(as_it_was.broken(), vec![ONE_GRANT_PER_KEY]);
+    let fixed = check::run(scenario, Protocol::Fixed.fixes(), BOUND);
+    assert!(fixed.broken().is_empty(), "{:?}", fixed.broken());
+}
+
+#[test]
+fn a_session_swept_at_its_expiry_instant_frees_its_lock_too_early() {
+    let scenario = scenarios::session_expiry();
+    let fixed = check::run(scenario.clone(), Protocol::Fixed.fixes(), BOUND);
+    assert!(fixed.broken().is_empty(), "{:?}", fixed.broken());
+    let mut early = Protocol::Fixed.fixes();
+    early.mutant = Some(Mutant::SweepEarly);
+    let swept_early = check::run(scenario, early, BOUND);
+    assert_eq!(swept_early.broken(), vec![SESSION_EXPIRY]);
 }
