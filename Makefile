@@ -10,7 +10,8 @@
 #                     the short k6 load tests against three instances behind
 #                     nginx, then the short fault run (as root)
 #   make model        the protocol's model checked to a deeper bound
-#   make chaos        every fault scenario across network namespaces (root)
+#   make chaos        every fault scenario across network namespaces (root);
+#                     RANDOM=N [SEED=S]: a random schedule of faults for N minutes
 #   make cluster      Redis + three instances + nginx on loopback, in the
 #                     foreground (Ctrl-C stops all); make cluster-down cleans
 #                     up after a crash
@@ -98,7 +99,7 @@ e2e:
 # Faults across a real network (network namespaces; needs root): every
 # scenario, or the two that make test runs.
 chaos:
-	if [ "$$(id -u)" -eq 0 ]; then ./chaos/run.sh; else sudo ./chaos/run.sh; fi
+	if [ "$$(id -u)" -eq 0 ]; then CHAOS_RANDOM="$(RANDOM)" CHAOS_SEED="$(SEED)" ./chaos/run.sh; else sudo CHAOS_RANDOM="$(RANDOM)" CHAOS_SEED="$(SEED)" ./chaos/run.sh; fi
 
 chaos-short:
 	if [ "$$(id -u)" -eq 0 ]; then ./chaos/run.sh --short; else sudo ./chaos/run.sh --short; fi

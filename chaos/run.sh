@@ -4,17 +4,21 @@
 #
 #   chaos/run.sh                  every scenario (make chaos)
 #   chaos/run.sh --short          two scenarios, under 2 minutes (make test)
-#   chaos/run.sh --only NAME,...  the scenarios named
+#   chaos/run.sh --only NAME,...  the scenarios named (--list names them)
+#   chaos/run.sh --random MINUTES [--seed N]
+#                                 faults drawn at random for MINUTES (make chaos
+#                                 RANDOM=N); CHAOS_RANDOM and CHAOS_SEED say the same
 #   chaos/run.sh --cleanup        remove what a run killed with SIGKILL left behind
 #
 # Needs root (network namespaces, iptables). Installs what is missing:
-# redis-server, redis-sentinel, iptables, PostgreSQL (apt-get) and
-# chaos/requirements.txt (pip, into .run/chaos-venv).
+# redis-server, redis-sentinel, iptables, PostgreSQL, a C compiler (apt-get)
+# and chaos/requirements.txt (pip, into .run/chaos-venv).
 # LOCKGATE_BIN names the gateway binary; unset, target/release/lockgate is
 # built with cargo first. Writes .run/chaos/results.md and a timeline per
 # scenario (.run/chaos/<scenario>.svg), with histories and logs beside them
-# (CHAOS_OUT moves them). Exits non-zero when an invariant that must hold
-# broke or the harness failed.
+# (CHAOS_OUT moves them). Exits non-zero when a property a scenario must
+# hold broke, a scenario saw no activity where it needed some, or the
+# harness failed.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,6 +37,7 @@ ensure_packages() {
   command -v ip >/dev/null 2>&1 || need+=(iproute2)
   command -v iptables >/dev/null 2>&1 || need+=(iptables)
   command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+  command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
   command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
@@ -65,6 +70,16 @@ if [ "${1:-}" = "--cleanup" ]; then
   harness cleanup --stale
   exit 0
 fi
+if [ "${1:-}" = "--list" ]; then
+  harness list
+  exit 0
+fi
+
+args=("$@")
+if [ -n "${CHAOS_RANDOM:-}" ]; then
+  args+=(--random "$CHAOS_RANDOM")
+  [ -n "${CHAOS_SEED:-}" ] && args+=(--seed "$CHAOS_SEED")
+fi
 
 if [ -z "${LOCKGATE_BIN:-}" ]; then
   (cd "$root" && cargo build --release --locked --quiet --bin lockgate)
@@ -76,7 +91,7 @@ fi
 # is started directly, not through the function above, so that $! is its
 # own pid: the run's id, and what the signal must reach. It takes its hosts
 # down itself; the cleanup below catches anything left.
-"$venv/bin/python" -m harness run --binary "$LOCKGATE_BIN" --python "$venv/bin/python" --out "$out" "$@" &
+"$venv/bin/python" -m harness run --binary "$LOCKGATE_BIN" --python "$venv/bin/python" --out "$out" "${args[@]}" &
 pid=$!
 trap 'kill -TERM "$pid" 2>/dev/null || true' INT TERM
 status=0

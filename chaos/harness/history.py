@@ -3,9 +3,11 @@
 Every client process and the nemesis append to their own file (no two
 writers share one), flushing each line, so the nemesis can watch the
 clients' progress while they run and a killed writer loses nothing written.
-Times are Unix epoch milliseconds from the machine's clock, the clock Redis
-reads too (every host shares one kernel), so a grant's `expires_at_ms`
-compares directly with a client's own timestamps.
+Times are Unix epoch milliseconds from the machine's clock: every host
+shares one kernel, so the clients, the gateways and the nemesis read the
+same clock. Redis reads it too, unless a scenario moves a Redis server's
+clock (see `clockshift.c`); that is why the checker bounds every lease the
+gateway reports by the client's own times (`checker.lease_end`).
 """
 
 from __future__ import annotations

@@ -3,12 +3,16 @@
 * partition: iptables DROP rules inside the hosts' namespaces, in a chain of
   their own (CHAOS-CUT) that healing flushes. DROP, not REJECT: packets
   vanish, so connections hang until their timeouts, as on a real network.
+  Both ways, or one way (what one side sends never arrives; what it
+  receives does).
 * pause / resume: SIGSTOP and SIGCONT to a process.
-* kill / restart: SIGKILL, then the same command line again.
+* kill / restart: SIGKILL (to its whole process group, for PostgreSQL's
+  postmaster and backends), then the same command line again.
 * slow: each packet between two groups of hosts, either way, dropped with a
-  probability and held for a delay. Loss is an iptables `statistic` rule;
-  the delay is `netdelay.py` behind an NFQUEUE rule (CHAOS-SLOW), which
-  works on kernels built without sch_netem, where `tc ... netem` cannot.
+  probability and held for a delay (with jitter: packets overtake each
+  other). Loss is an iptables `statistic` rule; the delay is `netdelay.py`
+  behind an NFQUEUE rule (CHAOS-SLOW), which works on kernels built without
+  sch_netem, where `tc ... netem` cannot.
 * mark: a point in time worth drawing (a replica promoted), not a fault.
 
 Every injection writes a `fault` record and its heal a `heal` record (the
@@ -84,41 +88,50 @@ class Nemesis:
 
     # Faults.
 
-    def partition(self, side_a: list[str], side_b: list[str]) -> int:
-        """No packet between any host of side_a and any of side_b."""
+    def partition(self, side_a: list[str], side_b: list[str], one_way: bool = False) -> int:
+        """No packet between any host of side_a and any of side_b; with
+        `one_way`, no packet from side_a to side_b (side_b's still arrive)."""
         touched = side_a + side_b
-        for host, others in [(h, side_b) for h in side_a] + [(h, side_a) for h in side_b]:
-            rules = []
-            for other in others:
-                ip = self.world.ip(other)
-                rules += [f"-s {ip} -j DROP", f"-d {ip} -j DROP"]
-            self._append(host, "CHAOS-CUT", rules)
+        if one_way:
+            # Dropped where they are sent: the receiver's answers still leave.
+            for host in side_a:
+                self._append(host, "CHAOS-CUT", [f"-d {self.world.ip(other)} -j DROP" for other in side_b])
+            touched = side_a
+        else:
+            for host, others in [(h, side_b) for h in side_a] + [(h, side_a) for h in side_b]:
+                rules = []
+                for other in others:
+                    ip = self.world.ip(other)
+                    rules += [f"-s {ip} -j DROP", f"-d {ip} -j DROP"]
+                self._append(host, "CHAOS-CUT", rules)
 
         def heal():
             for host in touched:
                 self._flush(host, "CHAOS-CUT")
 
-        return self._begin("partition", f"{' '.join(side_a)} | {' '.join(side_b)}", heal)
+        arrow = " -/-> " if one_way else " | "
+        return self._begin("partition", f"{' '.join(side_a)}{arrow}{' '.join(side_b)}", heal)
 
     def pause(self, process_name: str) -> int:
         process = self.world.procs[process_name]
         process.pause()
         return self._begin("pause", process_name, process.resume)
 
-    def kill(self, process_name: str) -> int:
-        """SIGKILL now; healing restarts it with the same command line."""
+    def kill(self, process_name: str, group: bool = False) -> int:
+        """SIGKILL now (to the process group with `group`); healing restarts
+        it with the same command line."""
         process = self.world.procs[process_name]
-        process.kill()
+        process.kill(group=group)
         return self._begin("kill", process_name, process.start)
 
-    def slow(self, side_a: list[str], side_b: list[str], delay_ms: int, loss: float) -> int:
+    def slow(self, side_a: list[str], side_b: list[str], delay_ms: int, loss: float, jitter_ms: int = 0) -> int:
         """Delay and loss on every packet between side_a and side_b, both ways.
         The rules go in side_a's hosts (both directions are seen there)."""
         delayers = []
         for host in side_a:
             delayer = self.world.spawn(host, f"netdelay-{host}", [
                 str(self.world.ctx.python), "-B", "-m", "harness.netdelay",
-                "--queue", str(NFQUEUE_NUMBER), "--delay-ms", str(delay_ms)],
+                "--queue", str(NFQUEUE_NUMBER), "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms)],
                 env={"PYTHONPATH": str(self.world.ctx.chaos_dir)})
             delayers.append(delayer)
         for delayer in delayers:
@@ -133,8 +146,9 @@ class Nemesis:
             for other in side_b:
                 ip = self.world.ip(other)
                 for match in (f"-d {ip}", f"-s {ip}"):
-                    rules += [f"{match} -m statistic --mode random --probability {loss} -j DROP",
-                              f"{match} -j NFQUEUE --queue-num {NFQUEUE_NUMBER} --queue-bypass"]
+                    if loss:
+                        rules.append(f"{match} -m statistic --mode random --probability {loss} -j DROP")
+                    rules.append(f"{match} -j NFQUEUE --queue-num {NFQUEUE_NUMBER} --queue-bypass")
             self._append(host, "CHAOS-SLOW", rules)
 
         def heal():
@@ -143,7 +157,8 @@ class Nemesis:
             for delayer in delayers:
                 delayer.stop()
 
-        detail = f"{' '.join(side_a)} <-> {' '.join(side_b)}: {delay_ms} ms, {loss:.0%} loss"
+        spread = f" ± {jitter_ms}" if jitter_ms else ""
+        detail = f"{' '.join(side_a)} <-> {' '.join(side_b)}: {delay_ms}{spread} ms" + (f", {loss:.0%} loss" if loss else "")
         return self._begin("slow", detail, heal)
 
 
@@ -154,7 +169,15 @@ class Stage:
     def __init__(self, world: World, nemesis: Nemesis, history_dir, stop: threading.Event, timing):
         self.world, self.nemesis, self.history_dir, self.stop, self.timing = (
             world, nemesis, history_dir, stop, timing)
-        self.info: dict = {}
+        self.info: dict = {"activity": []}
+
+    def expect_activity(self, label: str, start_ms: float, end_ms: float, gateways=None, keys=None,
+                        purchases: bool = True) -> None:
+        """The checker is to find grants (by `gateways`, of `keys`, when
+        given) heard of between the two times, and purchases confirmed
+        then unless `purchases` is false; the scenario is vacuous otherwise."""
+        self.info["activity"].append({"label": label, "start": start_ms, "end": end_ms, "gateways": gateways,
+                                      "keys": keys, "purchases": purchases})
 
     def sleep(self, seconds: float) -> None:
         if self.stop.wait(seconds):

@@ -1,18 +1,21 @@
-"""Delays packets by a fixed time: a stand-in for `tc qdisc ... netem delay`.
+"""Delays packets: a stand-in for `tc qdisc ... netem delay`.
 
 Runs inside a host's network namespace, bound to an NFQUEUE queue that
 iptables rules feed (`-j NFQUEUE --queue-num N --queue-bypass`). Each packet
-is held for the delay and then accepted, in arrival order. Kernels built
+is held for the delay, give or take a uniform jitter, and then accepted
+(with jitter, in the order of their due times, so packets overtake each
+other, as on a network with many paths). Kernels built
 without sch_netem (some VM kernels) still have NFQUEUE, and this speaks its
 netlink protocol directly, so it needs nothing beyond the standard library.
 Loss is not done here: an iptables `statistic` rule drops before the queue.
 
-    python -m harness.netdelay --queue 7 --delay-ms 100
+    python -m harness.netdelay --queue 7 --delay-ms 100 [--jitter-ms 50]
 """
 
 import argparse
-import collections
 import errno
+import heapq
+import random
 import select
 import signal
 import socket
@@ -121,13 +124,12 @@ class Queue:
             self.sock.close()
 
 
-def run(queue_number: int, delay_ms: float) -> None:
+def run(queue_number: int, delay_ms: float, jitter_ms: float = 0) -> None:
     queue = Queue(queue_number)
-    delay = delay_ms / 1000
-    held = collections.deque()  # (due, packet id), due times ascending
+    held = []  # heap of (due, packet id)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    print(f"netdelay: queue {queue_number}, {delay_ms} ms", flush=True)
+    print(f"netdelay: queue {queue_number}, {delay_ms} ms, jitter {jitter_ms} ms", flush=True)
     try:
         while not stopping:
             timeout = max(0.0, held[0][0] - time.monotonic()) if held else 0.5
@@ -137,13 +139,14 @@ def run(queue_number: int, delay_ms: float) -> None:
                 pass
             now = time.monotonic()
             for packet_id in queue.packet_ids():
-                held.append((now + delay, packet_id))
+                delay = max(0.0, delay_ms + random.uniform(-jitter_ms, jitter_ms)) / 1000
+                heapq.heappush(held, (now + delay, packet_id))
             while held and held[0][0] <= time.monotonic():
-                queue.accept(held.popleft()[1])
+                queue.accept(heapq.heappop(held)[1])
     finally:
         # Let what is held through rather than drop it on the way out.
         while held:
-            queue.accept(held.popleft()[1])
+            queue.accept(heapq.heappop(held)[1])
         queue.close()
 
 
@@ -151,8 +154,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queue", type=int, required=True)
     parser.add_argument("--delay-ms", type=float, required=True)
+    parser.add_argument("--jitter-ms", type=float, default=0)
     args = parser.parse_args(argv)
-    run(args.queue, args.delay_ms)
+    run(args.queue, args.delay_ms, args.jitter_ms)
     return 0
 
 

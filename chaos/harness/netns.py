@@ -152,9 +152,14 @@ class Process:
     def resume(self) -> None:
         self.signal(signal.SIGCONT)
 
-    def kill(self) -> None:
+    def kill(self, group: bool = False) -> None:
+        """SIGKILL; with `group`, to every process of its process group (it
+        leads one: a postmaster's backends go with it, as in a crash)."""
         self.ended_on_purpose = True
-        self.signal(signal.SIGKILL)
+        if group and self.running():
+            os.killpg(self.pid, signal.SIGKILL)
+        else:
+            self.signal(signal.SIGKILL)
         if self.popen is not None:
             self.popen.wait(10)
 

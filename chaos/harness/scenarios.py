@@ -1,31 +1,35 @@
-"""The scenarios: a layout, the gateways' settings, a nemesis schedule, and
-the checks beyond the ones every scenario gets (see `checker.check`).
+"""The scenarios: a world (`Setup`), a workload, a nemesis schedule, and
+what must hold and what is expected to break (see `verdicts.py`).
 
 Each schedule runs while the clients do: it lets them warm up, injects its
 faults (waiting, where it matters, for the moment that makes the fault
-bite: a gateway holding locks, a client inside its critical section), heals
-them, and returns; the runner then lets the clients go on for a while.
+bite: a gateway holding locks, a client inside its critical section, a
+grant on the primary about to die), says in which windows the side that
+can still act must show activity, heals, and returns; the runner then lets
+the clients go on for a while.
 """
 
 from __future__ import annotations
 
+import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from . import checker
-from .history import Tail
+from .history import Tail, now_ms
 from .nemesis import Stage
-from .topology import CLUSTER_NODES, GATEWAYS, SENTINELS, HarnessError
+from .topology import GATEWAYS, SENTINELS, HarnessError, Setup
+from .verdicts import SAFETY
 
 LOCK_KEYS = ["chaos:k0", "chaos:k1", "chaos:k2", "chaos:k3", "chaos:k4"]
 # In a cluster made by `redis-cli --cluster create`, the sale's slot and
-# chaos:k0's fall to the same primary: the one the cluster scenario kills.
+# chaos:k0's (and chaos:k4's) fall to the same primary: the one the
+# cluster scenarios kill.
 SKU = "chaos-sale"
-PLAIN_TTL_MS = 2000
-STREAM_TTL_MS = 3000
 VICTIM = "L2"
+SKEW_MS = 8000  # more than a failover takes here (about 3 s to promotion)
 
 
 @dataclass
@@ -44,142 +48,384 @@ class Timing:
 
 
 @dataclass
+class Workload:
+    """The clients' settings (see `runner.workload_config`)."""
+
+    locker_keys: tuple[str, ...] = tuple(LOCK_KEYS[:2])
+    plain_ttl_ms: int = 2000
+    plain_wait_ms: int = 3000
+    work_ms: tuple[int, int] = (50, 50)  # a locker's work between its read and its write
+    victim_work_ms: tuple[int, int] = (1000, 1000)
+    stream_ttl_ms: int = 3000
+    # chaos:k1 is taken by lockers and streamers alike: plain and streamed
+    # holders of one key.
+    stream_keys: tuple[str, ...] = tuple(LOCK_KEYS[1:])
+    hold_s: tuple[float, float] = (3, 8)
+    slack_s: float = 0  # added to the clients' request timeouts (slow links)
+
+
+# The leases of the default workload, which the schedules wait out.
+PLAIN_TTL_MS = Workload.plain_ttl_ms
+STREAM_TTL_MS = Workload.stream_ttl_ms
+
+
+@dataclass
 class Scenario:
     name: str
     summary: str
-    layout: str
     schedule: Callable[[Stage], None]
-    wait_replicas: int = 0
+    setup: Setup = field(default_factory=Setup)
+    workload: Workload = field(default_factory=Workload)
+    must_hold: tuple[str, ...] = SAFETY
+    expected_break: tuple[str, ...] = ()
     checks: list[Callable] = field(default_factory=list)
     victim: str | None = None  # a locker that works slowly, to be paused mid-write
+    minutes: float = 0  # a random schedule's length
+
+    def expected_seconds(self, timing: Timing) -> float:
+        return timing.warmup + max(self.minutes * 60, timing.hold_fault + 15) + timing.after
 
 
-class LiveHolds:
-    """Which locks each gateway holds for its clients now, from the growing history."""
+def safety(without: tuple[str, ...] = (), plus: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return tuple(name for name in SAFETY if name not in without) + plus
+
+
+class HistoryWatch:
+    """The clients' history files as they grow, for schedules that wait for
+    a moment: a gateway holding locks, a client having read the row."""
 
     def __init__(self, history_dir: Path):
         self.history_dir = history_dir
         self.tails: dict[Path, Tail] = {}
-        self.open: dict[tuple, dict] = {}
+        self.open: dict[tuple, dict] = {}  # grants not yet given back, by (client, token)
+        self.last_grant: dict[str, dict] = {}
 
-    def poll(self) -> None:
+    def poll(self) -> list[dict]:
         for path in self.history_dir.glob("*.jsonl"):
             if path.name != "nemesis.jsonl" and path not in self.tails:
                 self.tails[path] = Tail(path)
+        new = []
         for tail in self.tails.values():
             for record in tail.new_records():
+                new.append(record)
                 ident = (record["client"], record.get("fencing_token"))
                 if record["op"] == "acquire" and record["outcome"] == "granted":
                     self.open[ident] = record
+                    self.last_grant[record["client"]] = record
                 elif record["op"] in ("release", "stream-end"):
                     self.open.pop(ident, None)
+        return new
 
-    def held_on(self, gateway: str, kind: str, beyond_ms: float = 0) -> int:
-        """Grants of `kind` open on `gateway`; for streams, only those whose
-        holder means to hold them `beyond_ms` longer."""
+    def held_on(self, gateway: str, kind: str, beyond_ms: float = 0, key: str | None = None) -> int:
+        """Grants of `kind` (of `key`, if given) open on `gateway`; for
+        streams, only those whose holder means to hold them `beyond_ms` longer."""
         self.poll()
         horizon = time.time() * 1000 + beyond_ms
         return sum(1 for grant in self.open.values() if grant["gateway"] == gateway and grant["kind"] == kind
-                   and grant.get("hold_until", horizon) >= horizon)
+                   and grant.get("hold_until", horizon) >= horizon and key in (None, grant["key"]))
 
 
 def redis_side(stage: Stage) -> list[str]:
-    return ["r1", "r2", *SENTINELS] if stage.world.layout == "sentinel" else CLUSTER_NODES
+    return stage.world.redis_hosts + (SENTINELS if stage.world.layout == "sentinel" else [])
 
 
-def wait_for_holders(stage: Stage, gateway: str, live: LiveHolds) -> None:
+def others(gateway: str) -> list[str]:
+    return [name for name in GATEWAYS if name != gateway]
+
+
+def wait_for_holders(stage: Stage, gateway: str, watch: HistoryWatch, ttl_ms: int) -> None:
     """Until `gateway` holds a plain lock and a streamed one whose holder
     means to keep it past the lease's end even if no renewal gets through
-    (so it has to be told); failing that (15 s), any streamed holder."""
-    beyond = STREAM_TTL_MS + 1000
-    if stage.wait_for(lambda: live.held_on(gateway, "stream", beyond)
-                      and live.held_on(gateway, "plain"), 15, 0.02):
+    (so it has to be told); failing that (30 s), such a streamed one alone
+    (30 s more). Without one the scenario's `told-lost` finds nothing to
+    measure, and says so."""
+    beyond = ttl_ms + 1000
+    if stage.wait_for(lambda: watch.held_on(gateway, "stream", beyond)
+                      and watch.held_on(gateway, "plain"), 30, 0.02):
         return
-    if stage.wait_for(lambda: live.held_on(gateway, "stream", beyond), 5, 0.02):
-        return
-    stage.wait_for(lambda: live.held_on(gateway, "stream"), 5, 0.02)
+    stage.wait_for(lambda: watch.held_on(gateway, "stream", beyond), 30, 0.02)
 
+
+# Faults, each for a fixed scenario and the random schedule alike: inject,
+# say where activity must show, heal.
+
+def cut_gateway(stage: Stage, gateway: str, seconds: float, one_way: bool = False) -> int:
+    """`gateway` cut off from every Redis host and sentinel, or (one way)
+    deaf to them: its requests arrive and run, their answers never come."""
+    start = now_ms()
+    if one_way:
+        fault = stage.nemesis.partition(redis_side(stage), [gateway], one_way=True)
+    else:
+        fault = stage.nemesis.partition([gateway], redis_side(stage))
+    stage.sleep(seconds)
+    stage.nemesis.heal(fault)
+    stage.expect_activity(f"while {gateway} was {'deaf to Redis' if one_way else 'cut off'}", start, now_ms(),
+                          gateways=others(gateway))
+    return fault
+
+
+def pause_gateway(stage: Stage, gateway: str, seconds: float) -> None:
+    start = now_ms()
+    fault = stage.nemesis.pause(f"lockgate-{gateway}")
+    stage.sleep(seconds)
+    stage.nemesis.heal(fault)
+    stage.expect_activity(f"while {gateway} was paused", start, now_ms(), gateways=others(gateway))
+
+
+def kill_gateway(stage: Stage, gateway: str, seconds: float) -> int:
+    """SIGKILL, restarted `seconds` later."""
+    start = now_ms()
+    fault = stage.nemesis.kill(f"lockgate-{gateway}")
+    stage.sleep(seconds)
+    stage.nemesis.heal(fault)
+    stage.expect_activity(f"while {gateway} was dead", start, now_ms(), gateways=others(gateway))
+    stage.world.wait_ready(stage.world.procs[f"lockgate-{gateway}"], stage.world.gateway_url(gateway))
+    return fault
+
+
+def slow_clients(stage: Stage, seconds: float, delay_ms: int = 2500, jitter_ms: int = 1000) -> None:
+    """Every packet between the clients and the gateways held 1.5 to 3.5 s,
+    either way: longer than a plain lease, so most grants reach their
+    client after their lease has ended."""
+    start = now_ms()
+    fault = stage.nemesis.slow(["cl"], GATEWAYS, delay_ms=delay_ms, loss=0, jitter_ms=jitter_ms)
+    stage.sleep(seconds)
+    stage.nemesis.heal(fault)
+    stage.expect_activity("while the client links were slow", start, now_ms())
+
+
+def failover(stage: Stage, gateway: str = "gw1", keep: str | None = None, after_promotion: float = 6) -> None:
+    """The network splits: the primary and `gateway` (and `keep`, a replica,
+    if given) on one side, the other replicas, the sentinels and the other
+    gateways on the other (clients and PostgreSQL reach both). The sentinels
+    promote a replica; `gateway` goes on with the old primary. Then the
+    split heals and the old primary rejoins as a replica of the new one,
+    dropping what it took alone. The side that can act meanwhile is the
+    other gateways', unless the primary kept a replica to confirm its grants
+    and the new one has none (`--redis-wait-replicas`): then it is `gateway`."""
+    world = stage.world
+    primary = world.primary_host()
+    if primary is None:
+        raise HarnessError("no sentinel names a primary")
+    minority = [primary, *([keep] if keep else []), gateway]
+    majority = [h for h in world.redis_hosts if h not in minority] + SENTINELS + others(gateway)
+    cut = stage.nemesis.partition(minority, majority)
+    promoted = stage.wait_for(lambda: (world.primary_host() not in (None, primary)) and world.primary_host(), 30, 0.2)
+    if not promoted:
+        raise HarnessError(f"the sentinels did not promote a replica of {primary}")
+    stage.nemesis.mark(f"{promoted} promoted")
+    start = now_ms()
+    stage.sleep(after_promotion)  # the old primary goes on alone meanwhile
+    confirmed_alone = keep and world.setup.wait_replicas
+    stage.expect_activity(f"after {promoted}'s promotion, before the heal", start, now_ms(),
+                          gateways=[gateway] if confirmed_alone else others(gateway))
+    stage.nemesis.heal(cut)
+    demoted = [primary, *([keep] if keep else [])]
+    if not stage.wait_for(lambda: all(world.redis_role(h)[0] == "slave" and world.redis_role(h)[1] == world.ip(promoted)
+                                      for h in demoted), 30, 0.2):
+        raise HarnessError(f"{', '.join(demoted)} did not become replicas of {promoted}")
+    stage.nemesis.mark(f"{primary} a replica")
+    if not world.follows_failover:
+        world.notes.append("the gateways did not follow the failover (this binary takes no redis+sentinel:// URL)")
+
+
+def pause_primary(stage: Stage, seconds: float) -> None:
+    """The primary stopped (SIGSTOP) past Sentinel's down-after, a replica
+    promoted, the old primary continued: until the sentinels demote it, a
+    gateway still connected to it may take it for the primary."""
+    world = stage.world
+    primary = world.primary_host()
+    if primary is None:
+        raise HarnessError("no sentinel names a primary")
+    began = time.monotonic()
+    paused = stage.nemesis.pause(f"redis-{primary}")
+    promoted = stage.wait_for(lambda: (world.primary_host() not in (None, primary)) and world.primary_host(), 30, 0.2)
+    if not promoted:
+        raise HarnessError(f"the sentinels did not promote a replica of the paused {primary}")
+    stage.nemesis.mark(f"{promoted} promoted")
+    start = now_ms()
+    stage.sleep(max(3.0, seconds - (time.monotonic() - began)))
+    stage.expect_activity(f"after {promoted}'s promotion, while {primary} was paused", start, now_ms())
+    stage.nemesis.heal(paused)
+    if not stage.wait_for(lambda: world.redis_role(primary)[0] == "slave", 30, 0.2):
+        raise HarnessError(f"{primary} did not become a replica again")
+    stage.nemesis.mark(f"{primary} a replica")
+
+
+def kill_replica(stage: Stage, seconds: float, rng: random.Random) -> None:
+    world = stage.world
+    primary = world.primary_host()
+    victim = rng.choice([h for h in world.redis_hosts if h != primary])
+    start = now_ms()
+    fault = stage.nemesis.kill(f"redis-{victim}")
+    stage.sleep(seconds)
+    stage.nemesis.heal(fault)
+    stage.expect_activity(f"while {victim} was dead", start, now_ms())
+
+
+# The fixed scenarios' schedules.
 
 def gateway_partition(stage: Stage) -> None:
-    live = LiveHolds(stage.history_dir)
+    watch = HistoryWatch(stage.history_dir)
     stage.sleep(stage.timing.warmup)
-    wait_for_holders(stage, "gw1", live)
-    stage.info["plain_at_cut"] = live.held_on("gw1", "plain")
+    wait_for_holders(stage, "gw1", watch, STREAM_TTL_MS)
+    stage.info["plain_at_cut"] = watch.held_on("gw1", "plain")
     stage.info["cut_gateway"] = "gw1"
-    stage.info["cut_id"] = stage.nemesis.partition(["gw1"], redis_side(stage))
     # Longer than a streamed lease, so every stream on gw1 must end.
-    stage.sleep(max(stage.timing.hold_fault, STREAM_TTL_MS / 1000 + 2))
-    stage.nemesis.heal(stage.info["cut_id"])
+    stage.info["cut_id"] = cut_gateway(stage, "gw1", max(stage.timing.hold_fault, STREAM_TTL_MS / 1000 + 2))
+
+
+def gateway_deaf(stage: Stage) -> None:
+    watch = HistoryWatch(stage.history_dir)
+    stage.sleep(stage.timing.warmup)
+    wait_for_holders(stage, "gw1", watch, STREAM_TTL_MS)
+    stage.info["plain_at_cut"] = watch.held_on("gw1", "plain")
+    stage.info["cut_gateway"] = "gw1"
+    stage.info["cut_id"] = cut_gateway(stage, "gw1", max(stage.timing.hold_fault, STREAM_TTL_MS / 1000 + 2),
+                                       one_way=True)
 
 
 def gateway_pause(stage: Stage) -> None:
-    live = LiveHolds(stage.history_dir)
+    watch = HistoryWatch(stage.history_dir)
     stage.sleep(stage.timing.warmup)
-    wait_for_holders(stage, "gw1", live)
-    paused = stage.nemesis.pause("lockgate-gw1")
-    stage.sleep(max(stage.timing.hold_fault, STREAM_TTL_MS / 1000 + 2))
-    stage.nemesis.heal(paused)
+    wait_for_holders(stage, "gw1", watch, STREAM_TTL_MS)
+    pause_gateway(stage, "gw1", max(stage.timing.hold_fault, STREAM_TTL_MS / 1000 + 2))
+
+
+def gateway_kill(stage: Stage) -> None:
+    """Killed while it holds a streamed lock of chaos:k1, which the lockers
+    always wait for: they must get it once its lease ends, not before."""
+    watch = HistoryWatch(stage.history_dir)
+    stage.sleep(stage.timing.warmup)
+    if not stage.wait_for(lambda: watch.held_on("gw1", "stream", STREAM_TTL_MS + 1000, key=LOCK_KEYS[1]), 40, 0.02):
+        wait_for_holders(stage, "gw1", watch, STREAM_TTL_MS)
+    stage.info["cut_gateway"] = "gw1"
+    stage.info["plain_at_cut"] = watch.held_on("gw1", "plain")
+    # Dead for longer than a streamed lease: its locks' waiters get them.
+    stage.info["cut_id"] = kill_gateway(stage, "gw1", STREAM_TTL_MS / 1000 + 4)
 
 
 def client_pause(stage: Stage) -> None:
-    """Kleppmann's example: the victim has read the row and is about to write
-    it back when it stops for longer than its lease; others take the lock and
-    write; the victim wakes and writes what it read, plus one."""
-    history = Tail(stage.history_dir / f"{VICTIM}.jsonl")
+    """Kleppmann's example, twice: the victim has read the row and is about
+    to write it back when it stops; its lease ends; the next holder reads
+    the row; the victim wakes at that moment and writes what it read, plus
+    one, before the next holder writes."""
+    watch = HistoryWatch(stage.history_dir)
     stage.sleep(stage.timing.warmup)
     for round_ in range(2):
         if round_:
             stage.sleep(3)
-        history.new_records()  # only a read from now on counts
-        if not stage.wait_for(lambda: any(
-                r["op"] == "read" and r["outcome"] == "ok" for r in history.new_records()), 15, 0.02):
+        watch.poll()  # only a read from now on counts
+        read = stage.wait_for(lambda: next((r for r in watch.poll() if r["client"] == VICTIM and r["op"] == "read"
+                                            and r["outcome"] == "ok"), None), 20, 0.005)
+        if not read:
             raise HarnessError(f"{VICTIM} never read the row")
+        start = now_ms()
         paused = stage.nemesis.pause(f"client-{VICTIM}")
-        stage.sleep(PLAIN_TTL_MS / 1000 + 2.5)
+        key, lease_end = read["key"], watch.last_grant[VICTIM]["expires_at_ms"]
+        successor = stage.wait_for(lambda: next((r for r in watch.poll() if r["op"] == "read" and r["key"] == key
+                                                 and r["client"] != VICTIM and r["start"] >= lease_end), None),
+                                   PLAIN_TTL_MS / 1000 + 8, 0.005)
         stage.nemesis.heal(paused)
+        if successor:
+            stage.nemesis.mark(f"{VICTIM} woken as {successor['client']} read")
+        stage.expect_activity(f"while {VICTIM} was paused (round {round_ + 1})", start, now_ms(), keys=[key],
+                              purchases=False)
 
 
-def primary_failover(stage: Stage) -> None:
-    """The network splits: the primary and gw1 on one side, the replica, the
-    sentinels and the other gateways on the other (clients and PostgreSQL
-    reach both). The sentinels promote the replica; gw1 meanwhile goes on
-    with the old primary. Then the split heals and the old primary rejoins
-    as a replica of the new one, dropping what it took alone."""
-    world = stage.world
+def slow_client_links(stage: Stage) -> None:
     stage.sleep(stage.timing.warmup)
-    cut = stage.nemesis.partition(["r1", "gw1"], ["r2", *SENTINELS, "gw2", "gw3"])
-    if not stage.wait_for(lambda: world.current_primary() == world.ip("r2"), 30, 0.2):
-        raise HarnessError("the sentinels did not promote r2")
-    stage.nemesis.mark("r2 promoted")
-    stage.sleep(3)  # the old primary goes on alone for a while
-    stage.nemesis.heal(cut)
-    if not stage.wait_for(lambda: world.redis_role("r1")[0] == "slave", 30, 0.2):
-        raise HarnessError("r1 did not become a replica again")
-    stage.nemesis.mark("r1 a replica")
-    if not world.follows_failover:
-        world.notes.append("the gateways did not follow the failover (this binary takes no redis+sentinel:// URL): "
-                           "they were pointed at the first primary, so gw2 and gw3 failed while cut off from it, "
-                           "all three went on with it after the heal until the sentinels demoted it (dropping "
-                           "what it had taken since the split), and every write failed after that")
+    slow_clients(stage, stage.timing.hold_fault + 4)
+
+
+def primary_failover(stage: Stage, after_promotion: float = 6) -> None:
+    """Split once gw1 holds a streamed lock its holder means to keep past
+    the promotion: its renewals go on against the old primary meanwhile,
+    and must not count (or be confirmed) while no replica has them."""
+    watch = HistoryWatch(stage.history_dir)
+    stage.sleep(stage.timing.warmup)
+    stage.wait_for(lambda: watch.held_on("gw1", "stream", 5000), 30, 0.02)
+    failover(stage, after_promotion=after_promotion)
+
+
+def skewed_failover(stage: Stage) -> None:
+    """The same; the promoted replica's clock being behind, the leases it
+    took over last that much longer, so the split lasts past them."""
+    primary_failover(stage, after_promotion=SKEW_MS / 1000 + 4)
+
+
+def primary_failover_after_grant(stage: Stage) -> None:
+    """The split 1 s into a plain lock's lease (of 10 s, held 5 to 7 s):
+    the promotion comes while its holder still works."""
+    watch = HistoryWatch(stage.history_dir)
+    stage.sleep(stage.timing.warmup)
+    watch.poll()
+    if not stage.wait_for(lambda: any(r["op"] == "acquire" and r["outcome"] == "granted" and r["kind"] == "plain"
+                                      for r in watch.poll()), 20, 0.01):
+        raise HarnessError("no plain lock was granted")
+    stage.sleep(1)
+    failover(stage)
+
+
+def primary_failover_keeping_replica(stage: Stage) -> None:
+    watch = HistoryWatch(stage.history_dir)
+    stage.sleep(stage.timing.warmup)
+    stage.wait_for(lambda: watch.held_on("gw1", "stream", 5000), 30, 0.02)
+    failover(stage, keep="r3")
+
+
+def primary_pause(stage: Stage) -> None:
+    stage.sleep(stage.timing.warmup)
+    pause_primary(stage, 8)
 
 
 def cluster_primary_killed(stage: Stage) -> None:
-    """SIGKILL the primary that serves chaos:k0; its replica takes over; the
-    killed node comes back (as a replica) a few seconds later."""
+    """What a machine's death does to the primary serving chaos:k0 (and the
+    sale): while a holder works under chaos:k0, the primary's link to its
+    replica is cut one way, so what it takes from then on reaches no
+    replica; right after the next grant of chaos:k0 it is killed (SIGKILL);
+    its replica takes over; the node is started again (from its AOF) and
+    rejoins as a replica. (A killed process alone loses little: the kernel
+    still delivers what it had sent.)"""
     world = stage.world
+    watch = HistoryWatch(stage.history_dir)
     stage.sleep(stage.timing.warmup)
     victim = world.slot_owner(LOCK_KEYS[0])
     if victim is None:
         raise HarnessError(f"no primary serves {LOCK_KEYS[0]}")
+    nodes = world.cluster_nodes()
+    victim_id = next(node["id"] for node in nodes if node["host"] == victim)
+    replica = next(node["host"] for node in nodes if node["master_id"] == victim_id)
+    survivors = [key for key in LOCK_KEYS if world.slot_owner(key) != victim]
     if world.slot_owner(f"{{{SKU}}}") == victim:
-        world.notes.append(f"the killed primary ({victim}) served {LOCK_KEYS[0]} and the sale")
+        world.notes.append(f"the killed primary ({victim}) served {', '.join(k for k in LOCK_KEYS if k not in survivors)}"
+                           " and the sale")
+    # Cut while a holder A works: its release and the next grant (to B)
+    # reach no replica; the promoted one still has A's lease, which ends
+    # before B is done.
+    watch.poll()
+    granted_k0 = lambda: any(r["op"] == "acquire" and r["outcome"] == "granted" and r["key"] == LOCK_KEYS[0]
+                             for r in watch.poll())
+    if not stage.wait_for(granted_k0, 20, 0.005):
+        raise HarnessError(f"no grant of {LOCK_KEYS[0]}")
+    cut = stage.nemesis.partition([victim], [replica], one_way=True)
+    # With replica confirmation no grant gets through the cut: the kill
+    # comes after 12 s then.
+    stage.wait_for(granted_k0, 12, 0.005)
     killed = stage.nemesis.kill(f"redis-{victim}")
-    successor = stage.wait_for(lambda: world.slot_owner(LOCK_KEYS[0]) not in (None, victim),
-                               30, 0.2)
+    successor = stage.wait_for(lambda: world.slot_owner(LOCK_KEYS[0]) not in (None, victim) and
+                               world.slot_owner(LOCK_KEYS[0]), 30, 0.2)
     if not successor:
         raise HarnessError(f"no replica took over from {victim}")
-    stage.nemesis.mark(f"{world.slot_owner(LOCK_KEYS[0])} promoted")
-    stage.sleep(4)
+    stage.nemesis.mark(f"{successor} promoted")
+    stage.nemesis.heal(cut)
+    start = now_ms()
+    stage.sleep(8)
+    # With replica confirmation the new primary, alone, confirms nothing
+    # until the old one is back as its replica: only other slots can act.
+    confirmed = bool(world.setup.wait_replicas)
+    stage.expect_activity(f"after {successor}'s promotion, before {victim} restarted", start, now_ms(),
+                          keys=survivors if confirmed else None, purchases=not confirmed)
     stage.nemesis.heal(killed)
     if not stage.wait_for(lambda: any(
             node["host"] == victim and node["role"] == "replica" and node["link"] == "connected"
@@ -188,30 +434,162 @@ def cluster_primary_killed(stage: Stage) -> None:
     stage.nemesis.mark(f"{victim} a replica")
 
 
-def slow_network(stage: Stage) -> None:
+def orders_database_faults(stage: Stage) -> None:
+    """The order hand-off's database cut off from the gateways, then killed
+    (SIGKILL to every PostgreSQL process) while a batch is being stored, and
+    started again (crash recovery). A trigger makes each stored row take
+    5 ms, so the backlog's batches last long enough to be killed in."""
+    world = stage.world
     stage.sleep(stage.timing.warmup)
-    slow = stage.nemesis.slow(GATEWAYS, redis_side(stage), delay_ms=100, loss=0.05)
-    stage.sleep(stage.timing.hold_fault + 4)
-    stage.nemesis.heal(slow)
+    if not stage.wait_for(lambda: world.pg_execute("SELECT to_regclass('orders') IS NOT NULL", fetch=True)[0][0],
+                          30, 0.2):
+        raise HarnessError("the hand-off never created its orders table")
+    world.pg_execute("CREATE FUNCTION slow_store() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$ BEGIN PERFORM pg_sleep(0.005); RETURN NEW; END $$")
+    world.pg_execute("CREATE TRIGGER slow_store BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION slow_store()")
+    start = now_ms()
+    cut = stage.nemesis.partition(["pg"], GATEWAYS)
+    stage.sleep(stage.timing.hold_fault)
+    stage.nemesis.heal(cut)
+    stage.expect_activity("while PostgreSQL was cut off from the gateways", start, now_ms())
+    mid_batch = stage.wait_for(world.batch_being_stored, 20, 0.01)
+    start = now_ms()
+    killed = stage.nemesis.kill("postgres", group=True)
+    stage.nemesis.mark("killed mid-batch" if mid_batch else "killed (no batch seen)")
+    stage.info["killed_mid_batch"] = bool(mid_batch)
+    stage.sleep(3)
+    stage.nemesis.heal(killed)
+    world.wait_postgres()
+    stage.nemesis.mark("PostgreSQL back")
+    stage.expect_activity("while PostgreSQL was down", start, now_ms())
+    if not mid_batch:
+        world.notes.append("no batch was being stored when PostgreSQL was killed")
 
+
+CONFIRMED_2 = Setup(replicas=2, wait_replicas=1)
+# Streamed holders on two keys only (one shared with the lockers): a
+# stream held through a failover has others waiting for its key.
+CONTENDED = Workload(stream_keys=("chaos:k1", "chaos:k2"))
+# Leases longer than a promotion, held through it: a grant the new primary
+# never saw is still held when it grants the key again. Every locker on
+# chaos:k0, so that someone always waits for it.
+LONG_LEASES = Workload(locker_keys=("chaos:k0",), plain_ttl_ms=12000, plain_wait_ms=9000, work_ms=(7000, 9000),
+                       stream_ttl_ms=8000, hold_s=(2, 4))
 
 SCENARIOS = [
-    Scenario("gateway-partition", "gw1 cut off from Redis while it holds streamed and plain locks",
-             "sentinel", gateway_partition,
+    Scenario("gateway-partition", "gw1 cut off from Redis while it holds streamed and plain locks", gateway_partition,
+             must_hold=safety(plus=("told-lost",)),
              checks=[checker.streams_told_lost_in_time, checker.others_keep_granting]),
-    Scenario("gateway-pause", "gw1 paused (SIGSTOP) past the leases, then resumed", "sentinel", gateway_pause),
-    Scenario("client-pause", f"a client ({VICTIM}) paused past its lease between its read and its write",
-             "sentinel", client_pause, victim=VICTIM),
-    Scenario("failover", "the primary partitioned away with gw1, the replica promoted by Sentinel",
-             "sentinel", primary_failover),
-    Scenario("failover-wait", "the same, with replica-confirmed grants and purchases (--redis-wait-replicas 1)",
-             "sentinel", primary_failover, wait_replicas=1),
-    Scenario("cluster-kill", "a Redis Cluster primary killed (SIGKILL), its replica promoted, the node restarted",
-             "cluster", cluster_primary_killed),
-    Scenario("slow-net", "100 ms delay and 5 % loss on every packet between the gateways and Redis, both ways",
-             "sentinel", slow_network),
+    Scenario("gateway-deaf", "one way: Redis's and the sentinels' packets to gw1 dropped, gw1's delivered",
+             gateway_deaf, must_hold=safety(plus=("told-lost",)), checks=[checker.streams_told_lost_in_time]),
+    Scenario("gateway-pause", "gw1 paused (SIGSTOP) past the leases, then resumed", gateway_pause),
+    Scenario("gateway-kill", "gw1 killed (SIGKILL) while it holds streamed locks others wait for, restarted",
+             gateway_kill, workload=Workload(stream_keys=("chaos:k1", "chaos:k2")),
+             must_hold=safety(plus=("lease-kept",)), checks=[checker.lease_kept_after_gateway_death]),
+    Scenario("client-pause", f"a client ({VICTIM}) paused between its read and its write until the next holder read",
+             client_pause, workload=Workload(work_ms=(300, 400)), victim=VICTIM,
+             expected_break=("fence-write", "no-fence")),
+    Scenario("slow-clients", "1.5 to 3.5 s delay on every packet between the clients and the gateways (lease 2 s)",
+             slow_client_links, workload=Workload(work_ms=(50, 1000), slack_s=8)),
+    Scenario("failover", "the primary cut off with gw1, a replica promoted by Sentinel; no replica confirmation",
+             primary_failover, setup=Setup(replicas=2), workload=CONTENDED,
+             must_hold=("fence-read", "lease-report"), expected_break=("exclusion", "purchases")),
+    Scenario("failover-wait", "the same, with two replicas and replica-confirmed grants (--redis-wait-replicas 1)",
+             primary_failover, setup=CONFIRMED_2, workload=CONTENDED),
+    Scenario("failover-wait-split", "the primary cut off with gw1 and one of its two replicas, which confirms its "
+             "grants (--redis-wait-replicas 1); the other replica promoted", primary_failover_keeping_replica,
+             setup=CONFIRMED_2, workload=CONTENDED, must_hold=("fence-read", "lease-report", "token-order"),
+             expected_break=("purchases",)),
+    Scenario("skew-failover", f"failover to a replica whose clock is {SKEW_MS / 1000:.0f} s behind; no replica "
+             "confirmation", skewed_failover, setup=Setup(replicas=2, skew_ms={"r2": -SKEW_MS, "r3": -SKEW_MS}),
+             workload=CONTENDED,
+             must_hold=("fence-read",), expected_break=("token-order", "exclusion", "purchases", "lease-report")),
+    Scenario("skew-failover-wait", f"failover to a replica whose clock is {SKEW_MS / 1000:.0f} s behind, with "
+             "replica confirmation", skewed_failover, workload=CONTENDED,
+             setup=replace(CONFIRMED_2, skew_ms={"r2": -SKEW_MS, "r3": -SKEW_MS}),
+             must_hold=safety(without=("lease-report",)), expected_break=("lease-report",)),
+    Scenario("skew-ahead-failover-wait", f"failover to a replica whose clock is {SKEW_MS / 1000:.0f} s ahead, with "
+             "replica confirmation and leases longer than the failover", primary_failover_after_grant,
+             setup=replace(CONFIRMED_2, skew_ms={"r2": SKEW_MS, "r3": SKEW_MS}), workload=LONG_LEASES,
+             must_hold=("fence-read", "purchases", "oversell", "token-order"),
+             expected_break=("exclusion", "lease-report")),
+    Scenario("primary-pause", "the primary paused (SIGSTOP) past Sentinel's down-after, a replica promoted, the old "
+             "primary resumed; no replica confirmation", primary_pause, setup=Setup(replicas=2),
+             must_hold=("fence-read", "lease-report", "token-order")),
+    Scenario("primary-pause-wait", "the same, with replica-confirmed grants (--redis-wait-replicas 1)",
+             primary_pause, setup=CONFIRMED_2),
+    Scenario("cluster-kill", "a Redis Cluster primary cut off from its replica (one way) and killed (SIGKILL) right "
+             "after a grant; leases of 12 s; its replica promoted, the node restarted from its AOF",
+             cluster_primary_killed,
+             setup=Setup(layout="cluster", aof=True), workload=LONG_LEASES,
+             must_hold=("fence-read", "lease-report", "token-order"), expected_break=("exclusion", "purchases")),
+    Scenario("cluster-kill-wait", "the same, with replica-confirmed grants (--redis-wait-replicas 1)",
+             cluster_primary_killed, setup=Setup(layout="cluster", aof=True, wait_replicas=1),
+             workload=LONG_LEASES),
+    Scenario("handoff", "the order hand-off's PostgreSQL cut off from the gateways, then killed mid-batch and "
+             "restarted (durable commits)", orders_database_faults, setup=Setup(handoff=True),
+             must_hold=safety(plus=("handoff",)), checks=[checker.handoff_exactly_once]),
 ]
-SHORT = ["gateway-partition", "failover"]
+SHORT = ["gateway-partition", "client-pause", "failover-wait"]
+
+
+# A random schedule: faults drawn from a catalogue, as Jepsen's nemesis
+# schedules them, on the Sentinel layout with two replicas and replica
+# confirmation, where every safety property must hold.
+
+def random_catalogue(rng: random.Random) -> list[tuple[str, Callable[[Stage], None]]]:
+    gateway = rng.choice(GATEWAYS)
+    locker = f"L{rng.randint(1, 6)}"
+    return [
+        (f"cut {gateway} off from Redis", lambda s: cut_gateway(s, gateway, rng.uniform(5, 12))),
+        (f"make {gateway} deaf to Redis", lambda s: cut_gateway(s, gateway, rng.uniform(5, 10), one_way=True)),
+        (f"pause {gateway}", lambda s: pause_gateway(s, gateway, rng.uniform(4, 10))),
+        (f"kill {gateway}", lambda s: kill_gateway(s, gateway, rng.uniform(2, 7))),
+        ("fail the primary over", lambda s: failover(s, gateway, after_promotion=rng.uniform(3, 8))),
+        ("pause the primary", lambda s: pause_primary(s, rng.uniform(5, 9))),
+        ("kill a replica", lambda s: kill_replica(s, rng.uniform(3, 8), rng)),
+        ("slow the client links", lambda s: slow_clients(s, rng.uniform(6, 12))),
+        (f"pause client {locker}", lambda s: pause_client(s, locker, rng.uniform(3, 6))),
+    ]
+
+
+def pause_client(stage: Stage, client: str, seconds: float) -> None:
+    start = now_ms()
+    fault = stage.nemesis.pause(f"client-{client}")
+    stage.sleep(seconds)
+    stage.nemesis.heal(fault)
+    stage.expect_activity(f"while {client} was paused", start, now_ms())
+
+
+def settle(stage: Stage) -> None:
+    """Until every replica streams from the primary again: each fault
+    starts from a whole system (a failover right after another finds no
+    replica to confirm anything, which says nothing new)."""
+    world = stage.world
+    if not stage.wait_for(lambda: world.replicas_online() == len(world.redis_hosts) - 1, 60, 0.5):
+        raise HarnessError("the replicas did not all come back to the primary")
+
+
+def random_schedule(minutes: float, seed: int) -> Callable[[Stage], None]:
+    def schedule(stage: Stage) -> None:
+        rng = random.Random(seed)
+        stage.sleep(stage.timing.warmup)
+        deadline = time.monotonic() + minutes * 60
+        drawn = []
+        while time.monotonic() < deadline:
+            settle(stage)
+            name, fault = rng.choice(random_catalogue(rng))
+            drawn.append(name)
+            stage.nemesis.mark(name)
+            fault(stage)
+            stage.sleep(rng.uniform(2, 6))
+        stage.world.notes.append(f"seed {seed}: " + "; ".join(drawn))
+    return schedule
+
+
+def random_scenario(minutes: float, seed: int) -> Scenario:
+    return Scenario("random", f"{minutes:g} minutes of faults drawn at random (seed {seed}), two replicas, "
+                    "replica-confirmed grants", random_schedule(minutes, seed), setup=CONFIRMED_2, minutes=minutes)
 
 
 def by_name(name: str) -> Scenario:

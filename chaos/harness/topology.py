@@ -2,13 +2,16 @@
 
 Two layouts, each node on a host of its own (10.77.0.0/24):
 
-    sentinel   r1 .11 (primary)  r2 .12 (replica)  s1-s3 .21-.23 (sentinels)
+    sentinel   r1 .11 (primary)  r2 .12, r3 .13 (replicas: one or two)
+               s1-s3 .21-.23 (sentinels)
     cluster    c1-c6 .61-.66 (three primaries with a replica each)
     both       gw1-gw3 .31-.33 (gateways, :8080)  cl .41 (clients)  pg .51 (PostgreSQL)
 
-A `World` builds one layout, starts every process, and takes it all down
-again. The runner reaches the hosts through threads placed in the client
-host's namespace (`World.call`), as a client would.
+A `Setup` says what a scenario changes: replicas, replica confirmation,
+Redis persistence, Redis clocks moved (`clockshift.c`), an order hand-off
+into PostgreSQL. A `World` builds one layout, starts every process, and
+takes it all down again. The runner reaches the hosts through threads
+placed in the client host's namespace (`World.call`), as a client would.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import glob
 import http.client
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -29,7 +33,7 @@ from .netns import Host, Network, Process, netns_executor, sh
 
 SUBNET = "10.77.0"
 OCTETS = {
-    "r1": 11, "r2": 12, "s1": 21, "s2": 22, "s3": 23,
+    "r1": 11, "r2": 12, "r3": 13, "s1": 21, "s2": 22, "s3": 23,
     "gw1": 31, "gw2": 32, "gw3": 33, "cl": 41, "pg": 51,
     "c1": 61, "c2": 62, "c3": 63, "c4": 64, "c5": 65, "c6": 66,
 }
@@ -49,6 +53,18 @@ class HarnessError(Exception):
 
 
 @dataclass
+class Setup:
+    """What a scenario's world is made of, beyond its layout."""
+
+    layout: str = "sentinel"  # or "cluster"
+    replicas: int = 1  # Sentinel layout: r2, or r2 and r3
+    wait_replicas: int = 0  # --redis-wait-replicas
+    skew_ms: dict[str, int] = field(default_factory=dict)  # Redis host -> its clock's offset
+    aof: bool = False  # the shipped persistence: appendonly yes, appendfsync always
+    handoff: bool = False  # the gateways store the sale's orders in PostgreSQL
+
+
+@dataclass
 class RunContext:
     """What every scenario of one run shares."""
 
@@ -62,6 +78,19 @@ class RunContext:
     sentinel_mode: str = "auto"  # auto, yes, no
     sentinel_support: bool | None = None
     pg_template: Path | None = None
+    clockshift: Path | None = None
+    sabotage: str | None = None  # "fence" or "confirm": see `python -m harness run --help`
+    stamp: str = ""  # the run's commit and date, on every timeline
+
+    def clockshift_library(self) -> Path:
+        """clockshift.c built once per run (a C compiler is all it needs)."""
+        if self.clockshift is None:
+            library = self.workdir / "clockshift.so"
+            sh("cc", "-shared", "-fPIC", "-O2", "-o", str(library), str(self.chaos_dir / "harness" / "clockshift.c"),
+               timeout=120)
+            library.chmod(0o755)
+            self.clockshift = library
+        return self.clockshift
 
     def postgres_bin(self, name: str) -> str:
         found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"),
@@ -126,8 +155,7 @@ class World:
 
     ctx: RunContext
     scenario: str
-    layout: str  # "sentinel" or "cluster"
-    wait_replicas: int = 0
+    setup: Setup
     net: Network | None = None
     hosts: dict[str, Host] = field(default_factory=dict)
     procs: dict[str, Process] = field(default_factory=dict)
@@ -138,6 +166,13 @@ class World:
         self.dir = self.ctx.workdir / self.scenario
         self.logs = self.ctx.out_dir / "logs" / self.scenario
         self.executor = None
+        self.layout = self.setup.layout
+
+    @property
+    def redis_hosts(self) -> list[str]:
+        if self.layout == "cluster":
+            return list(CLUSTER_NODES)
+        return ["r1", "r2", "r3"][: 1 + self.setup.replicas]
 
     # Building and taking down.
 
@@ -149,7 +184,7 @@ class World:
         self.logs.mkdir(parents=True)
         self.net = Network(self.ctx.run_id, SUBNET, self.logs)
         self.net.create()
-        names = GATEWAYS + ["cl", "pg"] + (["r1", "r2"] + SENTINELS if self.layout == "sentinel" else CLUSTER_NODES)
+        names = GATEWAYS + ["cl", "pg"] + self.redis_hosts + (SENTINELS if self.layout == "sentinel" else [])
         for name in names:
             self.hosts[name] = self.net.add_host(name, OCTETS[name])
         self.executor = netns_executor(self.hosts["cl"].ns)
@@ -224,11 +259,19 @@ class World:
             self.ctx.postgres_bin("postgres"), "-D", str(data),
             "-c", f"listen_addresses={self.ip('pg')}", "-c", "port=5432",
             "-c", f"unix_socket_directories={data}",
-            # Nothing here outlives the run; durability would only cost time.
-            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+            # Durable commits (the defaults, said aloud): the hand-off's
+            # exactly-once rests on them, and PostgreSQL gets killed.
+            "-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on",
             "-c", "shared_buffers=32MB", "-c", "max_connections=50",
         ])
-        self.wait_until("PostgreSQL", lambda: self.call(self._pg_ping), 30)
+        self.wait_postgres()
+
+    def wait_postgres(self) -> None:
+        self.wait_until("PostgreSQL", lambda: self.call(self._pg_ping), 60)
+
+    @property
+    def pg_url(self) -> str:
+        return f"postgres://postgres@{self.ip('pg')}:5432/postgres"
 
     def _pg_ping(self) -> bool:
         with psycopg.connect(self.pg_dsn) as connection:
@@ -246,13 +289,39 @@ class World:
 
     def redis_argv(self, directory: Path, *extra: str) -> list[str]:
         directory.mkdir(parents=True, exist_ok=True)
+        # The shipped persistence (redis/redis.conf) where a scenario kills
+        # Redis: a killed node comes back with what it answered.
+        persistence = (["--appendonly", "yes", "--appendfsync", "always", "--aof-load-truncated", "yes"]
+                       if self.setup.aof else ["--appendonly", "no"])
         return ["redis-server", "--bind", "0.0.0.0", "--port", str(REDIS_PORT), "--protected-mode", "no",
-                "--save", "", "--appendonly", "no", "--dir", str(directory), "--logfile", "", *extra]
+                "--save", "", *persistence, "--dir", str(directory), "--logfile", "", *extra]
+
+    def redis_env(self, host: str) -> dict | None:
+        """A Redis server's environment: with its clock moved when the
+        scenario moves it."""
+        if host not in self.setup.skew_ms:
+            return None
+        self.set_clock(host, self.setup.skew_ms[host])
+        return {**os.environ, "LD_PRELOAD": str(self.ctx.clockshift_library()),
+                "CHAOS_CLOCK_OFFSET_FILE": str(self.clock_file(host))}
+
+    def clock_file(self, host: str) -> Path:
+        return self.dir / f"{host}.clock-offset"
+
+    def set_clock(self, host: str, offset_ms: int) -> None:
+        """Sets a clock-shifted Redis server's offset (it reads it within 100 ms)."""
+        path = self.clock_file(host)
+        path.write_text(f"{offset_ms}\n")
+        path.chmod(0o644)
+
+    def spawn_redis(self, host: str, *extra: str) -> Process:
+        return self.spawn(host, f"redis-{host}", self.redis_argv(self.dir / host, *extra), env=self.redis_env(host))
 
     def start_sentinel_layout(self) -> None:
         primary = self.ip("r1")
-        self.spawn("r1", "redis-r1", self.redis_argv(self.dir / "r1"))
-        self.spawn("r2", "redis-r2", self.redis_argv(self.dir / "r2", "--replicaof", primary, str(REDIS_PORT)))
+        self.spawn_redis("r1")
+        for host in self.redis_hosts[1:]:
+            self.spawn_redis(host, "--replicaof", primary, str(REDIS_PORT))
         for name in SENTINELS:
             directory = self.dir / name
             directory.mkdir(parents=True, exist_ok=True)
@@ -266,13 +335,16 @@ class World:
                 f"sentinel parallel-syncs {SERVICE} 1", "",
             ]))
             self.spawn(name, f"sentinel-{name}", ["redis-sentinel", str(conf)])
-        self.wait_until("the replica to sync", lambda: self.redis_role("r2")[0::3] == ["slave", "connected"], 20)
+        for host in self.redis_hosts[1:]:
+            self.wait_until(f"{host} to sync", lambda host=host: self.redis_role(host)[0::3] == ["slave", "connected"],
+                            20)
         # A sentinel learns of the others from their hellos (every 2 s);
         # until all know each other a failover cannot be agreed on.
+        replicas = len(self.redis_hosts) - 1
         for name in SENTINELS:
             self.wait_until(f"{name} to know the others", lambda name=name: len(
                 self.redis(name, "SENTINEL", "sentinels", SERVICE, port=SENTINEL_PORT)) >= 2
-                and len(self.redis(name, "SENTINEL", "replicas", SERVICE, port=SENTINEL_PORT)) >= 1, 20)
+                and len(self.redis(name, "SENTINEL", "replicas", SERVICE, port=SENTINEL_PORT)) >= replicas, 20)
 
     def redis_role(self, host: str) -> list:
         return self.redis(host, "ROLE")
@@ -280,6 +352,21 @@ class World:
     def sentinel_url(self) -> str:
         sentinels = ",".join(f"{self.ip(name)}:{SENTINEL_PORT}" for name in SENTINELS)
         return f"redis+sentinel://{sentinels}/{SERVICE}"
+
+    def replicas_online(self) -> int:
+        """Replicas the primary of now streams to (INFO replication, state=online)."""
+        primary = self.primary_host()
+        if primary is None:
+            return 0
+        info = self.redis(primary, "INFO", "replication")
+        return sum(1 for line in info.splitlines() if line.startswith("slave") and "state=online" in line)
+
+    def host_of(self, ip: str | None) -> str | None:
+        return next((name for name, host in self.hosts.items() if host.ip == ip), None)
+
+    def primary_host(self) -> str | None:
+        """The host the sentinels name as primary now."""
+        return self.host_of(self.current_primary())
 
     def current_primary(self) -> str | None:
         """The primary the sentinels name now (an address), asking each in turn."""
@@ -296,11 +383,10 @@ class World:
 
     def start_cluster_layout(self) -> None:
         for name in CLUSTER_NODES:
-            self.spawn(name, f"redis-{name}", self.redis_argv(
-                self.dir / name, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "2000",
-                # Slots of a live primary keep being served while another's fail.
-                "--cluster-require-full-coverage", "no"))
+            self.spawn_redis(name, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                             "--cluster-node-timeout", "2000",
+                             # Slots of a live primary keep being served while another's fail.
+                             "--cluster-require-full-coverage", "no")
         for name in CLUSTER_NODES:
             self.wait_until(f"{name} to start", lambda name=name: self.redis(name, "PING") == "PONG", 10)
         addresses = [f"{self.ip(name)}:{REDIS_PORT}" for name in CLUSTER_NODES]
@@ -366,12 +452,19 @@ class World:
         primary = self.current_primary() if for_audit else None
         return ["--redis-url", f"redis://{primary or self.ip('r1')}:{REDIS_PORT}"]
 
-    def gateway_argv(self, name: str, port: int, target: list[str], wait_replicas: int) -> list[str]:
+    def gateway_argv(self, name: str, port: int, target: list[str], serving: bool = True) -> list[str]:
+        """A gateway's command line; `serving` for the scenario's gateways
+        (with its replica confirmation and hand-off), not the probes."""
         argv = [str(self.ctx.binary), "serve", "--listen", f"0.0.0.0:{port}", "--instance-id", name,
                 "--admin-token", self.ctx.admin_token, "--redis-timeout-ms", "1000",
                 "--stream-keep-alive-ms", "1000", "--seckill-rate", "0", *target]
-        if wait_replicas:
-            argv += ["--redis-wait-replicas", str(wait_replicas)]
+        if not serving:
+            return argv
+        # `--sabotage confirm` starts them without it, to show the verdicts fail.
+        if self.setup.wait_replicas and self.ctx.sabotage != "confirm":
+            argv += ["--redis-wait-replicas", str(self.setup.wait_replicas)]
+        if self.setup.handoff:
+            argv += ["--orders-database", self.pg_url, "--claim-idle-ms", "3000"]
         return argv
 
     def gateway_url(self, name: str, port: int = GATEWAY_PORT) -> str:
@@ -398,7 +491,7 @@ class World:
             self.follows_failover = bool(self.ctx.sentinel_support)
         target = self.redis_target()
         for name in GATEWAYS:
-            self.spawn(name, f"lockgate-{name}", self.gateway_argv(name, GATEWAY_PORT, target, self.wait_replicas),
+            self.spawn(name, f"lockgate-{name}", self.gateway_argv(name, GATEWAY_PORT, target),
                        env=self.gateway_env())
         for name in GATEWAYS:
             self.wait_ready(self.procs[f"lockgate-{name}"], self.gateway_url(name))
@@ -415,7 +508,7 @@ class World:
             ctx.sentinel_support = ctx.sentinel_mode == "yes"
             return
         probe = self.spawn("gw3", "lockgate-sentinel-probe", self.gateway_argv(
-            "probe", PROBE_PORT, ["--redis-url", self.sentinel_url()], 0), env=self.gateway_env())
+            "probe", PROBE_PORT, ["--redis-url", self.sentinel_url()], serving=False), env=self.gateway_env())
         url = self.gateway_url("gw3", PROBE_PORT)
         deadline = time.monotonic() + 10
         supported = False
@@ -431,8 +524,22 @@ class World:
     def start_audit_gateway(self) -> str:
         """A fresh gateway on the primary of now, to read what Redis holds."""
         audit = self.spawn("gw3", "lockgate-audit", self.gateway_argv(
-            "audit", AUDIT_PORT, self.redis_target(for_audit=True), 0), env=self.gateway_env())
+            "audit", AUDIT_PORT, self.redis_target(for_audit=True), serving=False), env=self.gateway_env())
         url = self.gateway_url("gw3", AUDIT_PORT)
         self.wait_ready(audit, url)
         return url
+
+    # The order hand-off.
+
+    def reconcile(self, sku: str) -> tuple[int, str]:
+        """`lockgate orders reconcile` from the client host: (exit status, output)."""
+        done = self.hosts["cl"].run(str(self.ctx.binary), "orders", "reconcile", "--database", self.pg_url,
+                                    "--sku", sku, *self.redis_target(for_audit=True), check=False, timeout=60)
+        return done.returncode, (done.stdout + done.stderr)
+
+    def batch_being_stored(self) -> bool:
+        """Is a hand-off worker's INSERT of a batch running in PostgreSQL now?"""
+        rows = self.pg_execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                               "AND query LIKE 'INSERT INTO orders%%'", fetch=True)
+        return rows[0][0] > 0
 

@@ -4,19 +4,31 @@
 
 Three kinds, as the config names them:
 
-* `locker`: takes a plain lock (`POST /locks` with `wait_ms`), reads the
-  key's row in PostgreSQL, works a little, writes the row two ways (fenced:
-  `value = value + 1` only if the row's fence is not above the grant's
-  fencing token; plain: the counter read, plus one), and releases. It never
+* `locker`: takes a plain lock (`POST /locks` with `wait_ms`), does a
+  read-modify-write of the key's row in PostgreSQL, and releases. It never
   checks its lease before writing: it stands for the client of Kleppmann's
   example, whose pause the fence must catch.
 * `streamer`: holds a streamed lock (`Accept: text/event-stream`) for a few
-  seconds, writing the row the same two ways every few hundred milliseconds.
-  It stops writing when told `lost`, and also when no renewal has been heard
-  by the time its lease would end (as `lockgate run` does), then closes the
+  seconds, doing the same read-modify-write every few hundred milliseconds.
+  It stops when told `lost`, and when no renewal has been heard by the time
+  its lease could end (as `lockgate run` does), then closes the
   connection, which releases the lock.
 * `buyer`: buys one unit per new user with a fresh `Idempotency-Key`,
   retrying 503s and timeouts on the next gateway with the same key.
+
+The row holds one counter per way of guarding it, each a resource of its
+own; every read-modify-write adds one to each:
+
+* `plain`: the value read, plus one, written whatever happened meanwhile.
+* `value_w`, fence checked at write: `SET value_w = <read> + 1, fence_w =
+  token WHERE fence_w <= token`. A holder whose token is older than the
+  last writer's is refused, but an older holder that writes after a newer
+  one read and before it wrote is not: the newer one then overwrites it.
+* `value_r`, fence raised at every access: the read takes the row `FOR
+  UPDATE`, refuses when `fence_r` is above the token and raises `fence_r`
+  to it, in one transaction; the write checks it again. A newer holder's
+  read shuts out every older holder's write, so no update can be lost
+  while tokens are unique.
 
 A client picks its home gateway, and after a 503, a timeout or a refused
 connection the next one for a while, as a load balancer with passive health
@@ -26,6 +38,7 @@ checks would. Every operation is one history record (see `history.py`).
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import random
 import signal
@@ -42,6 +55,22 @@ import psycopg
 from .history import Writer, now_ms
 
 UNHEALTHY_FOR_S = 2.0
+
+
+def load_event_stream_parser():
+    """The Python client's Server-Sent Events reader, loaded from its one
+    file (clients/python/src/lockgate/sse.py, standard library only), so
+    that the harness reads streams with the same code as the client without
+    importing the client's package and its HTTP dependencies."""
+    path = Path(__file__).resolve().parents[2] / "clients" / "python" / "src" / "lockgate" / "sse.py"
+    spec = importlib.util.spec_from_file_location("lockgate_sse", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    return module.EventStreamParser
+
+
+EventStreamParser = load_event_stream_parser()
 
 
 class Stop(Exception):
@@ -139,6 +168,12 @@ class Client:
         self.keys = self.spec.get("keys", self.rows)
         self.stop_file = Path(config["stop_file"])
         self.random = random.Random(f"{config['seed']}-{client_id}")
+        # Added to every request's timeout where the scenario delays the
+        # link between clients and gateways.
+        self.slack_s = config.get("slack_s", 0)
+        # For showing that the checker catches it: the fence raised at read
+        # neither refuses nor raises (`--sabotage fence`).
+        self.fence_off = config.get("sabotage") == "fence"
         self.db = None
 
     def record(self, **fields) -> dict:
@@ -152,48 +187,62 @@ class Client:
             self.db = psycopg.connect(self.config["pg"], autocommit=True, connect_timeout=3)
         return self.db
 
-    # The row, read and written the two ways.
+    # The row: one read and one write per critical section, each of the
+    # three counters guarded its own way.
 
     def read_row(self, key: str, fencing_token: int) -> dict | None:
+        row_id = self.rows.index(key)
         start = now_ms()
         try:
-            row = self.pg().execute("SELECT value, plain FROM counters WHERE id = %s",
-                                    (self.rows.index(key),)).fetchone()
+            db = self.pg()
+            with db.transaction():
+                plain, value_w, value_r, fence_r = db.execute(
+                    "SELECT plain, value_w, value_r, fence_r FROM counters WHERE id = %s FOR UPDATE",
+                    (row_id,)).fetchone()
+                raised = self.fence_off or fence_r <= fencing_token
+                if raised and not self.fence_off:
+                    db.execute("UPDATE counters SET fence_r = %s WHERE id = %s", (fencing_token, row_id))
         except psycopg.Error as exc:
             self.db = None
             self.record(op="read", key=key, start=start, end=now_ms(), fencing_token=fencing_token,
                         outcome=f"db-error:{type(exc).__name__}")
             return None
         return self.record(op="read", key=key, start=start, end=now_ms(), fencing_token=fencing_token,
-                           outcome="ok", value=row[0], plain=row[1])
+                           outcome="ok", plain=plain, value_w=value_w, value_r=value_r, fence_r=fence_r,
+                           read_r="ok" if raised else "refused")
 
-    def write_row(self, key: str, fencing_token: int, plain_read: int) -> None:
+    def write_row(self, key: str, fencing_token: int, read: dict) -> None:
         row_id = self.rows.index(key)
         start = now_ms()
+        done = {}
         try:
             db = self.pg()
-            fenced = db.execute(
-                # <=, not <: a streamed holder writes several times under one
-                # grant; a holder with an older token is refused all the same.
-                "UPDATE counters SET value = value + 1, fence = %s WHERE id = %s AND fence <= %s",
-                (fencing_token, row_id, fencing_token)).rowcount
-            plain_at = now_ms()
-            db.execute("UPDATE counters SET plain = %s WHERE id = %s", (plain_read + 1, row_id))
+            done["fenced_w"] = "ok" if db.execute(
+                "UPDATE counters SET value_w = %s, fence_w = %s WHERE id = %s AND fence_w <= %s",
+                (read["value_w"] + 1, fencing_token, row_id, fencing_token)).rowcount == 1 else "refused"
+            if read["read_r"] != "ok":
+                done["fenced_r"] = "shut-out"  # refused at its read: nothing to write
+            else:
+                guard = "" if self.fence_off else " AND fence_r <= %s"
+                params = (read["value_r"] + 1, row_id) + (() if self.fence_off else (fencing_token,))
+                done["fenced_r"] = "ok" if db.execute(
+                    f"UPDATE counters SET value_r = %s WHERE id = %s{guard}", params).rowcount == 1 else "refused"
+            db.execute("UPDATE counters SET plain = %s WHERE id = %s", (read["plain"] + 1, row_id))
+            done["plain"] = "ok"
         except psycopg.Error as exc:
             self.db = None
             self.record(op="write", key=key, start=start, end=now_ms(), fencing_token=fencing_token,
-                        outcome=f"db-error:{type(exc).__name__}")
+                        outcome=f"db-error:{type(exc).__name__}", **done)
             return
-        self.record(op="write", key=key, start=start, end=now_ms(), plain_at=plain_at,
-                    fencing_token=fencing_token, outcome="ok",
-                    fenced="ok" if fenced == 1 else "refused", plain="ok")
+        self.record(op="write", key=key, start=start, end=now_ms(), fencing_token=fencing_token,
+                    outcome="ok", **done)
 
     def read_modify_write(self, key: str, fencing_token: int, work_s: float) -> None:
         read = self.read_row(key, fencing_token)
         if read is None:
             return
         time.sleep(work_s)
-        self.write_row(key, fencing_token, read["plain"])
+        self.write_row(key, fencing_token, read)
 
     def pause(self, low: float, high: float) -> None:
         time.sleep(self.random.uniform(low, high))
@@ -207,7 +256,8 @@ class Locker(Client):
             if grant is None:
                 self.pause(0.05, 0.2)
                 continue
-            self.read_modify_write(key, grant["fencing_token"], self.spec["work_ms"] / 1000)
+            work_s = self.random.uniform(*self.spec["work_ms"]) / 1000
+            self.read_modify_write(key, grant["fencing_token"], work_s)
             self.release(key, grant)
             self.pause(0.01, 0.05)
 
@@ -218,7 +268,7 @@ class Locker(Client):
         try:
             status, headers, body = self.gateways.request(
                 name, "POST", "/locks", {"key": key, "ttl_ms": ttl_ms, "wait_ms": wait_ms},
-                timeout=wait_ms / 1000 + 3)
+                timeout=wait_ms / 1000 + 3 + self.slack_s)
         except Exception as exc:  # noqa: BLE001 - every failure is an outcome
             self.gateways.mark_bad(name)
             self.record(op="acquire", kind="plain", key=key, gateway=name, start=start, end=now_ms(),
@@ -234,7 +284,8 @@ class Locker(Client):
         return self.record(op="acquire", kind="plain", key=key, gateway=name, start=start, end=end,
                            outcome="granted", instance=headers.get("x-instance-id"),
                            token=body["token"], fencing_token=body["fencing_token"],
-                           expires_at_ms=body["expires_at_ms"], ttl_ms=ttl_ms)
+                           expires_at_ms=body["expires_at_ms"], waited_ms=body.get("waited_ms", 0),
+                           ttl_ms=ttl_ms)
 
     def release(self, key: str, grant: dict) -> None:
         # The release goes where the grant came from first, but any gateway
@@ -245,7 +296,7 @@ class Locker(Client):
             try:
                 status, _, body = self.gateways.request(
                     name, "DELETE", f"/locks/{quote(key, safe=':')}",
-                    headers={"Lock-Token": grant["token"]}, timeout=3)
+                    headers={"Lock-Token": grant["token"]}, timeout=3 + self.slack_s)
             except Exception as exc:  # noqa: BLE001
                 self.gateways.mark_bad(name)
                 outcome = failure(exc)
@@ -261,6 +312,26 @@ class Locker(Client):
                     fencing_token=grant["fencing_token"], outcome=outcome)
 
 
+class LeaseClock:
+    """When a streamed lease could end at the earliest, on this client's
+    clock, whatever the Redis clock says (the rule of the Python client's
+    `LeaseClock`): the grant is placed at the earliest moment it could have
+    been made (the request's sending plus the time the gateway says it
+    waited); a renewal's end is mapped through it, and bounded by the
+    renewal's arrival plus the lease."""
+
+    def __init__(self, sent_at_ms: float, grant: dict, granted_at_ms: float):
+        self.ttl = grant["ttl_ms"]
+        self.anchor = min(granted_at_ms, sent_at_ms + grant.get("waited_ms", 0))
+        self.granted_redis = grant["expires_at_ms"] - self.ttl
+        self.deadline = min(max(grant["expires_at_ms"], self.anchor + self.ttl), granted_at_ms + self.ttl)
+
+    def renewed(self, expires_at_ms: float, at_ms: float) -> float:
+        mapped = self.anchor + (expires_at_ms - self.granted_redis)
+        self.deadline = max(self.deadline, min(max(expires_at_ms, mapped), at_ms + self.ttl))
+        return self.deadline
+
+
 class Stream:
     """One streamed lock: the response's events, read by a thread of its own."""
 
@@ -269,15 +340,17 @@ class Stream:
         self.granted = threading.Event()
         self.done = threading.Event()
         self.grant: dict | None = None
-        self.expires_at_ms: float = 0
+        self.clock: LeaseClock | None = None
         self.renewals = 0
         self.ended_by: str | None = None  # lost, released, closed-by-gateway
         self.ended_at: float | None = None
         self.lost_reason: str | None = None
-        self.expires_when_told: float | None = None
+        self.deadline_when_told: float | None = None
         self.granted_at: float | None = None
+        self.sent_at = now_ms()
         parts = urlsplit(client.config["gateways"][name])
-        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=wait_ms / 1000 + 3)
+        self.connection = http.client.HTTPConnection(parts.hostname, parts.port,
+                                                      timeout=wait_ms / 1000 + 3 + client.slack_s)
         try:
             self.connection.request("POST", "/locks", body=json.dumps(
                 {"key": key, "ttl_ms": ttl_ms, "wait_ms": wait_ms}).encode(),
@@ -294,20 +367,14 @@ class Stream:
             threading.Thread(target=self.read_events, daemon=True).start()
 
     def read_events(self) -> None:
-        event, data = None, ""
+        parser = EventStreamParser()
         try:
             while True:
-                line = self.response.readline()
-                if not line:
+                chunk = self.response.read1(65536)
+                if not chunk:
                     break
-                line = line.decode().rstrip("\r\n")
-                if line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:"):
-                    data += line[5:].strip()
-                elif line == "" and event:
-                    self.on_event(event, json.loads(data) if data else {}, now_ms())
-                    event, data = None, ""
+                for event in parser.feed(chunk):
+                    self.on_event(event.event, json.loads(event.data) if event.data else {}, now_ms())
         except (OSError, ValueError, http.client.HTTPException):
             pass
         finally:
@@ -318,16 +385,18 @@ class Stream:
     def on_event(self, event: str, data: dict, at: float) -> None:
         if event == "acquired":
             self.grant = data
-            self.expires_at_ms = data["expires_at_ms"]
             self.granted_at = at
+            self.clock = LeaseClock(self.sent_at, data, at)
             self.granted.set()
-        elif event == "renewed":
-            self.expires_at_ms = data["expires_at_ms"]
+        elif event == "renewed" and self.clock is not None:
+            self.clock.renewed(data["expires_at_ms"], at)
             self.renewals += 1
+            self.client.record(op="renewed", key=self.key, gateway=self.name, start=at, end=at,
+                               fencing_token=self.grant["fencing_token"], expires_at_ms=data["expires_at_ms"])
         elif event in ("lost", "released") and self.ended_by is None:
             self.ended_by, self.ended_at = event, at
             self.lost_reason = data.get("reason")
-            self.expires_when_told = self.expires_at_ms
+            self.deadline_when_told = self.clock.deadline if self.clock else None
 
     def close(self) -> None:
         self.done.set()
@@ -370,7 +439,7 @@ class Streamer(Client):
             self.record(op="acquire", kind="stream", key=key, gateway=name, start=start, end=now_ms(),
                         outcome=outcome_of(stream.status, body), ttl_ms=ttl_ms)
             return
-        stream.granted.wait(wait_ms / 1000 + 3)
+        stream.granted.wait(wait_ms / 1000 + 3 + self.slack_s)
         if stream.grant is None:
             stream.close()
             self.record(op="acquire", kind="stream", key=key, gateway=name, start=start, end=now_ms(),
@@ -380,19 +449,20 @@ class Streamer(Client):
         hold_until = time.time() + self.random.uniform(*self.spec["hold_s"])
         self.record(op="acquire", kind="stream", key=key, gateway=name, start=start, end=stream.granted_at,
                     outcome="granted", fencing_token=token, expires_at_ms=stream.grant["expires_at_ms"],
-                    ttl_ms=ttl_ms, hold_until=round(hold_until * 1000, 3))
+                    waited_ms=stream.grant.get("waited_ms", 0), ttl_ms=ttl_ms,
+                    hold_until=round(hold_until * 1000, 3))
         end_reason = "closed"
         try:
             while time.time() < hold_until and self.running():
                 if stream.ended_by is not None:
                     end_reason = stream.ended_by
                     break
-                if now_ms() >= stream.expires_at_ms:
+                if now_ms() >= stream.clock.deadline:
                     # No renewal heard by the lease's end: the lock may be
                     # someone else's now, told or not.
                     end_reason = "silent"
                     break
-                self.read_modify_write(key, token, self.spec["work_ms"] / 1000)
+                self.read_modify_write(key, token, self.random.uniform(*self.spec["work_ms"]) / 1000)
                 time.sleep(self.spec["write_every_ms"] / 1000)
         finally:
             ended_at = stream.ended_at if stream.ended_by is not None else now_ms()
@@ -400,8 +470,8 @@ class Streamer(Client):
             self.record(op="stream-end", key=key, gateway=name, start=stream.granted_at, end=ended_at,
                         fencing_token=token, outcome=end_reason, told=stream.ended_by,
                         lost_reason=stream.lost_reason, told_at=stream.ended_at,
-                        expires_when_told=stream.expires_when_told,
-                        last_expires_at_ms=stream.expires_at_ms, renewals=stream.renewals)
+                        deadline_when_told=stream.deadline_when_told, deadline=stream.clock.deadline,
+                        renewals=stream.renewals)
 
 
 class Buyer(Client):
@@ -420,12 +490,12 @@ class Buyer(Client):
         body = {"user_id": user, "quantity": 1}
         start = now_ms()
         attempts = []
-        status, order, answer = None, None, None
+        status, order, answer, name = None, None, None, None
         for _ in range(4):
             name = self.gateways.pick()
             try:
                 status, _, answer = self.gateways.request(
-                    name, "POST", f"/seckill/{sku}/orders", body, {"Idempotency-Key": key}, timeout=3)
+                    name, "POST", f"/seckill/{sku}/orders", body, {"Idempotency-Key": key}, timeout=3 + self.slack_s)
             except Exception as exc:  # noqa: BLE001
                 self.gateways.mark_bad(name)
                 attempts.append([name, failure(exc)])
@@ -448,7 +518,7 @@ class Buyer(Client):
         else:
             outcome = outcome_of(status, answer)
         self.record(op="purchase", key=key, user=user, start=start, end=now_ms(), outcome=outcome,
-                    status=status, attempts=attempts, quantity=1,
+                    status=status, attempts=attempts, gateway=name, quantity=1,
                     order_id=order.get("order_id") if order else None)
 
 
