@@ -54,9 +54,8 @@ type Lock struct {
 	gw       *Gateway
 	key      string
 	token    string
-	fencing  uint64
-	mode     string
 	waited   time.Duration
+	permits  int
 	streamed bool
 	replayed bool
 
@@ -76,10 +75,13 @@ type Lock struct {
 	// gateway's renewal of the lock, keeps it; it has no timer of its own.
 	inSession bool
 
-	mu    sync.Mutex
-	state lockState
-	err   error
-	value *string
+	mu sync.Mutex
+	// fencing and mode change with an upgrade or a downgrade.
+	fencing uint64
+	mode    string
+	state   lockState
+	err     error
+	value   *string
 	// lease is the lock's lease by this process's clock; its timer ends
 	// the lock when no renewal (or Extend) came in time.
 	lease leaseClock
@@ -103,6 +105,7 @@ func newLock(parent context.Context, g *Gateway, gr grant, cfg lockConfig, sent,
 		fencing:     gr.FencingToken,
 		mode:        cfg.mode(),
 		waited:      waited,
+		permits:     cfg.permits,
 		value:       cfg.value,
 		streamed:    closeStream != nil,
 		closeStream: closeStream,
@@ -131,13 +134,70 @@ func (l *Lock) Key() string { return l.key }
 // lock through the HTTP API. Never log it.
 func (l *Lock) Token() string { return l.token }
 
-// FencingToken is this grant's fencing token: larger than that of every
+// FencingToken is this hold's fencing token: larger than that of every
 // earlier grant of the key. Pass it to the resource the lock protects, so
-// that it can refuse the writes of a holder whose lease ran out.
-func (l *Lock) FencingToken() uint64 { return l.fencing }
+// that it can refuse the writes of a holder whose lease ran out. Upgrade
+// gives the hold a new, larger one.
+func (l *Lock) FencingToken() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fencing
+}
 
-// Mode is "exclusive" or "shared".
-func (l *Lock) Mode() string { return l.mode }
+// Mode is "exclusive" or "shared" (Upgrade and Downgrade change it).
+func (l *Lock) Mode() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mode
+}
+
+// Permits is how many places of a counting lock the holder asked for
+// (Permits; 0 when it did not ask, which the gateway counts as 1).
+func (l *Lock) Permits() int { return l.permits }
+
+// Upgrade makes this shared hold the exclusive one without letting go
+// (`PUT /locks/{key}/mode`), waiting for the other shared holders to leave
+// for at most the Wait option (default: not at all), ahead of every request
+// that arrived after it. The hold gets a new, larger FencingToken. When the
+// wait runs out it returns an error matching ErrLockHeld and the shared
+// hold is kept; when another holder is upgrading already, a
+// *DeadlockError (ErrDeadlock).
+func (l *Lock) Upgrade(ctx context.Context, options ...LockOption) error {
+	cfg := newLockConfig(options)
+	if err := cfg.refuse("an upgrade takes only Wait", "TTL", "Shared", "Limit", "Permits", "IdempotencyKey",
+		"OnQueued", "InSession", "SessionTTL", "LockDelay"); err != nil {
+		return err
+	}
+	return l.changeMode(ctx, "exclusive", cfg.wait)
+}
+
+// Downgrade makes this exclusive hold a shared one without letting go (the
+// fencing token stays), letting in the shared requests waiting behind it.
+func (l *Lock) Downgrade(ctx context.Context) error {
+	return l.changeMode(ctx, "shared", 0)
+}
+
+func (l *Lock) changeMode(ctx context.Context, mode string, wait time.Duration) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	a, err := l.gw.do(ctx, call{method: http.MethodPut, path: lockPath(l.key, "/mode"), extra: wait,
+		body: map[string]any{"token": l.token, "mode": mode, "wait_ms": millis(wait)}})
+	if err != nil {
+		return l.failed(err)
+	}
+	var changed struct {
+		Mode         string `json:"mode"`
+		FencingToken uint64 `json:"fencing_token"`
+	}
+	if err := decode(a, &changed); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.mode, l.fencing = changed.Mode, changed.FencingToken
+	l.mu.Unlock()
+	return nil
+}
 
 // Waited is how long the request waited in the lock's queue.
 func (l *Lock) Waited() time.Duration { return l.waited }
@@ -378,7 +438,7 @@ func (l *Lock) failed(err error) error {
 }
 
 func (l *Lock) String() string {
-	return fmt.Sprintf("lockgate.Lock(%s, fencing token %d)", l.key, l.fencing)
+	return fmt.Sprintf("lockgate.Lock(%s, fencing token %d)", l.key, l.FencingToken())
 }
 
 // lose marks the lock lost (once), closes its stream and cancels its

@@ -20,6 +20,7 @@ type lockConfig struct {
 	waitSet        bool
 	shared         bool
 	limit          int
+	permits        int
 	value          *string
 	idempotencyKey string
 	onQueued       func(position int)
@@ -71,7 +72,7 @@ func (c *lockConfig) sessionID() string {
 // refuses.
 var (
 	sessionOnly = []string{"SessionTTL", "LockDelay"}
-	lockOnly    = []string{"TTL", "Wait", "Shared", "Limit", "IdempotencyKey", "OnQueued", "InSession"}
+	lockOnly    = []string{"TTL", "Wait", "Shared", "Limit", "Permits", "IdempotencyKey", "OnQueued", "InSession"}
 )
 
 // TTL is the lease length (default: the gateway's, 30 s): how long the
@@ -102,6 +103,13 @@ func Shared() LockOption {
 // holders at once. Every holder must ask with the same limit.
 func Limit(n int) LockOption {
 	return func(c *lockConfig) { c.limit = n; c.given = append(c.given, "Limit") }
+}
+
+// Permits takes n of a counting lock's Limit places at once (1 to the
+// limit; default 1). Waiters are served in arrival order: a request for
+// many permits at the head of the queue holds back smaller ones behind it.
+func Permits(n int) LockOption {
+	return func(c *lockConfig) { c.permits = n; c.given = append(c.given, "Permits") }
 }
 
 // Value is a public string that everyone who inspects or watches the lock
@@ -163,13 +171,14 @@ type acquireBody struct {
 	WaitMs  int64   `json:"wait_ms"`
 	Mode    string  `json:"mode,omitempty"`
 	Limit   int     `json:"limit,omitempty"`
+	Permits int     `json:"permits,omitempty"`
 	Value   *string `json:"value,omitempty"`
 	Session string  `json:"session,omitempty"`
 }
 
 func (c *lockConfig) body(key string, wait time.Duration) acquireBody {
-	body := acquireBody{Key: key, TTLMs: millis(c.ttl), WaitMs: millis(wait), Limit: c.limit, Value: c.value,
-		Session: c.sessionID()}
+	body := acquireBody{Key: key, TTLMs: millis(c.ttl), WaitMs: millis(wait), Limit: c.limit, Permits: c.permits,
+		Value: c.value, Session: c.sessionID()}
 	if c.shared {
 		body.Mode = "shared"
 	}

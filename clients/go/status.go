@@ -46,6 +46,11 @@ type LeaseInfo struct {
 	Holds      int
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
+	// Permits is the places of a counting lock it takes (0 for other kinds).
+	Permits int
+	// Session is the public handle of the session it hangs on ("" for
+	// none; never the session's id).
+	Session string
 }
 
 // Waiter is a request waiting for the lock, on any instance.
@@ -74,6 +79,8 @@ type lockStatusWire struct {
 		Holds        int     `json:"holds"`
 		AcquiredAtMs int64   `json:"acquired_at_ms"`
 		ExpiresAtMs  int64   `json:"expires_at_ms"`
+		Permits      *int    `json:"permits"`
+		Session      *string `json:"session"`
 	} `json:"leases"`
 	Waiters []struct {
 		Position       int    `json:"position"`
@@ -98,7 +105,11 @@ func parseLockStatus(data []byte) (*LockStatus, error) {
 		s.Leases = append(s.Leases, LeaseInfo{
 			FencingToken: lease.FencingToken, Value: text(lease.Value), Holds: lease.Holds,
 			AcquiredAt: unixMilli(lease.AcquiredAtMs), ExpiresAt: unixMilli(lease.ExpiresAtMs),
+			Session: text(lease.Session),
 		})
+		if lease.Permits != nil {
+			s.Leases[len(s.Leases)-1].Permits = *lease.Permits
+		}
 	}
 	for _, waiter := range w.Waiters {
 		s.Waiters = append(s.Waiters, Waiter{

@@ -22,7 +22,9 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +152,69 @@ func TestTLSWithACABundleAndAClientCertificate(t *testing.T) {
 	}
 	if _, err := lockgate.TLSConfigFromFiles(filepath.Join(dir, "client-key.pem"), "", ""); err == nil {
 		t.Fatal("a key file was taken for a CA bundle")
+	}
+}
+
+// gatewayServesTLS reports whether the gateway binary has `serve --tls-cert`.
+func gatewayServesTLS(t *testing.T) bool {
+	t.Helper()
+	usage, err := exec.Command(gatewayBinary(), "serve", "--help").Output()
+	if err != nil {
+		t.Fatalf("lockgate serve --help: %v", err)
+	}
+	return strings.Contains(string(usage), "--tls-cert")
+}
+
+// The gateway's own TLS (`serve --tls-cert`, requiring client certificates
+// with `--tls-client-ca`), with WithTLS: a lock, several at once, and the
+// handshake refused without a client certificate.
+func TestTheGatewaysOwnTLSWithAClientCertificate(t *testing.T) {
+	if !gatewayServesTLS(t) {
+		t.Skip("the gateway binary has no `serve --tls-cert`")
+	}
+	dir := t.TempDir()
+	ca := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}, nil)
+	server := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "127.0.0.1"}, DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca)
+	client := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "ops.internal"}, DNSNames: []string{"ops.internal"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, ca)
+	path := func(name string) string { return filepath.Join(dir, name) }
+	ca.writePEM(t, path("ca.pem"), "")
+	server.writePEM(t, path("server.pem"), path("server-key.pem"))
+	client.writePEM(t, path("client.pem"), path("client-key.pem"))
+
+	gateway := ownGateway(t, ownRedis(t), "--tls-cert", path("server.pem"), "--tls-key", path("server-key.pem"),
+		"--tls-client-ca", path("ca.pem"))
+	address := "https://" + gateway.addr
+	cfg, err := lockgate.TLSConfigFromFiles(path("ca.pem"), path("client.pem"), path("client-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := lockgate.New(address, lockgate.WithTLS(cfg))
+	ctx := context.Background()
+	key := uniqueKey(t)
+	lock, err := gw.Lock(ctx, key, lockgate.TTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // renewals come through
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	set, err := gw.LockAll(ctx, lockgate.Keys(key+":a", key+":b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	caOnly, err := lockgate.TLSConfigFromFiles(path("ca.pem"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockgate.New(address, lockgate.WithTLS(caOnly)).TryLock(ctx, key); !errors.Is(err, lockgate.ErrUnavailable) {
+		t.Fatalf("without a client certificate: %v", err)
 	}
 }

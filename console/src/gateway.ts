@@ -30,6 +30,8 @@ export interface Lease {
   expires_at_ms: number;
   /** The public handle of the session the hold hangs on (never the session's id), when it does. */
   session?: string | null;
+  /** The places of a counting lock the hold takes (absent for other kinds). */
+  permits?: number | null;
 }
 
 /** A request waiting for the lock, in the order it will be served. */

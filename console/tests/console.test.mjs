@@ -112,6 +112,36 @@ describe("the console", () => {
     await page.locator('.timeline [data-event="snapshot"]').waitFor();
   });
 
+  test("a counting lock shows each holder's permits and the places taken; a batch's locks show its one session on each", async () => {
+    const page = await open("#/locks?prefix=pool:");
+    await page.getByText("No held lock starting with “pool:”").waitFor();
+    const big = await gateway.acquire({ key: "pool:gpu", limit: 5, permits: 3, ttl_ms: 60_000 });
+    const small = await gateway.acquire({ key: "pool:gpu", limit: 5, permits: 2, ttl_ms: 60_000 });
+    const card = page.locator('[data-key="pool:gpu"]');
+    await card.locator(`.lease[data-fencing-token="${big.fencing_token}"] .permits`).getByText("3 permits", { exact: true }).waitFor();
+    await card.locator(`.lease[data-fencing-token="${small.fencing_token}"] .permits`).getByText("2 permits", { exact: true }).waitFor();
+    await card.locator(".places").getByText("5 of 5 places taken", { exact: true }).waitFor();
+    await gateway.release("pool:gpu", small.token);
+    await card.locator(".places").getByText("3 of 5 places taken", { exact: true }).waitFor({ timeout: 2000 });
+    await gateway.release("pool:gpu", big.token);
+
+    // Several locks at once in one session: each lock's holder shows the same session handle.
+    const session = await gateway.openSession({ ttl_ms: 30_000 });
+    const response = await gateway.request("/locks/batch", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ locks: [{ key: "pool:a" }, { key: "pool:b", limit: 3, permits: 2 }], session: session.id }),
+    });
+    assert.equal(response.status, 201, await response.clone().text());
+    const handle = (await gateway.inspect("pool:a")).leases[0].session;
+    for (const key of ["pool:a", "pool:b"]) {
+      await page.locator(`[data-key="${key}"] .session .handle`).getByText(handle, { exact: true }).waitFor();
+    }
+    await page.locator('[data-key="pool:b"] .permits').getByText("2 permits", { exact: true }).waitFor();
+    await inspectAtBothSizes(page, "permits-and-batch", assert);
+    await gateway.request(`/sessions/${session.id}`, { method: "DELETE" });
+  });
+
   test("waiters appear in the order they will be served", async () => {
     const holder = await gateway.acquire({ key: "queue:1", ttl_ms: 60_000, value: "first-in-line" });
     const waiting = new AbortController();

@@ -145,7 +145,8 @@ class GatewayServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}"
+        scheme = "https" if "--tls-cert" in self.extra_args else "http"
+        return f"{scheme}://{self.address}"
 
     @property
     def port(self) -> int:
@@ -295,3 +296,38 @@ def _shut(sock: socket.socket) -> None:
         sock.close()
     except OSError:
         pass
+
+
+def gateway_serves_tls() -> bool:
+    """Whether the gateway binary has `serve --tls-cert`."""
+    binary = gateway_binary()
+    if not os.access(binary, os.X_OK):
+        return False
+    usage = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, timeout=30)
+    return "--tls-cert" in usage.stdout
+
+
+def make_certificates(directory: Path) -> Dict[str, Path]:
+    """A private CA, a server certificate for 127.0.0.1 and localhost, and a
+    client certificate (CN `lockgate-test-client`), all signed by the CA,
+    made with openssl: the PEM paths by name (`ca`, `server`, `server_key`,
+    `client`, `client_key`)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {name: directory / f"{name}.pem" for name in ("ca", "ca_key", "server", "server_key", "client", "client_key")}
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", str(paths["ca_key"]), "-out", str(paths["ca"]),
+            "-days", "2", "-subj", "/CN=lockgate test CA")
+    for name, subject, extensions in (
+        ("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
+        ("client", "/CN=lockgate-test-client", "subjectAltName=DNS:lockgate-test-client\nextendedKeyUsage=clientAuth\n"),
+    ):
+        request, extfile = directory / f"{name}.csr", directory / f"{name}.ext"
+        extfile.write_text(extensions)
+        openssl("req", *ec, "-keyout", str(paths[f"{name}_key"]), "-out", str(request), "-subj", subject)
+        openssl("x509", "-req", "-in", str(request), "-CA", str(paths["ca"]), "-CAkey", str(paths["ca_key"]),
+                "-CAcreateserial", "-out", str(paths[name]), "-days", "2", "-extfile", str(extfile))
+    return paths

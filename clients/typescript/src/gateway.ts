@@ -5,6 +5,7 @@
  * (`watch`) and leader election (`election`).
  */
 
+import { LockSet, batchBody, type LockAllOptions } from "./batch.js";
 import { Election, type ElectionOptions } from "./election.js";
 import { GatewayUnavailableError, LockgateError, errorFromProblem, hasSlug, type Problem } from "./errors.js";
 import { routineArguments, runHolding } from "./holding.js";
@@ -15,6 +16,8 @@ import { Lock, type LockLink, type SessionLease } from "./lock.js";
 import { Session, type SessionLink, type SessionOptions } from "./session.js";
 import { readEvents, type ServerSentEvent } from "./sse.js";
 import type {
+  BatchGrant,
+  BatchLockSpec,
   FreeLock,
   Grant,
   LockOptions,
@@ -27,6 +30,7 @@ import type {
   SessionStreamEventName,
 } from "./types.js";
 import { LockWatch, type WatchOptions } from "./watch.js";
+import type { Dispatcher } from "undici-types";
 
 /** A stream that answered its first event: the grant, and what reads on. */
 interface OpenedStream<T> {
@@ -51,6 +55,14 @@ export interface GatewayOptions {
    * (`process.emitWarning`).
    */
   onError?: (error: unknown) => void;
+  /**
+   * The undici dispatcher every request goes through (`fetch`'s
+   * `dispatcher`): an `Agent` from the `undici` package with `connect`
+   * options for a gateway served over HTTPS, such as
+   * `new Agent({ connect: { ca, cert, key } })` for a private CA and a
+   * client certificate.
+   */
+  dispatcher?: Dispatcher;
 }
 
 /** A lockgate gateway, by its base URL (`http://127.0.0.1:8080`). */
@@ -61,7 +73,7 @@ export class Gateway {
   private readonly onError: (error: unknown) => void;
 
   constructor(url: string, options: GatewayOptions = {}) {
-    this.transport = new Transport(url, options.apiKey, options.timeoutMs ?? 10_000);
+    this.transport = new Transport(url, options.apiKey, options.timeoutMs ?? 10_000, options.dispatcher);
     this.leases = new Leases(this.transport);
     this.onError = options.onError ?? reportAsWarning;
   }
@@ -102,11 +114,13 @@ export class Gateway {
       setValue: async (lockKey, token, value) => {
         await this.leases.setValue(lockKey, token, value);
       },
+      changeMode: (lockKey, token, mode, waitMs) => this.leases.changeMode(lockKey, token, mode, { waitMs }),
       ...(session ? { ended: session.ended } : {}),
     };
     const terms = {
       mode: options.mode ?? "exclusive",
       value: options.value,
+      permits: options.permits,
       // A lock on a session kept alive elsewhere has no lease to watch here.
       ...(options.session !== undefined ? { session: { lease: session?.lease } } : {}),
     };
@@ -257,6 +271,40 @@ export class Gateway {
     );
     const lock = await this.acquire(key, options);
     return runHolding(lock, () => lock.release(), routine, (error) => this.report(error));
+  }
+
+  /**
+   * Takes several locks at once (`POST /locks/batch`): every one or none,
+   * for one owner token. Each lock is a key, or `{ key, mode, limit,
+   * permits }`. `waitMs` is the whole batch's budget; batches naming the
+   * same keys in any order never deadlock each other. The set renews its
+   * locks while held and aborts `set.signal` if one is lost. Rejects with
+   * `LockHeldError` (its `problem.key` names the lock that was held) or
+   * `DeadlockError`, and then holds none of them.
+   */
+  async lockAll(locks: readonly (string | BatchLockSpec)[], options: LockAllOptions = {}): Promise<LockSet> {
+    const body = batchBody(locks, options);
+    const sentAt = performance.now();
+    const answer = await this.transport.request("POST", "/locks/batch", {
+      body,
+      signal: options.signal,
+      timeoutMs: (options.waitMs ?? 0) + this.transport.timeoutMs,
+    });
+    const grant = readGatewayJson<BatchGrant>(answer.text);
+    return new LockSet(grant, { sentAt, receivedAt: performance.now() }, this.leases, options.session);
+  }
+
+  /**
+   * Runs `routine` with several locks held (`lockAll`) and releases them all
+   * afterwards, whatever happens, as `using` does for one lock.
+   */
+  async usingAll<T>(
+    locks: readonly (string | BatchLockSpec)[],
+    options: LockAllOptions,
+    routine: (locks: LockSet) => Promise<T> | T,
+  ): Promise<T> {
+    const held = await this.lockAll(locks, options);
+    return runHolding(held, () => held.release(), routine, (error) => this.report(error));
   }
 
   /**

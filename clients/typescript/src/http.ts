@@ -7,6 +7,7 @@
 
 import { GatewayUnavailableError, errorFromProblem, type LockgateError, type Problem } from "./errors.js";
 import { parseGatewayJson } from "./json.js";
+import type { Dispatcher } from "undici-types";
 
 /** A whole answer: status, headers and body text. */
 export interface Answer {
@@ -32,6 +33,7 @@ export class Transport {
     baseUrl: string,
     private readonly apiKey: string | undefined,
     readonly timeoutMs: number,
+    private readonly dispatcher?: Dispatcher,
   ) {
     this.baseUrl = baseUrl.replace(/\/+$/, "");
   }
@@ -85,7 +87,9 @@ export class Transport {
   private init(method: string, options: RequestOptions, signal: AbortSignal): RequestInit {
     const headers: Record<string, string> = { ...options.headers };
     if (this.apiKey !== undefined) headers.authorization = `Bearer ${this.apiKey}`;
-    const init: RequestInit = { method, headers, signal };
+    const init: RequestInit & { dispatcher?: Dispatcher } = { method, headers, signal };
+    // Node's fetch takes an undici dispatcher (TLS options, a proxy) beside the standard fields.
+    if (this.dispatcher !== undefined) init.dispatcher = this.dispatcher;
     if (options.body !== undefined) {
       headers["content-type"] = "application/json";
       init.body = JSON.stringify(options.body);

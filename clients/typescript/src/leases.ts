@@ -10,7 +10,19 @@ import { GatewayUnavailableError, hasSlug } from "./errors.js";
 import { lockPath, type Transport } from "./http.js";
 import { readGatewayJson } from "./json.js";
 import { backoffMs, sleep } from "./sleep.js";
-import type { AcquireBody, AcquireOptions, ExtendBody, Grant, HoldsLeft, Lease, LeaseState, ValueBody } from "./types.js";
+import type {
+  AcquireBody,
+  AcquireOptions,
+  ExtendBody,
+  Grant,
+  HoldsLeft,
+  Lease,
+  LeaseState,
+  LockMode,
+  ModeBody,
+  ModeChange,
+  ValueBody,
+} from "./types.js";
 
 export interface LeaseOptions extends AcquireOptions {
   /**
@@ -31,6 +43,7 @@ export function acquireBody(key: string, options: AcquireOptions): AcquireBody {
   if (options.waitMs !== undefined) body.wait_ms = options.waitMs;
   if (options.mode !== undefined) body.mode = options.mode;
   if (options.limit !== undefined) body.limit = options.limit;
+  if (options.permits !== undefined) body.permits = options.permits;
   if (options.value !== undefined) body.value = options.value;
   if (options.session !== undefined) body.session = options.session;
   return body;
@@ -107,6 +120,30 @@ export class Leases {
       signal: options.signal,
     });
     return answer.status === 204 ? 0 : readGatewayJson<HoldsLeft>(answer.text).holds;
+  }
+
+  /**
+   * Upgrades (`"exclusive"`) or downgrades (`"shared"`) the hold of `key`
+   * held by `token`, without letting go (`PUT /locks/{key}/mode`). An
+   * upgrade waits up to `waitMs` for the other shared holders to leave, and
+   * gets a new, larger fencing token; it rejects with `LockHeldError` when
+   * the wait ran out (the shared hold is kept) and `DeadlockError` when
+   * another holder is upgrading already. A downgrade keeps the token.
+   */
+  async changeMode(
+    key: string,
+    token: string,
+    mode: LockMode,
+    options: { waitMs?: number; signal?: AbortSignal } = {},
+  ): Promise<ModeChange> {
+    const body: ModeBody = { token, mode };
+    if (options.waitMs !== undefined) body.wait_ms = options.waitMs;
+    const answer = await this.transport.request("PUT", lockPath(key, "/mode"), {
+      body,
+      signal: options.signal,
+      timeoutMs: (options.waitMs ?? 0) + this.transport.timeoutMs,
+    });
+    return readGatewayJson<ModeChange>(answer.text);
   }
 
   /** Replaces the holder's public value (`PUT /locks/{key}/value`). */

@@ -15,7 +15,7 @@ import { LockLostError } from "./errors.js";
 import { readGatewayJson } from "./json.js";
 import { LeaseWatchdog } from "./lease-watchdog.js";
 import type { ServerSentEvent } from "./sse.js";
-import type { Grant, LockMode, LockStreamEventName, LostData, RenewedData } from "./types.js";
+import type { Grant, LockMode, LockStreamEventName, LostData, ModeChange, RenewedData } from "./types.js";
 
 /** What a `Lock` needs from the gateway that granted it. */
 export interface LockLink {
@@ -23,6 +23,8 @@ export interface LockLink {
   release(key: string, token: string): Promise<void>;
   /** Replaces the holder's public value. */
   setValue(key: string, token: string, value: string): Promise<void>;
+  /** Upgrades or downgrades the hold. */
+  changeMode(key: string, token: string, mode: LockMode, waitMs: number): Promise<ModeChange>;
   /** Told once when the lock is released or lost (a session forgets it then). */
   ended?(lock: Lock): void;
 }
@@ -37,6 +39,7 @@ export interface SessionLease {
 export interface LockTerms {
   mode: LockMode;
   value: string | undefined;
+  permits?: number | undefined;
   /**
    * Set when the lock hangs on a session (`"session"` in the request): the
    * gateway does not renew it, so the lock keeps no watchdog of its own.
@@ -58,16 +61,17 @@ export class Lock implements AsyncDisposable {
   readonly key: string;
   /** The owner's secret (the plain lease API accepts it, for example to re-enter). */
   readonly token: string;
-  /** This grant's fencing token, exact. Pass it to what you write to. */
-  readonly fencingToken: bigint;
   readonly ttlMs: number;
-  readonly mode: LockMode;
+  /** The places of a counting lock this holder takes, when asked for. */
+  readonly permits: number | undefined;
   /** How long the request waited in the lock's queue. */
   readonly waitedMs: number;
   /** Aborts, with a `LockLostError` as its `reason`, when the lock is lost. */
   readonly signal: AbortSignal;
 
   private state: State = "held";
+  private fencingTokenNow: bigint;
+  private modeNow: LockMode;
   private valueNow: string | undefined;
   private expiresAt: number;
   private readonly loss = new AbortController();
@@ -90,10 +94,11 @@ export class Lock implements AsyncDisposable {
   ) {
     this.key = grant.key;
     this.token = grant.token;
-    this.fencingToken = grant.fencingToken;
+    this.fencingTokenNow = grant.fencingToken;
     this.ttlMs = grant.ttlMs;
     this.waitedMs = grant.waitedMs;
-    this.mode = terms.mode;
+    this.modeNow = terms.mode;
+    this.permits = terms.permits;
     this.valueNow = terms.value;
     this.expiresAt = grant.expiresAtMs;
     this.signal = this.loss.signal;
@@ -109,6 +114,42 @@ export class Lock implements AsyncDisposable {
     // `follow` handles every failure itself; the catch is a backstop so that
     // nothing it does can become an unhandled rejection.
     this.follow(events).catch((error: unknown) => this.lose("connection-lost", error));
+  }
+
+  /**
+   * This hold's fencing token, exact: pass it to what you write to. An
+   * upgrade gives the hold a new, larger one.
+   */
+  get fencingToken(): bigint {
+    return this.fencingTokenNow;
+  }
+
+  /** How the lock is held now (`upgrade` and `downgrade` change it). */
+  get mode(): LockMode {
+    return this.modeNow;
+  }
+
+  /**
+   * Makes this shared hold the exclusive one without letting go, waiting up
+   * to `waitMs` (default 0) for the other shared holders to leave; the hold
+   * gets a new, larger `fencingToken`. Rejects with `LockHeldError` when the
+   * wait ran out (the shared hold is kept) and `DeadlockError` when another
+   * holder is upgrading already.
+   */
+  async upgrade(options: { waitMs?: number } = {}): Promise<void> {
+    await this.changeMode("exclusive", options.waitMs ?? 0);
+  }
+
+  /** Makes this exclusive hold a shared one without letting go (the fencing token stays). */
+  async downgrade(): Promise<void> {
+    await this.changeMode("shared", 0);
+  }
+
+  private async changeMode(mode: LockMode, waitMs: number): Promise<void> {
+    this.check();
+    const changed = await this.link.changeMode(this.key, this.token, mode, waitMs);
+    this.fencingTokenNow = changed.fencingToken;
+    this.modeNow = changed.mode;
   }
 
   /** The holder's public value, as last set. */

@@ -19,6 +19,8 @@ export interface AcquireOptions {
   mode?: LockMode;
   /** Up to this many exclusive holders at once (a counting lock); 1 by default. */
   limit?: number;
+  /** How many of a counting lock's `limit` places this holder takes (1 ..= limit, default 1). */
+  permits?: number;
   /** A public string every reader of the lock sees, such as the holder's address. */
   value?: string;
   /** Stops waiting (nothing is granted); the call rejects with the signal's reason. */
@@ -88,6 +90,8 @@ export interface LeaseView {
    * session's secret id.
    */
   session?: string | null;
+  /** The places of a counting lock it takes (absent for other kinds). */
+  permits?: number | null;
 }
 
 /** A request waiting for the lock, on any gateway instance. */
@@ -169,8 +173,65 @@ export interface AcquireBody {
   wait_ms?: number;
   mode?: LockMode;
   limit?: number;
+  permits?: number;
   value?: string;
   session?: string;
+}
+
+/** One lock of a batch (`POST /locks/batch`): its key, and how to hold it. */
+export interface BatchLockSpec {
+  key: string;
+  mode?: LockMode;
+  /** The places of a counting lock. */
+  limit?: number;
+  /** How many of them to take. */
+  permits?: number;
+}
+
+/** The body of `POST /locks/batch`. */
+export interface BatchBody {
+  locks: BatchLockBody[];
+  ttl_ms?: number;
+  wait_ms?: number;
+  session?: string;
+  value?: string;
+}
+
+/** One lock of `BatchBody`. */
+export interface BatchLockBody {
+  key: string;
+  mode?: LockMode;
+  limit?: number;
+  permits?: number;
+}
+
+/** A batch's grant: one token for every lock. */
+export interface BatchGrant {
+  token: string;
+  ttlMs: number;
+  expiresAtMs: number;
+  waitedMs: number;
+  locks: BatchGrantLock[];
+}
+
+/** One lock of a batch's grant, with its own fencing token. */
+export interface BatchGrantLock {
+  key: string;
+  mode: LockMode;
+  fencingToken: bigint;
+  expiresAtMs: number;
+}
+
+/** The body of `PUT /locks/{key}/mode`. */
+export interface ModeBody {
+  token: string;
+  mode: LockMode;
+  wait_ms?: number;
+}
+
+/** A hold after an upgrade or a downgrade: its lease, fencing token (new after an upgrade) and mode. */
+export interface ModeChange extends LeaseState {
+  mode: LockMode;
 }
 
 /** The body of `PUT /locks/{key}/ttl`. */

@@ -8,7 +8,7 @@
  */
 
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -144,6 +144,8 @@ export class GatewayServer {
     readonly port: number,
     private readonly child: ChildProcess,
     readonly log: string,
+    /** `https` for a gateway started with `--tls-cert`. */
+    readonly scheme: "http" | "https" = "http",
   ) {}
 
   /** Starts `lockgate serve` on a port of its own choosing, in front of `redis`. */
@@ -158,14 +160,16 @@ export class GatewayServer {
     while (performance.now() - started < 10_000) {
       if (child.exitCode !== null) throw new Error(`${lockgateBin} exited with ${child.exitCode}: ${readFileSync(log, "utf8")}`);
       const serving = /lockgate serving addr=127\.0\.0\.1:(\d+)/.exec(readFileSync(log, "utf8"));
-      if (serving) return new GatewayServer(Number(serving[1]), child, log);
+      if (serving) {
+        return new GatewayServer(Number(serving[1]), child, log, extraArgs.includes("--tls-cert") ? "https" : "http");
+      }
       await sleep(25);
     }
     throw new Error(`${lockgateBin} did not start within 10 s: ${readFileSync(log, "utf8")}`);
   }
 
   get url(): string {
-    return `http://127.0.0.1:${this.port}`;
+    return `${this.scheme}://127.0.0.1:${this.port}`;
   }
 
   /** Stops the process in its tracks (SIGSTOP): its connections stay open and say nothing. */
@@ -260,4 +264,52 @@ export async function heldStatus(gw: Gateway, key: string): Promise<LockStatus |
   const status = await gw.inspect(key);
   if (status && !status.held) throw new Error(`${key} is under a lock-delay: ${JSON.stringify(status)}`);
   return status;
+}
+
+/** Whether the gateway binary serves TLS (`serve --tls-cert`). */
+export function gatewayServesTls(): boolean {
+  const usage = spawnSync(lockgateBin, ["serve", "--help"], { encoding: "utf8", timeout: 30_000 });
+  return usage.status === 0 && usage.stdout.includes("--tls-cert");
+}
+
+/** PEM files of a private CA and the certificates it signed, made by `makeCertificates`. */
+export interface Certificates {
+  dir: string;
+  ca: string;
+  server: string;
+  serverKey: string;
+  client: string;
+  clientKey: string;
+}
+
+/**
+ * A private CA, a server certificate for 127.0.0.1 and localhost, and a
+ * client certificate (CN `lockgate-test-client`), made with openssl in a
+ * fresh temporary directory.
+ */
+export function makeCertificates(): Certificates {
+  const dir = mkdtempSync(join(tmpdir(), "lockgate-certs-"));
+  const path = (name: string) => join(dir, name);
+  const openssl = (...args: string[]) => {
+    const run = spawnSync("openssl", args, { encoding: "utf8", timeout: 60_000 });
+    if (run.status !== 0) throw new Error(`openssl ${args.join(" ")}: ${run.stderr}`);
+  };
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+  openssl("req", "-x509", ...ec, "-keyout", path("ca.key"), "-out", path("ca.pem"), "-days", "2", "-subj", "/CN=lockgate test CA");
+  const sign = (name: string, subject: string, extensions: string) => {
+    writeFileSync(path(`${name}.ext`), extensions);
+    openssl("req", ...ec, "-keyout", path(`${name}.key`), "-out", path(`${name}.csr`), "-subj", subject);
+    openssl("x509", "-req", "-in", path(`${name}.csr`), "-CA", path("ca.pem"), "-CAkey", path("ca.key"), "-CAcreateserial",
+      "-out", path(`${name}.pem`), "-days", "2", "-extfile", path(`${name}.ext`));
+  };
+  sign("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+  sign("client", "/CN=lockgate-test-client", "subjectAltName=DNS:lockgate-test-client\nextendedKeyUsage=clientAuth\n");
+  return {
+    dir,
+    ca: path("ca.pem"),
+    server: path("server.pem"),
+    serverKey: path("server.key"),
+    client: path("client.pem"),
+    clientKey: path("client.key"),
+  };
 }

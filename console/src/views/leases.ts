@@ -23,6 +23,7 @@ export class LeaseRow {
   readonly element: HTMLLIElement;
   private readonly value = h("span", { class: "value" });
   private readonly holds = h("span", { class: "holds" });
+  private readonly permits = h("span", { class: "permits" });
   private readonly left: HTMLSpanElement;
   private shownValue: string | null | undefined;
 
@@ -43,6 +44,7 @@ export class LeaseRow {
       h("span", { class: "fence" }, h("span", { class: "label" }, "fencing token "), h("span", { class: "token" }, String(lease.fencing_token))),
       this.value,
       session,
+      this.permits,
       this.holds,
       this.left,
       action,
@@ -58,6 +60,10 @@ export class LeaseRow {
       if (lease.value === null) replaceChildren(this.value, "no value");
       else replaceChildren(this.value, h("span", { class: "visually-hidden" }, "value "), lease.value);
     }
+    // A counting lock's holder may take several of its places at once.
+    const permits = lease.permits ?? 0;
+    this.permits.hidden = permits < 1;
+    setText(this.permits, permits >= 1 ? format.plural(permits, "permit") : "");
     this.holds.hidden = lease.holds <= 1;
     setText(this.holds, lease.holds > 1 ? format.plural(lease.holds, "hold") : "");
     this.left.dataset.expiresAt = String(lease.expires_at_ms);

@@ -40,10 +40,19 @@ export class LockCard {
         { class: "facts" },
         h("span", { class: "chip" }, format.modeLabel(lock.mode, lock.limit)),
         h("span", {}, format.plural(lock.holders, "holder")),
+        placesTaken(lock),
         h("span", {}, waiters.length === 0 ? "nobody waiting" : `${format.count(waiters.length)} waiting`),
       ),
       h("ul", { class: "leases", "aria-label": `Holders of ${lock.key}` }, ...leases.map((lease) => leaseItem(lease, clock))),
       waiters.length > 0 ? waiterList(waiters, clock) : null,
     );
   }
+}
+
+/** For a counting lock whose holders take permits: how many of its places are taken. */
+function placesTaken(lock: HeldLock): HTMLSpanElement | null {
+  const leases = lock.leases ?? [];
+  if (!lock.limit || lock.limit <= 1 || !leases.some((lease) => lease.permits != null)) return null;
+  const taken = leases.reduce((sum, lease) => sum + (lease.permits ?? 1), 0);
+  return h("span", { class: "places" }, `${taken} of ${lock.limit} places taken`);
 }

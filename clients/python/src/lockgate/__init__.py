@@ -14,7 +14,7 @@ them for as long as the holder's connection stays open. Durations are
 seconds. Every error is a `LockgateError`.
 
 The map: `_async/` is the client, written once for asyncio (`gateway`,
-`lock`, `session`, `watch`); `_sync/` is the same written by
+`lock`, `batch`, `session`, `watch`); `_sync/` is the same written by
 scripts/unasync.py, each with its own `_concurrency` (tasks or threads);
 `_protocol` is what needs no
 I/O (request bodies, answers, the lease clock); `_api` the API's documents,
@@ -38,7 +38,7 @@ from .errors import (
     NotOwner,
     SessionNotFound,
 )
-from .models import Leader, LeaseInfo, LockEvent, LockInfo
+from .models import HeldLock, Leader, LeaseInfo, LockEvent, LockInfo
 
 if TYPE_CHECKING:
     from .aio import (
@@ -48,10 +48,11 @@ if TYPE_CHECKING:
         AsyncLeadership,
         AsyncLease,
         AsyncLock,
+        AsyncLockSet,
         AsyncSession,
         AsyncWatcher,
     )
-    from .client import Election, Gateway, LeaderObserver, Leadership, Lease, Lock, Session, Watcher
+    from .client import Election, Gateway, LeaderObserver, Leadership, Lease, Lock, LockSet, Session, Watcher
 
 __version__ = "0.1.0"
 
@@ -59,6 +60,7 @@ __all__ = [
     "Gateway",
     "Lock",
     "Lease",
+    "LockSet",
     "Session",
     "Watcher",
     "Election",
@@ -67,6 +69,7 @@ __all__ = [
     "AsyncGateway",
     "AsyncLock",
     "AsyncLease",
+    "AsyncLockSet",
     "AsyncSession",
     "AsyncWatcher",
     "AsyncElection",
@@ -82,6 +85,7 @@ __all__ = [
     "Deadlock",
     "LockInfo",
     "LeaseInfo",
+    "HeldLock",
     "Leader",
     "LockEvent",
 ]

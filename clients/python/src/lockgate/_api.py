@@ -50,6 +50,7 @@ class AcquireBody(_AcquireBodyKeys, total=False):
     wait_ms: Optional[int]
     mode: Optional[LockMode]
     limit: Optional[int]
+    permits: Optional[int]
     value: Optional[str]
     token: Optional[str]
     session: Optional[str]
@@ -89,6 +90,70 @@ class LeaseRenewal(TypedDict):
     holds: int
 
 
+class _ModeBodyKeys(TypedDict):
+    token: str
+    mode: LockMode
+
+
+class ModeBody(_ModeBodyKeys, total=False):
+    """`PUT /locks/{key}/mode`: an upgrade or a downgrade of a hold."""
+
+    wait_ms: Optional[int]
+
+
+class ModeChange(TypedDict):
+    """`200` to `PUT /locks/{key}/mode`: the hold's lease, and its mode now."""
+
+    key: str
+    mode: LockMode
+    ttl_ms: int
+    expires_at_ms: int
+    fencing_token: int
+    holds: int
+
+
+class _BatchLockBodyKeys(TypedDict):
+    key: str
+
+
+class BatchLockBody(_BatchLockBodyKeys, total=False):
+    """One lock of `POST /locks/batch`."""
+
+    mode: Optional[LockMode]
+    limit: Optional[int]
+    permits: Optional[int]
+
+
+class _BatchBodyKeys(TypedDict):
+    locks: List[BatchLockBody]
+
+
+class BatchBody(_BatchBodyKeys, total=False):
+    """`POST /locks/batch`: several locks, all or none, for one token."""
+
+    ttl_ms: Optional[int]
+    wait_ms: Optional[int]
+    session: Optional[str]
+    value: Optional[str]
+
+
+class BatchGrantLock(TypedDict):
+    key: str
+    mode: LockMode
+    fencing_token: int
+    expires_at_ms: int
+
+
+class BatchGrant(TypedDict):
+    """`201` to `POST /locks/batch`: one token for every lock."""
+
+    token: str
+    ttl_ms: int
+    expires_at_ms: int
+    waited_ms: int
+    locks: List[BatchGrantLock]
+
+
 class HoldReleased(TypedDict):
     key: str
     holds: int
@@ -103,6 +168,8 @@ class _LeaseEntryKeys(TypedDict):
 
 class LeaseEntry(_LeaseEntryKeys, total=False):
     value: Optional[str]
+    permits: Optional[int]
+    session: Optional[str]
 
 
 class WaiterEntry(TypedDict):

@@ -10,12 +10,23 @@ import json
 import logging
 import math
 import uuid
-from typing import Any, Dict, Mapping, Optional, cast
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union, cast
 from urllib.parse import quote
 
 import httpx
 
-from ._api import AcquireBody, AcquiredEvent, LockGrant, LockMode, LockWatchEventName, SessionBody, ValueEvent
+from ._api import (
+    AcquireBody,
+    AcquiredEvent,
+    BatchBody,
+    BatchLockBody,
+    LockGrant,
+    LockMode,
+    LockWatchEventName,
+    ModeBody,
+    SessionBody,
+    ValueEvent,
+)
 from .errors import GatewayUnavailable, LockgateError, LockLost, error_from_problem
 from .models import Leader, LockEvent, LockInfo
 from .sse import Event
@@ -68,6 +79,7 @@ def acquire_body(
     wait: float,
     mode: Optional[LockMode] = None,
     limit: Optional[int] = None,
+    permits: Optional[int] = None,
     value: Optional[str] = None,
     token: Optional[str] = None,
     session: Optional[str] = None,
@@ -83,11 +95,54 @@ def acquire_body(
         body["mode"] = mode
     if limit is not None:
         body["limit"] = limit
+    if permits is not None:
+        body["permits"] = permits
     if value is not None:
         body["value"] = value
     if token is not None:
         body["token"] = token
     return body
+
+
+def batch_body(
+    locks: Sequence[Union[str, Mapping[str, Any]]],
+    *,
+    ttl: Optional[float],
+    wait: float,
+    value: Optional[str] = None,
+    session: Optional[str] = None,
+) -> BatchBody:
+    """The JSON body of `POST /locks/batch`: each lock a key, or a mapping
+    with `key` and any of `mode`, `limit`, `permits`; a batch in a
+    `session` has no `ttl`."""
+    entries: List[BatchLockBody] = []
+    for lock in locks:
+        if isinstance(lock, str):
+            entries.append({"key": lock})
+            continue
+        unknown = set(lock) - {"key", "mode", "limit", "permits"}
+        if unknown or "key" not in lock:
+            raise ValueError(f"a lock of a batch is a key or {{key, mode, limit, permits}}, not {dict(lock)!r}")
+        entry: BatchLockBody = {"key": lock["key"]}
+        for name in ("mode", "limit", "permits"):
+            if lock.get(name) is not None:
+                entry[name] = lock[name]
+        entries.append(entry)
+    if not entries:
+        raise ValueError("a batch needs at least one lock")
+    body: BatchBody = {"locks": entries, "wait_ms": millis(wait, "wait")}
+    if ttl is not None:
+        body["ttl_ms"] = millis(ttl, "ttl")
+    if session is not None:
+        body["session"] = session
+    if value is not None:
+        body["value"] = value
+    return body
+
+
+def mode_body(token: str, mode: LockMode, wait: float) -> ModeBody:
+    """The JSON body of `PUT /locks/{key}/mode`."""
+    return {"token": token, "mode": mode, "wait_ms": millis(wait, "wait")}
 
 
 def session_body(*, ttl: float, lock_delay: float, value: Optional[str]) -> SessionBody:

@@ -1,5 +1,5 @@
 """The asyncio client: `AsyncGateway`, its streamed `AsyncLock`, the plain
-`AsyncLease`, `AsyncSession`, `AsyncWatcher` and `AsyncElection`.
+`AsyncLease`, `AsyncLockSet` (several locks at once), `AsyncSession`, `AsyncWatcher` and `AsyncElection`.
 
 A lost lock cancels the task running the `async with` body, and the block
 then raises `LockLost` in place of that cancellation, the way
@@ -10,6 +10,7 @@ from which the sync client is written.
 
 from __future__ import annotations
 
+from ._async.batch import AsyncLockSet
 from ._async.gateway import AsyncGateway, AsyncLease
 from ._async.lock import AsyncLock
 from ._async.session import AsyncSession
@@ -19,6 +20,7 @@ __all__ = [
     "AsyncGateway",
     "AsyncLock",
     "AsyncLease",
+    "AsyncLockSet",
     "AsyncSession",
     "AsyncWatcher",
     "AsyncElection",

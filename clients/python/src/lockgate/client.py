@@ -1,5 +1,5 @@
 """The synchronous client: `Gateway`, its streamed `Lock`, the plain
-`Lease`, `Session`, `Watcher` and `Election`.
+`Lease`, `LockSet` (several locks at once), `Session`, `Watcher` and `Election`.
 
 A streamed lock's events are followed by a reader thread, and a watchdog
 thread declares it lost when no renewal came in time; nothing can stop the
@@ -10,9 +10,10 @@ scripts/unasync.py from the asyncio client's.
 
 from __future__ import annotations
 
+from ._sync.batch import LockSet
 from ._sync.gateway import Gateway, Lease
 from ._sync.lock import Lock
 from ._sync.session import Session
 from ._sync.watch import Election, LeaderObserver, Leadership, Watcher
 
-__all__ = ["Gateway", "Lock", "Lease", "Session", "Watcher", "Election", "Leadership", "LeaderObserver"]
+__all__ = ["Gateway", "Lock", "Lease", "LockSet", "Session", "Watcher", "Election", "Leadership", "LeaderObserver"]

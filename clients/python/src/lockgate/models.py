@@ -29,6 +29,10 @@ class LeaseInfo:
     holds: int
     acquired_at_ms: Optional[int]
     expires_at_ms: Optional[int]
+    #: The places it takes of a counting lock (None for other kinds).
+    permits: Optional[int] = None
+    #: The public handle of the session it hangs on, if any (never its id).
+    session: Optional[str] = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "LeaseInfo":
@@ -39,7 +43,19 @@ class LeaseInfo:
             holds=lease["holds"],
             acquired_at_ms=lease["acquired_at_ms"],
             expires_at_ms=lease["expires_at_ms"],
+            permits=lease.get("permits"),
+            session=lease.get("session"),
         )
+
+
+@dataclass(frozen=True)
+class HeldLock:
+    """One lock of a batch taken with `lock_all`: its key, how it is held,
+    and its own fencing token (each key counts its own)."""
+
+    key: str
+    mode: str
+    fencing_token: int
 
 
 @dataclass(frozen=True)

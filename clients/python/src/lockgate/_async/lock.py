@@ -90,6 +90,7 @@ class AsyncLock:
         wait: float,
         mode: Optional[LockMode] = None,
         limit: Optional[int] = None,
+        permits: Optional[int] = None,
         value: Optional[str] = None,
         on_lost: Optional[Callable[["AsyncLock"], Any]] = None,
         session: Optional["AsyncSession"] = None,
@@ -102,6 +103,8 @@ class AsyncLock:
         self.wait = wait
         self.mode = mode
         self.limit = limit
+        #: The places of the counting lock this holder takes.
+        self.permits = permits
         self.value = value
         self.on_lost = on_lost
         self.token: Optional[str] = None
@@ -118,6 +121,7 @@ class AsyncLock:
             wait=wait,
             mode=mode,
             limit=limit,
+            permits=permits,
             value=value,
             session=session._id_for_lock() if session is not None else None,
         )
@@ -307,6 +311,31 @@ class AsyncLock:
             raise lost_error(self.key, self.lost_reason)
         if self._released:
             raise lost_error(self.key, "released")
+
+    # -- changing the hold -----------------------------------------------
+
+    async def upgrade(self, *, wait: float = 0.0) -> None:
+        """Makes this shared hold the exclusive one without letting go,
+        waiting up to `wait` seconds for the other shared holders to leave.
+        The hold gets a new, larger fencing token (`fencing_token`). Raises
+        `LockHeld` when the wait ran out (the shared hold is kept) and
+        `Deadlock` when another holder is upgrading already."""
+        await self._change_mode("exclusive", wait)
+
+    async def downgrade(self) -> None:
+        """Makes this exclusive hold a shared one without letting go (the
+        fencing token stays), letting the readers waiting behind it in."""
+        await self._change_mode("shared", 0.0)
+
+    async def _change_mode(self, mode: LockMode, wait: float) -> None:
+        token = self.token
+        if token is None:
+            raise LockLost(f"lock {self.key!r} is not acquired")
+        self.check()
+        changed = await self.gateway.change_mode(self.key, token, mode, wait=wait)
+        with self._guard:
+            self.mode = changed["mode"]
+            self.fencing_token = changed["fencing_token"]
 
     # -- releasing -------------------------------------------------------
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import threading
 import time
 from types import TracebackType
-from typing import Any, Iterator, Callable, Dict, Mapping, Optional, Tuple, Type, cast
+from typing import Any, Iterator, Callable, Dict, Mapping, Optional, Sequence, Tuple, Type, Union, cast
 
 import httpx
 
-from .._api import HoldReleased, LockGrant, LockList, LockMode
+from .._api import HoldReleased, LockGrant, LockList, LockMode, ModeChange
 from .._protocol import (
     UNSENT_ERRORS,
     acquire_body,
@@ -23,6 +24,7 @@ from .._protocol import (
     is_lock_not_found,
     lock_path,
     millis,
+    mode_body,
     new_idempotency_key,
     note_failed_release,
     unreachable,
@@ -30,6 +32,7 @@ from .._protocol import (
 from ..errors import LockgateError
 from ..models import LockInfo
 from ._concurrency import shielded, sleep
+from .batch import LockSet
 from .lock import Lock
 from .session import Session
 from .watch import Election, Watcher
@@ -49,6 +52,12 @@ class Gateway:
     sent again (an acquisition with the same `Idempotency-Key`); `headers`
     go with every request; `transport` is an httpx transport.
 
+    For a gateway served over HTTPS, `verify` is the CA bundle to trust (a
+    path to a PEM file), an `ssl.SSLContext`, or True for the system's; and
+    `cert` the client certificate the gateway may ask for, as a path to a
+    PEM file holding certificate and key or a `(certificate, key)` pair of
+    paths (httpx's own meanings of both).
+
     Close it (`close()`, or use it as a context manager) to close its
     connections. After `os.fork` the child quietly opens its own.
     """
@@ -62,6 +71,8 @@ class Gateway:
         retries: int = 2,
         headers: Optional[Mapping[str, str]] = None,
         transport: Optional[httpx.BaseTransport] = None,
+        verify: Union[bool, str, ssl.SSLContext] = True,
+        cert: Optional[Union[str, Tuple[str, str]]] = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout = float(timeout)
@@ -70,6 +81,8 @@ class Gateway:
         if api_key is not None:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._transport = transport
+        self._verify = verify
+        self._cert = cert
         self._guard = threading.Lock()
         self._pid = os.getpid()
         self._client: Optional[httpx.Client] = None
@@ -91,6 +104,8 @@ class Gateway:
                     headers=self._headers,
                     timeout=self.timeout,
                     transport=self._transport,
+                    verify=self._verify,
+                    cert=self._cert,
                     # Each streamed lock keeps a connection while it is held.
                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
                 )
@@ -163,6 +178,7 @@ class Gateway:
         wait: float = 0.0,
         mode: Optional[LockMode] = None,
         limit: Optional[int] = None,
+        permits: Optional[int] = None,
         value: Optional[str] = None,
         on_lost: Optional[Callable[[Lock], Any]] = None,
     ) -> Lock:
@@ -173,12 +189,39 @@ class Gateway:
 
         `wait` is how long to wait for another owner to let go (0: try
         once); `mode="shared"` makes it a reader of a read-write lock,
-        `limit=N` a counting lock of N holders; `value` is a public string
+        `limit=N` a counting lock of N places, of which this holder takes
+        `permits` (default 1); `value` is a public string
         anyone inspecting the lock sees. `on_lost(lock)` is called once the
         lock is lost (by the sync client from a background thread; by the
         asyncio one on the loop, scheduling a coroutine it returns).
         """
-        return Lock(self, key, ttl=ttl, wait=wait, mode=mode, limit=limit, value=value, on_lost=on_lost)
+        return Lock(
+            self, key, ttl=ttl, wait=wait, mode=mode, limit=limit, permits=permits, value=value, on_lost=on_lost
+        )
+
+    # -- several locks at once -------------------------------------------
+
+    def lock_all(
+        self,
+        locks: Sequence[Union[str, Mapping[str, Any]]],
+        *,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        value: Optional[str] = None,
+        on_lost: Optional[Callable[[LockSet], Any]] = None,
+    ) -> LockSet:
+        """Several locks taken together (`POST /locks/batch`) when the
+        `with` block starts (or by `locks.acquire()`): every one
+        or none, for one owner token, renewed by the client every `ttl / 3`
+        seconds while the block runs, all released when it ends.
+
+        Each lock is a key, or a mapping with `key` and any of `mode`,
+        `limit`, `permits` (as `lock` takes them). `wait` is the whole
+        batch's budget; batches naming the same keys in any order never
+        deadlock each other. A refusal is `LockHeld` naming the held `key`
+        in its problem.
+        """
+        return LockSet(self, locks, ttl=ttl, wait=wait, value=value, on_lost=on_lost)
 
     # -- sessions --------------------------------------------------------
 
@@ -214,6 +257,7 @@ class Gateway:
         wait: float = 0.0,
         mode: Optional[LockMode] = None,
         limit: Optional[int] = None,
+        permits: Optional[int] = None,
         value: Optional[str] = None,
         token: Optional[str] = None,
         idempotency_key: Optional[str] = None,
@@ -229,7 +273,9 @@ class Gateway:
         token (one more hold, the lease reset to `ttl`); a re-entry is only
         sent again when it surely never reached the gateway.
         """
-        body = acquire_body(key, ttl=ttl, wait=wait, mode=mode, limit=limit, value=value, token=token)
+        body = acquire_body(
+            key, ttl=ttl, wait=wait, mode=mode, limit=limit, permits=permits, value=value, token=token
+        )
         headers: Dict[str, str] = {}
         if token is None:
             headers["Idempotency-Key"] = idempotency_key or new_idempotency_key()
@@ -238,7 +284,7 @@ class Gateway:
         )
         grant = cast(LockGrant, answer(response))
         replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
-        return Lease(self, grant, value=value, replayed=replayed)
+        return Lease(self, grant, value=value, replayed=replayed, mode=mode or "exclusive", permits=permits)
 
     def extend(self, key: str, token: str, ttl: float) -> "Lease":
         """Renews a lease: it ends `ttl` seconds from now. Raises `LockLost`
@@ -248,6 +294,19 @@ class Gateway:
             "PUT", lock_path(key, "ttl"), json={"token": token, "ttl_ms": millis(ttl, "ttl")}
         )
         return Lease(self, dict(answer(response), token=token))
+
+    def change_mode(self, key: str, token: str, mode: LockMode, *, wait: float = 0.0) -> ModeChange:
+        """Upgrades (`mode="exclusive"`) or downgrades (`"shared"`) the
+        hold of `key` held with `token`, without letting go (`PUT
+        /locks/{key}/mode`). An upgrade waits up to `wait` seconds for the
+        other shared holders to leave, and raises `LockHeld` when they did
+        not (the shared hold is kept) and `Deadlock` when another holder is
+        upgrading already. Returns the hold's lease, with its fencing
+        token (new after an upgrade) and mode."""
+        response = self._request(
+            "PUT", lock_path(key, "mode"), json=mode_body(token, mode, wait), extra_time=wait, retry_unanswered=False
+        )
+        return cast(ModeChange, answer(response))
 
     def release(self, key: str, token: str) -> int:
         """Gives back one hold of a lease; returns the holds left (0: the
@@ -350,6 +409,8 @@ class Lease:
         *,
         value: Optional[str] = None,
         replayed: bool = False,
+        mode: Optional[str] = None,
+        permits: Optional[int] = None,
     ) -> None:
         # A grant, or a renewal with the token added.
         grant = cast(LockGrant, data)
@@ -362,6 +423,10 @@ class Lease:
         self.holds: int = grant.get("holds", 1)
         self.waited: float = grant.get("waited_ms", 0) / 1000.0
         self.value = value
+        #: How the lease holds its lock, as far as this client has asked.
+        self.mode = mode
+        #: The places of a counting lock the lease takes.
+        self.permits = permits
         #: True when the gateway answered a retried acquisition with the
         #: grant the first attempt made (`Idempotent-Replayed: true`).
         self.replayed = replayed
@@ -371,6 +436,24 @@ class Lease:
         default)."""
         renewed = self.gateway.extend(self.key, self.token, ttl if ttl is not None else (self.ttl or 30.0))
         self.ttl, self.expires_at_ms, self.holds = renewed.ttl, renewed.expires_at_ms, renewed.holds
+        return self
+
+    def upgrade(self, *, wait: float = 0.0) -> "Lease":
+        """Makes this shared hold the exclusive one, waiting up to `wait`
+        seconds for the other shared holders to leave; the fencing token
+        becomes a new, larger one. `LockHeld` when the wait ran out (the
+        shared hold is kept), `Deadlock` when another holder upgrades."""
+        return self._changed(self.gateway.change_mode(self.key, self.token, "exclusive", wait=wait))
+
+    def downgrade(self) -> "Lease":
+        """Makes this exclusive hold a shared one (the fencing token stays)."""
+        return self._changed(self.gateway.change_mode(self.key, self.token, "shared"))
+
+    def _changed(self, changed: ModeChange) -> "Lease":
+        self.mode = changed["mode"]
+        self.fencing_token = changed["fencing_token"]
+        self.expires_at_ms = changed["expires_at_ms"]
+        self.holds = changed["holds"]
         return self
 
     def release(self) -> int:
