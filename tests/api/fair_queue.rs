@@ -670,3 +670,97 @@ async fn a_full_listing_pass_lists_every_lock_held_throughout_once() {
     churning.store(false, std::sync::atomic::Ordering::Relaxed);
     churn.await.unwrap();
 }
+
+/// Waiters of a gateway that was killed, then started again under the same
+/// instance id: the new process renews no presence of the dead one's, so
+/// the dead waiters are passed over (their instance away) and a live
+/// waiter behind them is granted as the lock frees, not after each dead
+/// waiter's offer lapsed unclaimed (a second each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_again_under_its_id_revives_none_of_its_dead_waiters() {
+    const DEAD: usize = 3;
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let flags = ["--instance-id", "gateway-b"];
+    let mut killed = GatewayProcess::spawn(&redis, &flags, &[]).await;
+    let holder = app.take("revive", 60_000).await;
+    let body = json!({"key": "revive", "wait_ms": 30_000, "ttl_ms": 30_000});
+    let mut dead = Vec::new();
+    for n in 1..=DEAD {
+        dead.push(tokio::spawn(killed.acquire(&body).send()));
+        queue_reaches(&app, "revive", n).await;
+    }
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    let again = GatewayProcess::spawn(&redis, &flags, &[]).await;
+    let live = wait_on(&app, body.clone());
+    queue_reaches(&app, "revive", DEAD + 1).await;
+    // A waiter of the new process: its presence is renewed from now on.
+    let behind = tokio::spawn(again.acquire(&body).send());
+    queue_reaches(&app, "revive", DEAD + 2).await;
+    // Past the dead process's presence (1 s), short of taking it for dead.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let released = Instant::now();
+    app.release("revive", &holder.token).await;
+    let (answered, status, grant) = live.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{grant}");
+    assert!(
+        answered - released < Duration::from_millis(DEAD as u64 * 500),
+        "the live waiter was granted {:?} after the release, behind {DEAD} dead waiters",
+        answered - released
+    );
+    behind.abort();
+    for waiter in dead {
+        assert!(waiter.await.unwrap().is_err(), "a killed gateway answered");
+    }
+}
+
+/// A gateway paused while a place is offered to its waiter, past the
+/// offer: the waiter queues again behind the lock's new holder. Paused a
+/// second time for longer than an instance is taken to be away, the
+/// waiter loses that place too; once its gateway is back, the waiter is
+/// found missing again and queues again, and is granted the free lock,
+/// not left waiting out its wait (it once kept the standing of its first
+/// offer, which no tend could mark missing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_queued_again_is_found_missing_again() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let paused = GatewayProcess::spawn(&redis, &[], &[]).await;
+    let holder = app.take("twice", 60_000).await;
+    let body = json!({"key": "twice", "wait_ms": 40_000, "ttl_ms": 30_000});
+    let waiter = tokio::spawn(paused.acquire(&body).send());
+    queue_reaches(&app, "twice", 1).await;
+
+    // The place is offered while its gateway is paused, and lapses.
+    crate::helpers::send_signal(paused.child.id(), "-STOP");
+    app.release("twice", &holder.token).await;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let second = app.take("twice", 60_000).await;
+    crate::helpers::send_signal(paused.child.id(), "-CONT");
+    queue_reaches(&app, "twice", 1).await;
+
+    // Away past the 10 s after which an instance's waiters are dropped.
+    crate::helpers::send_signal(paused.child.id(), "-STOP");
+    tokio::time::sleep(Duration::from_millis(11_500)).await;
+    app.release("twice", &second.token).await;
+    assert!(
+        waiters(&app, "twice").await.is_empty(),
+        "the away waiter was kept"
+    );
+    let resumed = Instant::now();
+    crate::helpers::send_signal(paused.child.id(), "-CONT");
+
+    let answer = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter waited on with the lock free")
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::CREATED);
+    assert!(
+        resumed.elapsed() < Duration::from_secs(5),
+        "granted {:?} after its gateway was back",
+        resumed.elapsed()
+    );
+}

@@ -669,3 +669,44 @@ async fn a_wait_without_a_session_touches_nothing_of_sessions() {
         "a wait without a session touched sessions: {touching:?}"
     );
 }
+
+/// A session's wait whose gateway was killed stays in the queue a while
+/// (its instance away, passed over), but waits for nothing: a wait that
+/// would close a cycle only through it is not refused as a deadlock, and
+/// is granted once the dead waiter's session, kept alive by nobody,
+/// expires with its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_gateways_wait_closes_no_cycle() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let killed = GatewayProcess::spawn(&redis, &[], &[]).await;
+    let mine = open(&app, json!({"ttl_ms": 30_000})).await;
+    let theirs = open(&app, json!({"ttl_ms": 4_000})).await;
+    let (mine, theirs) = (mine["id"].as_str().unwrap(), theirs["id"].as_str().unwrap());
+    take_in(&app, "dead:x", mine, json!({})).await;
+    take_in(&app, "dead:y", theirs, json!({})).await;
+    let body = json!({"key": "dead:x", "session": theirs, "wait_ms": 20_000});
+    let dead_wait = tokio::spawn(killed.acquire(&body).send());
+    let queued = eventually(Duration::from_secs(5), || async {
+        let lock: Value = app.get("/locks/dead:x").await.json().await.unwrap();
+        lock["waiters"]
+            .as_array()
+            .is_some_and(|waiters| waiters.len() == 1)
+    })
+    .await;
+    assert!(queued, "the wait never queued");
+    drop(killed);
+    assert!(
+        dead_wait.await.unwrap().is_err(),
+        "a killed gateway answered"
+    );
+    // Past its instance's presence (1 s), short of taking it for dead.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let answer = app
+        .acquire(json!({"key": "dead:y", "session": mine, "wait_ms": 15_000}))
+        .await;
+    let status = answer.status();
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}

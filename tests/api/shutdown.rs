@@ -129,3 +129,62 @@ async fn a_waiter_answered_shutting_down_holds_nothing() {
         );
     }
 }
+
+/// The same with the waiter under an Idempotency-Key: its answer is `503`,
+/// so what it was offered as the streamed lock was released goes on at
+/// once; the lock is not left standing offered to a request that was told
+/// nothing was granted, and a retry under the key is a new request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_under_an_idempotency_key_answered_shutting_down_holds_nothing() {
+    let redis = RedisServer::start().await;
+    let other = GatewayProcess::spawn(&redis, &[], &[]).await;
+    for round in 0..3 {
+        let key = format!("closing:idem:{round}");
+        let mut gateway = GatewayProcess::spawn(&redis, &[], &[]).await;
+        let streamed = gateway
+            .acquire(&json!({"key": key, "ttl_ms": 30_000}))
+            .header("Accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(streamed.status(), 200);
+        let body = json!({"key": key, "ttl_ms": 60_000, "wait_ms": 20_000});
+        let idempotency_key = format!("retry-{round}");
+        let waiter = tokio::spawn(
+            gateway
+                .acquire(&body)
+                .header("Idempotency-Key", &idempotency_key)
+                .send(),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        send_signal(gateway.child.id(), "-TERM");
+        let answer = waiter.await.unwrap().unwrap();
+        assert_problem(answer, 503, "shutting-down").await;
+        drop(streamed);
+        assert!(gateway.exit_status(Duration::from_secs(10)).await.is_some());
+
+        let lock = other
+            .http
+            .get(other.url(&format!("/locks/{key}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            lock.status(),
+            404,
+            "round {round}: {}",
+            lock.text().await.unwrap()
+        );
+        let retried = other
+            .acquire(&body)
+            .header("Idempotency-Key", &idempotency_key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(retried.status(), 201, "round {round}");
+        assert!(
+            retried.headers().get("idempotent-replayed").is_none(),
+            "round {round}: the retry replayed a grant nobody was given"
+        );
+    }
+}

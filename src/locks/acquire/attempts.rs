@@ -196,7 +196,12 @@ impl<'a> Acquisition<'a> {
                 }
                 _ = cycles.tick(), if self.terms.session_handle.is_some() => {
                     if let Some(cycle) = Box::pin(self.closes_a_cycle(ticket)).await {
-                        let _ = Box::pin(self.give_up(ticket)).await;
+                        // A place granted while the cycle was being
+                        // confirmed broke the cycle: it is taken, not
+                        // given back with a refusal.
+                        if let Ok(granted) = Box::pin(self.leave(ticket)).await? {
+                            return Ok(granted);
+                        }
                         self.locks.metrics().deadlock();
                         return Err(NoGrant::Deadlock(cycle));
                     }
@@ -216,8 +221,11 @@ impl<'a> Acquisition<'a> {
                 () = closing.cancelled() => {
                     // Answered that nothing was granted, it holds nothing:
                     // a place offered meanwhile goes on to the next waiter
-                    // in the same step as it leaves.
-                    let _ = Box::pin(self.give_up(ticket)).await;
+                    // in the same step as it leaves, even under an
+                    // Idempotency-Key (a request waiting under the same key
+                    // elsewhere keeps its own place in the queue, and is
+                    // served in its turn).
+                    let _ = Box::pin(self.leave_queue(ticket, IfGranted::GiveBack)).await;
                     return Err(WaitRefused::ShuttingDown.into());
                 }
             };
@@ -239,6 +247,7 @@ impl<'a> Acquisition<'a> {
             // Passed over (its place offered too long ago, or its instance
             // was away): it queues again, at the end.
             if !matches!(standing, Standing::Queued { .. }) {
+                ticket.requeue();
                 match Box::pin(self.attempt(Some(ticket.id()))).await? {
                     Outcome::Granted(granted) => return Ok(granted),
                     Outcome::Refused(refused) => return Err(refused),

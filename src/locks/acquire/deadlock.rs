@@ -136,7 +136,10 @@ async fn waits_of(locks: &Locks, session: &SessionHandle) -> Result<Vec<Wait>, B
         let Some(queued) = view::queued_wait(&mut conn, &lock, &waiter_id).await? else {
             continue;
         };
-        if queued.session.as_deref() == Some(session.as_str()) {
+        // A wait whose instance is away (paused, or dead and not yet
+        // dropped) closes no cycle: it is passed over, and if its
+        // instance is dead it will never be served.
+        if queued.present && queued.session.as_deref() == Some(session.as_str()) {
             waits.push(Wait {
                 session: session.clone(),
                 key,

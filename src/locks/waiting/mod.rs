@@ -100,11 +100,17 @@ struct Slot {
 
 impl Waiting {
     /// The waiting room of `instance`; its tending runs until shutdown.
+    ///
+    /// The queue knows the room as the instance's id and a nonce of this
+    /// start: a gateway started again under the same id must not renew
+    /// the presence its killed predecessor's waiters read, or they would
+    /// be offered places nobody will claim.
     pub fn new(subscriber: Subscriber, instance: &str, max_waiters: usize) -> Self {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
         let room = Arc::new(Room {
             locks: Mutex::new(HashMap::new()),
             subscriber: subscriber.clone(),
-            instance: instance.into(),
+            instance: format!("{instance}#{}", &nonce[..8]).into(),
             waiting: AtomicUsize::new(0),
             max_waiters,
             tend_soon: Notify::new(),
@@ -369,6 +375,23 @@ impl Ticket {
                 queued
             });
         }
+    }
+
+    /// Notes that the waiter queues again (its offer lapsed, or its place
+    /// was found gone): whatever it heard of its old entry no longer
+    /// stands, so only a grant heard for the new one counts, and a tend
+    /// can find it unaccounted again.
+    pub fn requeue(&mut self) {
+        if let Some(slot) = self
+            .waiting
+            .0
+            .lock()
+            .get(&self.channel)
+            .and_then(|interest| interest.waiters.get(&self.id))
+        {
+            slot.standing.send_replace(Standing::Queued { position: 0 });
+        }
+        self.heard.mark_unchanged();
     }
 
     /// Completes when the standing changes; returns the new one.

@@ -83,6 +83,9 @@ pub struct QueuedWait {
     pub session: Option<String>,
     /// Since when it waits (Unix ms, Redis clock).
     pub since: u64,
+    /// Whether its instance's presence is current: a waiter whose
+    /// instance paused or died is passed over, and waits for nothing now.
+    pub present: bool,
 }
 
 /// Waiter `id` of the lock's queue, if it is there.
@@ -95,6 +98,8 @@ pub async fn queued_wait(
     struct Entry {
         since: u64,
         #[serde(default)]
+        inst: String,
+        #[serde(default)]
         session: serde_json::Value,
     }
     let (queue, waiters) = keys.queue();
@@ -103,7 +108,7 @@ pub async fn queued_wait(
         .arg(queue)
         .arg(id)
         .cmd("HGET")
-        .arg(waiters)
+        .arg(&waiters)
         .arg(id)
         .query_async(conn)
         .await?;
@@ -118,9 +123,19 @@ pub async fn queued_wait(
         .as_str()
         .and_then(|record| record.split(' ').next())
         .map(str::to_owned);
+    let presence: Option<u64> = redis::cmd("HGET")
+        .arg(&waiters)
+        .arg(format!("@{}", entry.inst))
+        .query_async(conn)
+        .await?;
+    // Asked apart: on a Cluster, a pipeline's keyless command could go to
+    // another node than the key's.
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+    let now_ms = seconds * 1000 + micros / 1000;
     Ok(Some(QueuedWait {
         session,
         since: entry.since,
+        present: presence.is_some_and(|deadline| deadline >= now_ms),
     }))
 }
 
