@@ -109,7 +109,7 @@ where
             "request",
             id = %String::from_utf8_lossy(id.as_bytes()),
             method = %request.method(),
-            path = %request.uri().path(),
+            path = %loggable_path(request.uri().path()),
         );
         // Counted even if the client leaves before the answer (see `Counted`).
         let counted = Counted {
@@ -275,12 +275,38 @@ fn usable(id: &[u8]) -> bool {
     !id.is_empty() && id.len() <= MAX_REQUEST_ID_LEN && id.iter().all(u8::is_ascii_graphic)
 }
 
+/// The request's path as the log shows it: a session's id is a secret
+/// like an owner token (whoever has it may attach locks to the session or
+/// end it), so it is never written; the rest of the path is.
+fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+    const SESSIONS: &str = "/sessions/";
+    match path.strip_prefix(SESSIONS) {
+        Some(rest) if !rest.is_empty() => {
+            let tail = rest.find('/').map_or("", |at| &rest[at..]);
+            format!("{SESSIONS}<id>{tail}").into()
+        }
+        _ => path.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use axum::body::Body;
     use tower::ServiceExt;
 
     use super::*;
+
+    #[test]
+    fn a_sessions_id_never_reaches_the_log() {
+        let id = "5615d984-34fa-4abc-84cc-5033367b7340";
+        assert_eq!(loggable_path(&format!("/sessions/{id}")), "/sessions/<id>");
+        assert_eq!(
+            loggable_path(&format!("/sessions/{id}/x")),
+            "/sessions/<id>/x"
+        );
+        assert_eq!(loggable_path("/sessions"), "/sessions");
+        assert_eq!(loggable_path("/locks/orders:42"), "/locks/orders:42");
+    }
     use crate::metrics::Gauges;
 
     fn observer(metrics: &Arc<Metrics>) -> Observer {

@@ -241,6 +241,34 @@ async fn no_token_key_or_secret_reaches_the_logs() {
         .send()
         .await
         .unwrap();
+    // A session's id is a secret too, wherever it is in a request.
+    let session: Value = http
+        .post(gateway.url("/sessions"))
+        .header("Authorization", bearer(api_key))
+        .json(&json!({"ttl_ms": 10_000}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let session = session["id"].as_str().unwrap().to_owned();
+    http.put(gateway.url(&format!("/sessions/{session}")))
+        .header("Authorization", bearer(api_key))
+        .send()
+        .await
+        .unwrap();
+    gateway
+        .acquire(&json!({"key": "secret:b", "session": session}))
+        .header("Authorization", bearer(api_key))
+        .send()
+        .await
+        .unwrap();
+    http.delete(gateway.url(&format!("/sessions/{session}")))
+        .header("Authorization", bearer(api_key))
+        .send()
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let logs = gateway.logs();
@@ -250,6 +278,7 @@ async fn no_token_key_or_secret_reaches_the_logs() {
     );
     for secret in [
         token.as_str(),
+        session.as_str(),
         api_key,
         admin,
         "a-wrong-key-that-must-not-leak",
