@@ -43,7 +43,9 @@
 local sale, users, idem, orders, by_user, draining, moving_out, moved_in =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local stock, limit, group = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[5]
-local initial = tonumber(ARGV[9])
+-- (KEYS[7] and [8], ARGV[7] to [9] may be left out: a one-segment sale's
+-- reset, as before segments.)
+local initial = tonumber(ARGV[9]) or stock
 
 local handed_off = false
 if redis.call('EXISTS', orders) == 1 then
@@ -73,10 +75,10 @@ if not epoch then
   local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   epoch = math.max(tonumber(old_epoch or '0') + 1, now_ms)
 end
-redis.call('UNLINK', users, idem, orders, by_user, moving_out, moved_in)
+redis.call('UNLINK', users, idem, orders, by_user, moving_out or users, moved_in or users)
 redis.call('HSET', sale, 'stock', stock, 'initial_stock', initial, 'sold', 0,
   'per_user_limit', limit, 'epoch', epoch, 'orders', 0, 'moving', 0)
-if ARGV[8] ~= '' then
+if ARGV[8] and ARGV[8] ~= '' then
   local count, tags = string.match(ARGV[8], '^(%d+) (.*)$')
   redis.call('HSET', sale, 'segments', count, 'segment_tags', tags)
 else

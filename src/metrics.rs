@@ -449,7 +449,9 @@ impl Metrics {
     /// Units of a sale moved between its segments.
     pub fn segment_transfer(&self, sku: &str, units: u64) {
         if units > 0 {
-            self.stock_moved.get_or_create(&sku_label(sku)).inc_by(units);
+            self.stock_moved
+                .get_or_create(&sku_label(sku))
+                .inc_by(units);
         }
     }
 

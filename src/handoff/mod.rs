@@ -176,7 +176,8 @@ impl Handoff {
         let mut conn = self.redis.connection().await?;
         let mut found = BTreeMap::new();
         for sku in streams::registered(&mut conn, &self.prefix).await? {
-            let Some(counts) = streams::counts(&mut conn, &SaleKeys::new(&self.prefix, &sku)).await?
+            let Some(counts) =
+                streams::counts(&mut conn, &SaleKeys::new(&self.prefix, &sku)).await?
             else {
                 continue;
             };
@@ -198,8 +199,8 @@ impl Handoff {
                 }
                 // A stream already read has its group; asking again would
                 // only earn a BUSYGROUP error a second.
-                let joined =
-                    self.streams.contains_key(&keys.orders) || streams::join(&mut conn, keys).await?;
+                let joined = self.streams.contains_key(&keys.orders)
+                    || streams::join(&mut conn, keys).await?;
                 if joined {
                     let stream = keys.orders.clone();
                     found.insert(stream, (sku.clone(), keys.clone(), true, counts.epoch));

@@ -182,7 +182,8 @@ pub struct RateReply {
     pub reset_ms: u64,
 }
 
-/// Runs `purchase.lua`.
+/// Runs `purchase.lua` in `mode`, in the segment `keys` names, placed by
+/// the sale's `epoch` (`None`: whatever the segment's).
 pub async fn purchase(
     conn: &mut Connection,
     keys: &SaleKeys,
@@ -190,8 +191,7 @@ pub async fn purchase(
     quantity: u64,
     idempotency_key: Option<&str>,
     order_id: &str,
-    mode: PurchaseMode,
-    epoch: Option<u64>,
+    (mode, epoch): (PurchaseMode, Option<u64>),
 ) -> Result<PurchaseReply, BackendError> {
     let reply = PURCHASE
         .run(
@@ -272,7 +272,12 @@ pub async fn reset(
                 .arg(sku)
                 .arg(terms.handoff.group)
                 .arg(if terms.handoff.in_use { "1" } else { "0" })
-                .arg(terms.epoch.map(|epoch| epoch.to_string()).unwrap_or_default())
+                .arg(
+                    terms
+                        .epoch
+                        .map(|epoch| epoch.to_string())
+                        .unwrap_or_default(),
+                )
                 .arg(terms.layout.as_deref().unwrap_or(""))
                 .arg(terms.initial_stock),
             conn,

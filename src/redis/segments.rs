@@ -58,7 +58,11 @@ impl SlotOwners {
 
     /// Every master, by address.
     pub fn masters(&self) -> Vec<&str> {
-        let mut masters: Vec<&str> = self.0.iter().map(|(_, _, master)| master.as_str()).collect();
+        let mut masters: Vec<&str> = self
+            .0
+            .iter()
+            .map(|(_, _, master)| master.as_str())
+            .collect();
         masters.sort_unstable();
         masters.dedup();
         masters
@@ -183,7 +187,11 @@ pub async fn every_segment(
         .map(|tag| SaleKeys::segment(prefix, sku, tag))
         .collect();
     let mut segments = vec![head];
-    segments.extend(current.iter().map(|tag| SaleKeys::segment(prefix, sku, tag)));
+    segments.extend(
+        current
+            .iter()
+            .map(|tag| SaleKeys::segment(prefix, sku, tag)),
+    );
     Ok((segments, retired))
 }
 
@@ -209,16 +217,21 @@ pub async fn counts(
         .arg(&["epoch", "stock", "sold", "orders", "moving", "stored"]);
     let fields: Vec<Option<u64>> = conn.query_at_key(&get, &keys.sale).await?;
     Ok(match fields.as_slice() {
-        [Some(epoch), Some(stock), Some(sold), Some(orders), moving, stored] => {
-            Some(SegmentCounts {
-                epoch: *epoch,
-                stock: *stock,
-                sold: *sold,
-                orders: *orders,
-                moving: moving.unwrap_or(0),
-                stored: *stored,
-            })
-        }
+        [
+            Some(epoch),
+            Some(stock),
+            Some(sold),
+            Some(orders),
+            moving,
+            stored,
+        ] => Some(SegmentCounts {
+            epoch: *epoch,
+            stock: *stock,
+            sold: *sold,
+            orders: *orders,
+            moving: moving.unwrap_or(0),
+            stored: *stored,
+        }),
         _ => None,
     })
 }
@@ -238,7 +251,10 @@ pub async fn unsettled(
     keys: &SaleKeys,
 ) -> Result<Vec<Transfer>, BackendError> {
     let records: Vec<(String, String)> = conn
-        .query_at_key(redis::cmd("HGETALL").arg(&keys.moving_out), &keys.moving_out)
+        .query_at_key(
+            redis::cmd("HGETALL").arg(&keys.moving_out),
+            &keys.moving_out,
+        )
         .await?;
     Ok(records
         .into_iter()

@@ -355,8 +355,14 @@ mod tests {
         assert!(SaleTerms::new(0, 1).is_ok());
         assert_eq!(SaleTerms::new(MAX_STOCK + 1, 1).unwrap_err().field, "stock");
         assert_eq!(SaleTerms::new(10, 0).unwrap_err().field, "per_user_limit");
-        assert_eq!(SaleTerms::segmented(10, 1, 0).unwrap_err().field, "segments");
-        assert_eq!(SaleTerms::segmented(10, 1, 65).unwrap_err().field, "segments");
+        assert_eq!(
+            SaleTerms::segmented(10, 1, 0).unwrap_err().field,
+            "segments"
+        );
+        assert_eq!(
+            SaleTerms::segmented(10, 1, 65).unwrap_err().field,
+            "segments"
+        );
         assert_eq!(SaleTerms::segmented(10, 1, 64).unwrap().segments(), 64);
     }
 

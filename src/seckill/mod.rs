@@ -44,8 +44,8 @@ use purchase::outcome;
 pub use purchase::{Order, Purchase, PurchaseAnswer};
 use rate::RateLimits;
 pub use rate::{RateDecision, RatePolicy};
-use segments::{Layout, Layouts};
 pub use segments::MAX_SEGMENTS;
+use segments::{Layout, Layouts};
 use sold_out::SoldOutFlags;
 use tally::{RefusalKind, RefusalTally};
 
@@ -258,7 +258,9 @@ impl Sales {
         };
         // One user's orders are all in that user's segment.
         let segments = match &query.user {
-            Some(user) => std::slice::from_ref(&layout.segments[layout.buyer_segment(user.as_str())]),
+            Some(user) => {
+                std::slice::from_ref(&layout.segments[layout.buyer_segment(user.as_str())])
+            }
             None => layout.segments.as_slice(),
         };
         let mut conn = self.redis.connection().await?;
@@ -450,8 +452,7 @@ impl Sales {
                         order.quantity.get(),
                         idempotency_key,
                         order_id,
-                        mode,
-                        Some(epoch),
+                        (mode, Some(epoch)),
                     )
                     .await
                 },

@@ -114,8 +114,8 @@ pub async fn place(
             .iter()
             .min_by_key(|master| load.get(*master).copied().unwrap_or(0))
             .copied();
-        let candidates =
-            std::iter::once(plain_tag.clone()).chain((1..PLACEMENT_TRIES).map(|j| format!("{i}.{j}")));
+        let candidates = std::iter::once(plain_tag.clone())
+            .chain((1..PLACEMENT_TRIES).map(|j| format!("{i}.{j}")));
         let mut chosen = None;
         for tag in candidates {
             let owner = owners.owner(slot_of(SaleKeys::segment(prefix, sku, &tag)));
@@ -486,7 +486,9 @@ impl Sales {
                 self.announce_sold_out(sku, layout.epoch).await;
             }
             Ok(_) => {}
-            Err(err) => tracing::debug!(%sku, error = %err, "cannot check whether the sale sold out"),
+            Err(err) => {
+                tracing::debug!(%sku, error = %err, "cannot check whether the sale sold out")
+            }
         }
     }
 }
@@ -520,7 +522,10 @@ mod tests {
         for user in 0..3000 {
             per_segment[buyer_segment(&format!("u-{user}"), 3)] += 1;
         }
-        assert!(per_segment.iter().all(|count| (900..=1100).contains(count)), "{per_segment:?}");
+        assert!(
+            per_segment.iter().all(|count| (900..=1100).contains(count)),
+            "{per_segment:?}"
+        );
         assert_eq!(buyer_segment("anyone", 1), 0);
     }
 }

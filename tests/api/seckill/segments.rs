@@ -8,11 +8,11 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use super::{redis_commands, three_instances};
+use super::three_instances;
 use crate::helpers::orders::{Worker, reconcile, rows};
 use crate::helpers::{
-    ADMIN, GatewayProcess, RedisServer, TestApp, TestConnection, assert_problem, eventually,
-    send_signal,
+    ADMIN, GatewayProcess, RedisServer, TestApp, TestConnection, assert_problem, command_calls,
+    eventually, send_signal,
 };
 
 /// The segment a buyer buys in, as the gateway picks it: FNV-1a of the
@@ -130,6 +130,10 @@ async fn buy_until_sold_out(app: &TestApp, sku: &str, users: &[String]) -> u64 {
     bought
 }
 
+/// The orders answered 201 (order id -> user, quantity), and the order id
+/// of each Idempotency-Key.
+type Created = (HashMap<String, (String, u64)>, HashMap<String, String>);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_segmented_sale_on_three_instances_sells_exactly_its_stock_within_every_cap() {
     const STOCK: u64 = 240;
@@ -138,12 +142,14 @@ async fn a_segmented_sale_on_three_instances_sells_exactly_its_stock_within_ever
     let redis = RedisServer::start().await;
     let apps = three_instances(&redis).await;
     let sale = apps[0].reset_segmented_sale("hot", STOCK, LIMIT, 3).await;
-    assert_eq!((sale["segments"].as_u64(), sale["stock"].as_u64()), (Some(3), Some(STOCK)));
+    assert_eq!(
+        (sale["segments"].as_u64(), sale["stock"].as_u64()),
+        (Some(3), Some(STOCK))
+    );
 
     // Every user tries three single units and one pair, each attempt sent
     // twice with its Idempotency-Key, spread over the instances.
-    let seen: Arc<Mutex<(HashMap<String, (String, u64)>, HashMap<String, String>)>> =
-        Arc::default();
+    let seen: Arc<Mutex<Created>> = Arc::default();
     let mut tasks = Vec::new();
     for client in 0..16u64 {
         let (apps, seen) = (apps.clone(), seen.clone());
@@ -163,7 +169,9 @@ async fn a_segmented_sale_on_three_instances_sells_exactly_its_stock_within_ever
                             StatusCode::CREATED => {
                                 let id = body["order_id"].as_str().unwrap().to_owned();
                                 assert!(
-                                    seen.0.insert(id.clone(), (user.clone(), quantity)).is_none(),
+                                    seen.0
+                                        .insert(id.clone(), (user.clone(), quantity))
+                                        .is_none(),
                                     "an order id was created twice"
                                 );
                                 seen.1.insert(key.clone(), id);
@@ -198,29 +206,51 @@ async fn a_segmented_sale_on_three_instances_sells_exactly_its_stock_within_ever
     for (user, quantity) in created.values() {
         *per_user.entry(user).or_default() += quantity;
     }
-    assert!(per_user.values().all(|total| *total <= LIMIT), "a cap was exceeded");
+    assert!(
+        per_user.values().all(|total| *total <= LIMIT),
+        "a cap was exceeded"
+    );
     // 200 users asking for up to 2 each want 400 > 240: everything sells.
     assert_eq!(sold, STOCK, "the created orders do not add up to the stock");
     let sale = apps[1].sale("hot").await;
     assert_eq!(
-        (sale["sold"].as_u64(), sale["stock"].as_u64(), sale["orders"].as_u64()),
+        (
+            sale["sold"].as_u64(),
+            sale["stock"].as_u64(),
+            sale["orders"].as_u64()
+        ),
         (Some(STOCK), Some(0), Some(created.len() as u64)),
         "{sale}"
     );
     let listed = apps[2].orders("hot").await;
-    let listed: HashSet<&str> = listed.iter().map(|o| o["order_id"].as_str().unwrap()).collect();
+    let listed: HashSet<&str> = listed
+        .iter()
+        .map(|o| o["order_id"].as_str().unwrap())
+        .collect();
     let created_ids: HashSet<&str> = created.keys().map(String::as_str).collect();
-    assert_eq!(listed, created_ids, "the listing is not every segment's orders");
+    assert_eq!(
+        listed, created_ids,
+        "the listing is not every segment's orders"
+    );
     let counts = segment_counts(&redis, "hot").await;
     assert_eq!(counts.len(), 3);
-    assert!(counts.iter().all(|(stock, _, moving)| *stock == 0 && *moving == 0), "{counts:?}");
+    assert!(
+        counts
+            .iter()
+            .all(|(stock, _, moving)| *stock == 0 && *moving == 0),
+        "{counts:?}"
+    );
     assert_eq!(counts.iter().map(|(_, sold, _)| sold).sum::<u64>(), STOCK);
 }
 
 #[tokio::test]
 async fn buyers_of_one_segment_alone_buy_every_unit_of_the_others() {
     let redis = RedisServer::start().await;
-    let app = TestApp::spawn_sale(&redis, &["--seckill-rate", "10000", "--seckill-burst", "10000"]).await;
+    let app = TestApp::spawn_sale(
+        &redis,
+        &["--seckill-rate", "10000", "--seckill-burst", "10000"],
+    )
+    .await;
     app.reset_segmented_sale("dry", 30, 1, 3).await;
     // Segment 2 holds a third of the stock; its buyers alone ask for more
     // than the whole sale has.
@@ -228,10 +258,21 @@ async fn buyers_of_one_segment_alone_buy_every_unit_of_the_others() {
     let bought = buy_until_sold_out(&app, "dry", &users).await;
     assert_eq!(bought, 30, "units stayed stranded in other segments");
     let sale = app.sale("dry").await;
-    assert_eq!((sale["sold"].as_u64(), sale["stock"].as_u64()), (Some(30), Some(0)));
+    assert_eq!(
+        (sale["sold"].as_u64(), sale["stock"].as_u64()),
+        (Some(30), Some(0))
+    );
     let counts = segment_counts(&redis, "dry").await;
-    assert_eq!(counts[2].1, 30, "every unit sold in the buyers' segment: {counts:?}");
-    assert!(counts.iter().all(|(stock, _, moving)| *stock == 0 && *moving == 0), "{counts:?}");
+    assert_eq!(
+        counts[2].1, 30,
+        "every unit sold in the buyers' segment: {counts:?}"
+    );
+    assert!(
+        counts
+            .iter()
+            .all(|(stock, _, moving)| *stock == 0 && *moving == 0),
+        "{counts:?}"
+    );
     // One user's orders are listed from that user's segment.
     let mine = app
         .get(&format!("/seckill/dry/orders?user_id={}", users[0]))
@@ -243,10 +284,15 @@ async fn buyers_of_one_segment_alone_buy_every_unit_of_the_others() {
 #[tokio::test]
 async fn a_transfer_whose_gateway_died_after_sending_is_finished_and_loses_no_unit() {
     let redis = RedisServer::start().await;
-    let app = TestApp::spawn_sale(&redis, &["--seckill-rate", "10000", "--seckill-burst", "10000"]).await;
+    let app = TestApp::spawn_sale(
+        &redis,
+        &["--seckill-rate", "10000", "--seckill-burst", "10000"],
+    )
+    .await;
     app.reset_segmented_sale("torn", 30, 1, 3).await;
     // The gateway serves the sale (and so sweeps it) once it bought there.
-    app.bought("torn", &users_of_segment(0, 3, 1)[0], 1, None).await;
+    app.bought("torn", &users_of_segment(0, 3, 1)[0], 1, None)
+        .await;
     let epoch = epoch(&redis, "torn").await;
     let mut conn = redis.connection().await;
     let hashes = segment_hashes(&mut conn, "torn").await;
@@ -256,10 +302,18 @@ async fn a_transfer_whose_gateway_died_after_sending_is_finished_and_loses_no_un
         GIVE,
         &hashes[1],
         "moving-out",
-        &["torn-transfer".into(), "6".into(), "0".into(), epoch.to_string()],
+        &[
+            "torn-transfer".into(),
+            "6".into(),
+            "0".into(),
+            epoch.to_string(),
+        ],
     )
     .await;
-    assert_eq!(sent, vec![Value::from("sent"), Value::from("units"), Value::from(6)]);
+    assert_eq!(
+        sent,
+        vec![Value::from("sent"), Value::from("units"), Value::from(6)]
+    );
     assert_eq!(segment_counts(&redis, "torn").await[1], (4, 0, 6));
     // Still for sale while it moves.
     assert_eq!(app.sale("torn").await["stock"], 29);
@@ -273,7 +327,13 @@ async fn a_transfer_whose_gateway_died_after_sending_is_finished_and_loses_no_un
     let counts = segment_counts(&redis, "torn").await;
     // Segment 0: its 10, one sold, six received.
     assert_eq!(counts[0], (15, 1, 0), "{counts:?}");
-    assert_eq!(counts.iter().map(|(stock, sold, _)| stock + sold).sum::<u64>(), 30);
+    assert_eq!(
+        counts
+            .iter()
+            .map(|(stock, sold, _)| stock + sold)
+            .sum::<u64>(),
+        30
+    );
     let users = users_of_segment(1, 3, 40);
     assert_eq!(buy_until_sold_out(&app, "torn", &users).await, 29);
     assert_eq!(app.sale("torn").await["sold"], 30);
@@ -282,25 +342,51 @@ async fn a_transfer_whose_gateway_died_after_sending_is_finished_and_loses_no_un
 #[tokio::test]
 async fn a_transfer_whose_gateway_died_after_the_receiver_took_it_counts_no_unit_twice() {
     let redis = RedisServer::start().await;
-    let app = TestApp::spawn_sale(&redis, &["--seckill-rate", "10000", "--seckill-burst", "10000"]).await;
+    let app = TestApp::spawn_sale(
+        &redis,
+        &["--seckill-rate", "10000", "--seckill-burst", "10000"],
+    )
+    .await;
     app.reset_segmented_sale("twice", 12, 1, 2).await;
     let epoch = epoch(&redis, "twice").await.to_string();
     let mut conn = redis.connection().await;
     let hashes = segment_hashes(&mut conn, "twice").await;
     let id = "twice-transfer".to_owned();
-    run_transfer_step(&redis, GIVE, &hashes[0], "moving-out", &[id.clone(), "4".into(), "1".into(), epoch.clone()]).await;
+    run_transfer_step(
+        &redis,
+        GIVE,
+        &hashes[0],
+        "moving-out",
+        &[id.clone(), "4".into(), "1".into(), epoch.clone()],
+    )
+    .await;
     // The receiver takes it, and a retry of the same take adds nothing.
     for _ in 0..2 {
-        let taken = run_transfer_step(&redis, TAKE, &hashes[1], "moved-in", &[id.clone(), "4".into(), epoch.clone()]).await;
+        let taken = run_transfer_step(
+            &redis,
+            TAKE,
+            &hashes[1],
+            "moved-in",
+            &[id.clone(), "4".into(), epoch.clone()],
+        )
+        .await;
         assert_eq!(taken, vec![Value::from("taken")]);
     }
-    assert_eq!(segment_counts(&redis, "twice").await, vec![(2, 0, 4), (10, 0, 0)]);
+    assert_eq!(
+        segment_counts(&redis, "twice").await,
+        vec![(2, 0, 4), (10, 0, 0)]
+    );
     // Every unit sells exactly once: buyers of segment 0 pull from 1, the
     // torn transfer settled on the way.
     let users = users_of_segment(0, 2, 20);
     assert_eq!(buy_until_sold_out(&app, "twice", &users).await, 12);
     let counts = segment_counts(&redis, "twice").await;
-    assert!(counts.iter().all(|(stock, _, moving)| *stock == 0 && *moving == 0), "{counts:?}");
+    assert!(
+        counts
+            .iter()
+            .all(|(stock, _, moving)| *stock == 0 && *moving == 0),
+        "{counts:?}"
+    );
     assert_eq!(app.sale("twice").await["sold"], 12);
 }
 
@@ -317,11 +403,15 @@ async fn the_last_unit_sold_tells_every_instance_and_none_asks_redis_again() {
     // The other instances are told (a generous bound: the push takes a few
     // ms), and their first purchase after that asks Redis nothing.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = redis_commands(&redis).await;
+    let before = purchase_calls(&redis).await;
     for app in &apps[1..] {
         assert_problem(app.buy("gone", "late", 1, None).await, 409, "sold-out").await;
     }
-    assert_eq!(redis_commands(&redis).await, before, "an instance was not told the sale sold out");
+    assert_eq!(
+        purchase_calls(&redis).await,
+        before,
+        "an instance was not told the sale sold out"
+    );
     let sale = apps[2].reset_segmented_sale("gone", 1, 1, 2).await;
     assert_eq!(sale["stock"], 1);
     let bought = eventually(Duration::from_secs(2), || async {
@@ -329,6 +419,18 @@ async fn the_last_unit_sold_tells_every_instance_and_none_asks_redis_again() {
     })
     .await;
     assert!(bought, "an instance still answers sold out after the reset");
+}
+
+/// The scripts and functions Redis ran (a purchase's rate check, user
+/// lock and purchase script): not the background reads beside them (the
+/// sweep of transfers, the refusal counts).
+async fn purchase_calls(redis: &RedisServer) -> u64 {
+    command_calls(redis)
+        .await
+        .iter()
+        .filter(|(name, _)| name.starts_with("evalsha") || name.starts_with("fcall"))
+        .map(|(_, calls)| calls)
+        .sum()
 }
 
 /// Which master (by address) serves each segment of `sku`.
@@ -376,7 +478,11 @@ async fn segments_land_on_distinct_masters_of_a_cluster() {
     for master in masters_of_segments(&redis, "tv").await {
         *per_master.entry(master).or_default() += 1;
     }
-    assert_eq!(per_master.values().copied().collect::<Vec<_>>(), vec![2, 2, 2], "{per_master:?}");
+    assert_eq!(
+        per_master.values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2],
+        "{per_master:?}"
+    );
 }
 
 #[tokio::test]
@@ -384,7 +490,11 @@ async fn a_reset_to_other_segments_starts_clean_and_every_order_reaches_the_data
     let redis = RedisServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}", dir.path().join("orders.db").display());
-    let app = TestApp::spawn_sale(&redis, &["--seckill-rate", "10000", "--seckill-burst", "10000"]).await;
+    let app = TestApp::spawn_sale(
+        &redis,
+        &["--seckill-rate", "10000", "--seckill-burst", "10000"],
+    )
+    .await;
     let _worker = Worker::spawn(&redis, &database, "w1", &[]);
     app.reset_segmented_sale("multi", 40, 1, 3).await;
     let users: Vec<String> = (0..25).map(|n| format!("u-{n}")).collect();
@@ -395,37 +505,72 @@ async fn a_reset_to_other_segments_starts_clean_and_every_order_reaches_the_data
         sale["stored"] == 25 && sale["pending"] == 0
     })
     .await;
-    assert!(stored, "not every segment's orders were stored: {}", app.sale("multi").await);
+    assert!(
+        stored,
+        "not every segment's orders were stored: {}",
+        app.sale("multi").await
+    );
     let held = rows(&database, "multi").await;
     assert_eq!((held.rows, held.distinct, held.units), (25, 25, 25));
     let checked = reconcile(&redis, &database);
     let text = String::from_utf8_lossy(&checked.stdout);
     assert!(checked.status.success(), "{text}");
-    assert!(text.contains("multi epoch=") && text.contains("sold=25 orders=25 rows=25 units=25"), "{text}");
+    assert!(
+        text.contains("multi epoch=") && text.contains("sold=25 orders=25 rows=25 units=25"),
+        "{text}"
+    );
 
     // Down to one segment, then up to two: each sale starts clean.
     let sale = app.reset_segmented_sale("multi", 5, 1, 1).await;
-    assert_eq!((sale["segments"].as_u64(), sale["sold"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(
+        (sale["segments"].as_u64(), sale["sold"].as_u64()),
+        (Some(1), Some(0))
+    );
     assert_eq!(buy_until_sold_out(&app, "multi", &users).await, 5);
     app.reset_segmented_sale("multi", 7, 1, 2).await;
     assert_eq!(buy_until_sold_out(&app, "multi", &users).await, 7);
     let sale = app.sale("multi").await;
-    assert_eq!((sale["segments"].as_u64(), sale["sold"].as_u64(), sale["orders"].as_u64()), (Some(2), Some(7), Some(7)));
-    assert_eq!(app.orders("multi").await.len(), 7, "an old sale's orders are listed");
+    assert_eq!(
+        (
+            sale["segments"].as_u64(),
+            sale["sold"].as_u64(),
+            sale["orders"].as_u64()
+        ),
+        (Some(2), Some(7), Some(7))
+    );
+    assert_eq!(
+        app.orders("multi").await.len(),
+        7,
+        "an old sale's orders are listed"
+    );
     let stored = eventually(Duration::from_secs(10), || async {
         rows(&database, "multi").await.rows == 37
     })
     .await;
     assert!(stored, "the later sales' orders were not all stored");
-    let checked = eventually(Duration::from_secs(10), || async { reconcile(&redis, &database).status.success() }).await;
-    assert!(checked, "{}", String::from_utf8_lossy(&reconcile(&redis, &database).stdout));
+    let checked = eventually(Duration::from_secs(10), || async {
+        reconcile(&redis, &database).status.success()
+    })
+    .await;
+    assert!(
+        checked,
+        "{}",
+        String::from_utf8_lossy(&reconcile(&redis, &database).stdout)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_killed_while_stock_moves_leaves_every_unit_for_sale() {
     const STOCK: u64 = 300;
     let redis = RedisServer::start().await;
-    let flags = ["--admin-token", ADMIN, "--seckill-rate", "100000", "--seckill-burst", "100000"];
+    let flags = [
+        "--admin-token",
+        ADMIN,
+        "--seckill-rate",
+        "100000",
+        "--seckill-burst",
+        "100000",
+    ];
     let mut doomed = GatewayProcess::spawn(&redis, &flags, &[]).await;
     let survivor = GatewayProcess::spawn(&redis, &flags, &[]).await;
     let reset = survivor
@@ -451,7 +596,11 @@ async fn a_gateway_killed_while_stock_moves_leaves_every_unit_for_sale() {
                     .json(&serde_json::json!({"user_id": user, "quantity": 1}))
                     .send()
             });
-            if futures_util::future::join_all(requests).await.iter().any(Result::is_err) {
+            if futures_util::future::join_all(requests)
+                .await
+                .iter()
+                .any(Result::is_err)
+            {
                 break;
             }
             sent += chunk.len();
@@ -462,7 +611,10 @@ async fn a_gateway_killed_while_stock_moves_leaves_every_unit_for_sale() {
     send_signal(doomed.child.id(), "-KILL");
     let _ = doomed.child.wait();
     let sent = storm.await.unwrap();
-    assert!(sent < 300, "the gateway died too late to matter ({sent} sent)");
+    assert!(
+        sent < 300,
+        "the gateway died too late to matter ({sent} sent)"
+    );
 
     // The survivor's buyers (of every segment) buy what is left: all of it.
     let users: Vec<String> = (0..600).map(|n| format!("late-{n}")).collect();
@@ -490,9 +642,18 @@ async fn a_gateway_killed_while_stock_moves_leaves_every_unit_for_sale() {
         .json()
         .await
         .unwrap();
-    assert_eq!((sale["sold"].as_u64(), sale["stock"].as_u64()), (Some(STOCK), Some(0)), "{sale}");
+    assert_eq!(
+        (sale["sold"].as_u64(), sale["stock"].as_u64()),
+        (Some(STOCK), Some(0)),
+        "{sale}"
+    );
     assert!(bought > 0);
     let counts = segment_counts(&redis, "storm").await;
-    assert!(counts.iter().all(|(stock, _, moving)| *stock == 0 && *moving == 0), "{counts:?}");
+    assert!(
+        counts
+            .iter()
+            .all(|(stock, _, moving)| *stock == 0 && *moving == 0),
+        "{counts:?}"
+    );
     assert_eq!(counts.iter().map(|(_, sold, _)| sold).sum::<u64>(), STOCK);
 }
