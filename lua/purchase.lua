@@ -13,6 +13,8 @@
 -- ARGV[4]  the order id to use if an order is recorded
 -- ARGV[5]  "replay" to only replay an order recorded under the key (a sale
 --          this instance believes sold out: it buys nothing new), else "buy"
+-- ARGV[6]  the sale's epoch as the gateway knows its segments, or '' (any):
+--          a segment reset since (or not yet) answers stale-layout
 --
 -- Returns {code, field, value, ...}, by code:
 --   ordered         stock and the user's count updated, order recorded:
@@ -25,6 +27,7 @@
 --   no-sale         no such sale
 --   key-reused      the key was used before for a different user or quantity
 --   not-recorded    "replay", and no order is recorded under the key
+--   stale-layout    ARGV[6] is not this segment's epoch: epoch
 -- Every check and change is this one script, so no interleaving of
 -- requests on any number of gateways can oversell, exceed a cap, or record
 -- an order twice.
@@ -38,6 +41,9 @@ if not state[1] then
   return {'no-sale'}
 end
 local stock, limit, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+if ARGV[6] ~= '' and tonumber(ARGV[6]) ~= epoch then
+  return {'stale-layout', 'epoch', epoch}
+end
 
 if key ~= '' then
   local recorded = redis.call('HGET', idem, key)

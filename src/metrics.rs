@@ -228,6 +228,7 @@ pub struct Metrics {
     lock_wait: Histogram,
     lock_events: Family<EventLabel, Counter>,
     sale_outcomes: Family<OutcomeLabel, Counter>,
+    stock_moved: Family<SkuLabel, Counter>,
     rate_limited: Family<ScopeLabel, Counter>,
     redis_commands: Family<OperationLabel, Histogram, Buckets>,
     redis_errors: Family<KindLabel, Counter>,
@@ -248,6 +249,7 @@ impl Default for Metrics {
             lock_wait: histogram(),
             lock_events: Family::default(),
             sale_outcomes: Family::default(),
+            stock_moved: Family::default(),
             rate_limited: Family::default(),
             redis_commands: Family::new_with_constructor(Buckets),
             redis_errors: Family::default(),
@@ -335,6 +337,11 @@ impl Metrics {
             "lockgate_seckill_outcomes",
             "Flash-sale purchase requests by outcome",
             self.sale_outcomes.clone(),
+        );
+        r.register(
+            "lockgate_seckill_stock_moved",
+            "Units of a segmented sale moved from one segment to another that ran dry, by sale",
+            self.stock_moved.clone(),
         );
         r.register(
             "lockgate_rate_limited",
@@ -437,6 +444,15 @@ impl Metrics {
         self.sale_outcomes
             .get_or_create(&OutcomeLabel { outcome })
             .inc();
+    }
+
+    /// Units of a sale moved between its segments.
+    pub fn segment_transfer(&self, sku: &str, units: u64) {
+        if units > 0 {
+            self.stock_moved
+                .get_or_create(&sku_label(sku))
+                .inc_by(units);
+        }
     }
 
     /// A request refused by a rate limit (`user` or `client`).

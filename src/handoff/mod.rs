@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::redis::handoff::{self as streams, Delivery, ReadFrom};
 use crate::redis::seckill::SaleKeys;
+use crate::redis::segments;
 use crate::redis::{BackendError, Redis};
 use entry::{entry_ms, order_row};
 use pace::{Backoff, due, no_group, now_ms};
@@ -175,25 +176,35 @@ impl Handoff {
         let mut conn = self.redis.connection().await?;
         let mut found = BTreeMap::new();
         for sku in streams::registered(&mut conn, &self.prefix).await? {
-            let keys = SaleKeys::new(&self.prefix, &sku);
-            let Some(counts) = streams::counts(&mut conn, &keys).await? else {
+            let Some(counts) =
+                streams::counts(&mut conn, &SaleKeys::new(&self.prefix, &sku)).await?
+            else {
                 continue;
             };
-            for stream in streams::draining(&mut conn, &keys).await? {
-                let epoch = stream
-                    .rsplit(':')
-                    .next()
-                    .and_then(|epoch| epoch.parse().ok())
-                    .unwrap_or(0);
-                found.insert(stream, (sku.clone(), keys.clone(), false, epoch));
-            }
-            // A stream already read has its group; asking again would only
-            // earn a BUSYGROUP error a second.
-            let joined =
-                self.streams.contains_key(&keys.orders) || streams::join(&mut conn, &keys).await?;
-            if joined {
-                let stream = keys.orders.clone();
-                found.insert(stream, (sku, keys, true, counts.epoch));
+            // Every segment of the sale has a stream of its own (and its
+            // old epochs'), each counting its own stored orders.
+            let (current, retired) = segments::every_segment(&mut conn, &self.prefix, &sku).await?;
+            let every = current.iter().map(|keys| (keys, true));
+            for (keys, is_current) in every.chain(retired.iter().map(|keys| (keys, false))) {
+                for stream in streams::draining(&mut conn, keys).await? {
+                    let epoch = stream
+                        .rsplit(':')
+                        .next()
+                        .and_then(|epoch| epoch.parse().ok())
+                        .unwrap_or(0);
+                    found.insert(stream, (sku.clone(), keys.clone(), false, epoch));
+                }
+                if !is_current {
+                    continue;
+                }
+                // A stream already read has its group; asking again would
+                // only earn a BUSYGROUP error a second.
+                let joined = self.streams.contains_key(&keys.orders)
+                    || streams::join(&mut conn, keys).await?;
+                if joined {
+                    let stream = keys.orders.clone();
+                    found.insert(stream, (sku.clone(), keys.clone(), true, counts.epoch));
+                }
             }
         }
         // A stream still known keeps its state (whether its own pending

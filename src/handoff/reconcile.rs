@@ -3,9 +3,10 @@
 use std::collections::BTreeSet;
 
 use super::store::{EpochRows, OrderStore, StoreError};
-use crate::redis::handoff as streams;
+use crate::redis::handoff::{self as streams, SaleCounts};
 use crate::redis::seckill::SaleKeys;
-use crate::redis::{BackendError, Redis};
+use crate::redis::segments;
+use crate::redis::{BackendError, Connection, Redis};
 
 /// Why the reconciliation could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,31 @@ impl EpochLine {
     }
 }
 
+/// The counts of a sale, every segment's summed (the epoch is the sale's
+/// own hash's); `None` when there is no such sale.
+async fn sale_counts(
+    conn: &mut Connection,
+    keys: &SaleKeys,
+    segments: &[SaleKeys],
+) -> Result<Option<SaleCounts>, BackendError> {
+    let Some(mut total) = streams::counts(conn, keys).await? else {
+        return Ok(None);
+    };
+    for segment in &segments[1..] {
+        if let Some(counts) = streams::counts(conn, segment).await?
+            && counts.epoch == total.epoch
+        {
+            total.sold += counts.sold;
+            total.orders += counts.orders;
+            total.stored = match (total.stored, counts.stored) {
+                (Some(a), b) => Some(a + b.unwrap_or(0)),
+                (None, b) => b,
+            };
+        }
+    }
+    Ok(Some(total))
+}
+
 /// The lines for one sale (`sku`) or for every sale Redis or the database knows.
 pub async fn reconcile(
     redis: &Redis,
@@ -89,7 +115,10 @@ pub async fn reconcile(
     let mut lines = Vec::new();
     for sku in skus {
         let keys = SaleKeys::new(prefix, &sku);
-        let counts = streams::counts(&mut conn, &keys).await?;
+        // The sale as a whole: every segment's counts summed, every
+        // segment's old streams and dead letters.
+        let (current, retired) = segments::every_segment(&mut conn, prefix, &sku).await?;
+        let counts = sale_counts(&mut conn, &keys, &current).await?;
         let mut rows = store.epochs(&sku).await?;
         // The current epoch gets a line even with no row yet.
         if let Some(counts) = counts
@@ -101,7 +130,13 @@ pub async fn reconcile(
                 units: 0,
             });
         }
-        let draining = streams::draining(&mut conn, &keys).await?;
+        let every: Vec<&SaleKeys> = current.iter().chain(&retired).collect();
+        let mut draining = Vec::new();
+        let mut dead = 0;
+        for segment in &every {
+            draining.extend(streams::draining(&mut conn, segment).await?);
+            dead += streams::length(&mut conn, &segment.dead_letters).await?;
+        }
         // An old epoch still draining gets a line even with no row yet.
         for stream in &draining {
             let epoch = stream
@@ -119,18 +154,19 @@ pub async fn reconcile(
             }
         }
         rows.sort_by_key(|row| row.sale_epoch);
-        let mut dead = streams::length(&mut conn, &keys.dead_letters).await?;
         for row in rows {
             let current = counts.filter(|counts| counts.epoch == row.sale_epoch);
             let pending = match current {
                 Some(counts) => counts.orders.saturating_sub(counts.stored.unwrap_or(0)),
                 None => {
-                    let stream = format!("{}:{}", keys.orders, row.sale_epoch);
-                    if draining.contains(&stream) {
-                        streams::unstored(&mut conn, &stream).await?
-                    } else {
-                        0
+                    let mut pending = 0;
+                    for segment in &every {
+                        let stream = format!("{}:{}", segment.orders, row.sale_epoch);
+                        if draining.contains(&stream) {
+                            pending += streams::unstored(&mut conn, &stream).await?;
+                        }
                     }
+                    pending
                 }
             };
             lines.push(EpochLine {

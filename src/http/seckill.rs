@@ -34,6 +34,12 @@ pub struct SaleBody {
     /// Most units one user may buy, 1 to 1 000 000 000.
     #[schema(value_type = u64, example = 2)]
     per_user_limit: Number,
+    /// Redis slots the sale's stock and records are spread over, 1 to 64
+    /// (on a Redis Cluster, distinct masters where there are that many); 1
+    /// when absent.
+    #[schema(value_type = Option<u64>, example = 1, minimum = 1, maximum = 64)]
+    #[serde(default)]
+    segments: Option<Number>,
 }
 
 /// A sale's state. At every moment `sold + stock == initial_stock`.
@@ -54,6 +60,9 @@ pub struct SaleView {
     /// null when no hand-off reads this sale.
     pending: Option<u64>,
     refused: RefusedView,
+    /// The Redis slots the sale is spread over; the other fields are the
+    /// whole sale's.
+    segments: u64,
 }
 
 /// Purchases of the sale refused, by why, as every instance counted them
@@ -81,6 +90,7 @@ impl SaleView {
                 limit_exceeded: sale.refused.limit_exceeded,
                 rate_limited: sale.refused.rate_limited,
             },
+            segments: sale.segments,
         }
     }
 }
@@ -219,9 +229,10 @@ pub async fn reset_sale(
     SkuPath(sku): SkuPath,
     JsonBody(body): JsonBody<SaleBody>,
 ) -> Result<Json<SaleView>, ApiError> {
-    let terms = SaleTerms::new(
+    let terms = SaleTerms::segmented(
         whole_number("stock", &body.stock)?,
         whole_number("per_user_limit", &body.per_user_limit)?,
+        whole_number_or("segments", body.segments.as_ref(), 1)?,
     )?;
     let sale = sales.reset(&sku, terms).await?;
     Ok(Json(SaleView::new(sku.as_str(), sale)))

@@ -8,6 +8,7 @@ pub mod pubsub;
 pub mod scan;
 mod scripts;
 pub mod seckill;
+pub mod segments;
 pub mod sentinel;
 pub mod sessions;
 

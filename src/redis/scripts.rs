@@ -163,6 +163,9 @@ pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
 pub static ORDERS_ACK: LuaScript = lua_script!("orders_ack.lua");
 pub static ORDERS_DEAD_LETTER: LuaScript = lua_script!("orders_dead_letter.lua");
 pub static ORDERS_TIDY: LuaScript = lua_script!("orders_tidy.lua");
+pub static SEGMENT_GIVE: LuaScript = lua_script!("segment_give.lua");
+pub static SEGMENT_TAKE: LuaScript = lua_script!("segment_take.lua");
+pub static SEGMENT_SETTLE: LuaScript = lua_script!("segment_settle.lua");
 pub static SESSION_OPEN: LuaScript = lua_script!("session_open.lua");
 pub static SESSION_KEEP: LuaScript = lua_script!("session_keep.lua");
 pub static SESSION_JOIN: LuaScript = lua_script!("session_join.lua");
@@ -170,10 +173,13 @@ pub static SESSION_END: LuaScript = lua_script!("session_end.lua");
 pub static SESSION_VIEW: LuaScript = lua_script!("session_view.lua");
 
 /// The scripts run by SHA, for loading at start-up.
-pub static SCRIPTS: [&LuaScript; 11] = [
+pub static SCRIPTS: [&LuaScript; 14] = [
     &PURCHASE,
     &RESET_SALE,
     &RATE_LIMIT,
+    &SEGMENT_GIVE,
+    &SEGMENT_TAKE,
+    &SEGMENT_SETTLE,
     &ORDERS_ACK,
     &ORDERS_DEAD_LETTER,
     &ORDERS_TIDY,

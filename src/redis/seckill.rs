@@ -23,12 +23,29 @@ pub struct SaleKeys {
     pub draining: String,
     /// Stream: the orders the hand-off could not store.
     pub dead_letters: String,
+    /// Hash: transfers of stock this segment sent and has not settled.
+    pub moving_out: String,
+    /// Hash: transfers of stock this segment took (kept for the epoch).
+    pub moved_in: String,
 }
 
 impl SaleKeys {
+    /// The keys of a sale, which are also those of its first segment.
     pub fn new(prefix: &str, sku: &str) -> Self {
-        let sale = format!("{prefix}sale:{{{sku}}}");
+        Self::named(format!("{prefix}sale:{{{sku}}}"))
+    }
+
+    /// The keys of one of a segmented sale's other segments, hash-tagged
+    /// `{<sku>#<tag>}`: a slot of its own. (`#` is in no sku, so no sale's
+    /// keys are ever another's segment's.)
+    pub fn segment(prefix: &str, sku: &str, tag: &str) -> Self {
+        Self::named(format!("{prefix}sale-segment:{{{sku}#{tag}}}"))
+    }
+
+    fn named(sale: String) -> Self {
         Self {
+            moving_out: format!("{sale}:moving-out"),
+            moved_in: format!("{sale}:moved-in"),
             users: format!("{sale}:users"),
             idempotency: format!("{sale}:idem"),
             orders: format!("{sale}:orders"),
@@ -70,6 +87,9 @@ pub enum PurchaseReply {
     Replayed(RecordedOrder),
     /// Only a replay was asked for, and nothing is recorded under the key.
     NotRecorded,
+    /// The segment's epoch is not the one the gateway placed the buyer by:
+    /// the sale was reset, and its segments may have changed.
+    StaleLayout,
     SoldOut {
         stock: u64,
         epoch: u64,
@@ -100,6 +120,8 @@ pub struct SaleState {
     pub stored: Option<u64>,
     /// Purchases refused, as the instances counted them.
     pub refused: Refused,
+    /// The slots (segments) the sale's stock and records are spread over.
+    pub segments: u64,
 }
 
 /// Purchases of a sale refused, by why (counted by each instance and
@@ -160,7 +182,8 @@ pub struct RateReply {
     pub reset_ms: u64,
 }
 
-/// Runs `purchase.lua`.
+/// Runs `purchase.lua` in `mode`, in the segment `keys` names, placed by
+/// the sale's `epoch` (`None`: whatever the segment's).
 pub async fn purchase(
     conn: &mut Connection,
     keys: &SaleKeys,
@@ -168,7 +191,7 @@ pub async fn purchase(
     quantity: u64,
     idempotency_key: Option<&str>,
     order_id: &str,
-    mode: PurchaseMode,
+    (mode, epoch): (PurchaseMode, Option<u64>),
 ) -> Result<PurchaseReply, BackendError> {
     let reply = PURCHASE
         .run(
@@ -180,7 +203,8 @@ pub async fn purchase(
                 .arg(match mode {
                     PurchaseMode::Buy => "buy",
                     PurchaseMode::ReplayOnly => "replay",
-                }),
+                })
+                .arg(epoch.map(|epoch| epoch.to_string()).unwrap_or_default()),
             conn,
         )
         .await?;
@@ -196,6 +220,7 @@ pub async fn purchase(
         "ordered" => order(reply).map(PurchaseReply::Ordered),
         "replayed" => order(reply).map(PurchaseReply::Replayed),
         "not-recorded" => Some(PurchaseReply::NotRecorded),
+        "stale-layout" => Some(PurchaseReply::StaleLayout),
         "sold-out" => Some(PurchaseReply::SoldOut {
             stock: reply.number("stock")?,
             epoch: reply.number("epoch")?,
@@ -207,26 +232,54 @@ pub async fn purchase(
     })
 }
 
-/// Runs `reset_sale.lua`.
+/// What `reset_sale.lua` sets one segment of a sale to (the whole sale,
+/// when it has one segment).
+#[derive(Debug, Clone)]
+pub struct SegmentReset<'a> {
+    /// This segment's share of the stock.
+    pub stock: u64,
+    /// The sale's stock, every segment's.
+    pub initial_stock: u64,
+    pub per_user_limit: u64,
+    /// The channel told of the reset (the sale's first segment's, so that
+    /// it is told once the whole sale is reset), and the sku to tell it.
+    pub announce: Option<(&'a str, &'a str)>,
+    pub handoff: HandoffTerms<'a>,
+    /// The epoch every segment of the sale takes, or `None` for the script
+    /// to choose one.
+    pub epoch: Option<u64>,
+    /// `"<count> <tag>,..."`: the sale's segments, which its first
+    /// segment's hash names, or `None` (one segment, or another segment).
+    pub layout: Option<String>,
+}
+
+/// Runs `reset_sale.lua` on one segment (or the whole one-segment sale).
 pub async fn reset(
     conn: &mut Connection,
     keys: &SaleKeys,
-    stock: u64,
-    per_user_limit: u64,
-    channel: &str,
-    sku: &str,
-    handoff: HandoffTerms<'_>,
+    terms: &SegmentReset<'_>,
 ) -> Result<ResetReply, BackendError> {
+    let (channel, sku) = terms.announce.unwrap_or(("", ""));
     let reply = RESET_SALE
         .run(
             keys.bind(&mut RESET_SALE.prepare())
                 .key(&keys.draining)
-                .arg(stock)
-                .arg(per_user_limit)
+                .key(&keys.moving_out)
+                .key(&keys.moved_in)
+                .arg(terms.stock)
+                .arg(terms.per_user_limit)
                 .arg(channel)
                 .arg(sku)
-                .arg(handoff.group)
-                .arg(if handoff.in_use { "1" } else { "0" }),
+                .arg(terms.handoff.group)
+                .arg(if terms.handoff.in_use { "1" } else { "0" })
+                .arg(
+                    terms
+                        .epoch
+                        .map(|epoch| epoch.to_string())
+                        .unwrap_or_default(),
+                )
+                .arg(terms.layout.as_deref().unwrap_or(""))
+                .arg(terms.initial_stock),
             conn,
         )
         .await?;
@@ -253,6 +306,7 @@ pub async fn state(
             "per_user_limit",
             "orders",
             "stored",
+            "segments",
         ])
         .arg(&Refused::FIELDS)
         .query_async(conn)
@@ -265,10 +319,12 @@ pub async fn state(
             Some(per_user_limit),
             Some(orders),
             stored,
+            segments,
             sold_out,
             limit_exceeded,
             rate_limited,
         ] => Some(SaleState {
+            segments: segments.unwrap_or(1),
             stock: *stock,
             initial_stock: *initial_stock,
             sold: *sold,

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::Order;
+use super::segments::MAX_SEGMENTS;
 use crate::locks::{IdempotencyKey, LockKey};
 use crate::redis::seckill::RecordedOrder;
 
@@ -221,10 +222,22 @@ pub struct OrdersQuery {
 pub struct SaleTerms {
     stock: u64,
     per_user_limit: u64,
+    segments: u64,
 }
 
 impl SaleTerms {
     pub fn new(stock: u64, per_user_limit: u64) -> Result<Self, InvalidInput> {
+        Self::segmented(stock, per_user_limit, 1)
+    }
+
+    /// Terms of a sale spread over `segments` slots (1 to [`MAX_SEGMENTS`]).
+    pub fn segmented(stock: u64, per_user_limit: u64, segments: u64) -> Result<Self, InvalidInput> {
+        if !(1..=MAX_SEGMENTS).contains(&segments) {
+            return Err(InvalidInput::new(
+                "segments",
+                format!("must be an integer from 1 to {MAX_SEGMENTS}"),
+            ));
+        }
         if stock > MAX_STOCK {
             return Err(InvalidInput::new(
                 "stock",
@@ -240,7 +253,12 @@ impl SaleTerms {
         Ok(Self {
             stock,
             per_user_limit,
+            segments,
         })
+    }
+
+    pub fn segments(self) -> u64 {
+        self.segments
     }
 
     pub fn stock(self) -> u64 {
@@ -337,6 +355,15 @@ mod tests {
         assert!(SaleTerms::new(0, 1).is_ok());
         assert_eq!(SaleTerms::new(MAX_STOCK + 1, 1).unwrap_err().field, "stock");
         assert_eq!(SaleTerms::new(10, 0).unwrap_err().field, "per_user_limit");
+        assert_eq!(
+            SaleTerms::segmented(10, 1, 0).unwrap_err().field,
+            "segments"
+        );
+        assert_eq!(
+            SaleTerms::segmented(10, 1, 65).unwrap_err().field,
+            "segments"
+        );
+        assert_eq!(SaleTerms::segmented(10, 1, 64).unwrap().segments(), 64);
     }
 
     #[test]

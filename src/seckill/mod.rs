@@ -8,16 +8,21 @@
 //! script alone makes overselling impossible; the lock keeps one user's
 //! concurrent requests from racing each other for the rate limit and cap.
 //!
+//! A sale may be spread over segments (Redis slots on distinct Cluster
+//! masters): the buyer's segment runs the script, and a segment that runs
+//! dry first moves stock over from the others ([`segments`]).
+//!
 //! The parts beside the sale and its purchase path here: [`purchase`] (a
 //! purchase's outcome and answer), [`rate`]
 //! (admission by the rate limits), [`orders`] (the recorded orders, a page
-//! at a time), [`sold_out`] (the per-instance flags), [`inputs`] (typed
-//! inputs).
+//! at a time), [`sold_out`] (the per-instance flags), [`segments`] (a sale
+//! over many slots), [`inputs`] (typed inputs).
 
 mod inputs;
 mod orders;
 mod purchase;
 mod rate;
+mod segments;
 mod sold_out;
 mod tally;
 
@@ -39,6 +44,8 @@ use purchase::outcome;
 pub use purchase::{Order, Purchase, PurchaseAnswer};
 use rate::RateLimits;
 pub use rate::{RateDecision, RatePolicy};
+pub use segments::MAX_SEGMENTS;
+use segments::{Layout, Layouts};
 use sold_out::SoldOutFlags;
 use tally::{RefusalKind, RefusalTally};
 
@@ -48,9 +55,7 @@ use crate::locks::{
 use crate::metrics::Metrics;
 use crate::redis::handoff;
 use crate::redis::pubsub::Subscriber;
-use crate::redis::seckill::{
-    self as scripts, HandoffTerms, PurchaseMode, PurchaseReply, Refused, SaleKeys,
-};
+use crate::redis::seckill::{self as scripts, PurchaseMode, PurchaseReply, Refused, SaleKeys};
 use crate::redis::{BackendError, Redis};
 // Read from Redis as they are and handed on unchanged: one type each, not a
 // domain copy joined to the Redis one field by field.
@@ -62,6 +67,10 @@ pub use crate::redis::seckill::{OrderEntry, SaleState};
 const SALE_LOCK_TTL: Duration = Duration::from_secs(5);
 /// How long a reset waits for another reset of the same sale.
 const RESET_LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How many times a purchase in a segmented sale tries its segment again
+/// after moving stock there (or reading the sale's segments again) before
+/// it asks the buyer to retry.
+const PURCHASE_ROUNDS: u32 = 16;
 
 /// The deployment's flash-sale settings.
 #[derive(Debug, Clone, Copy)]
@@ -122,6 +131,8 @@ pub struct Sales {
     locks: Locks,
     prefix: Arc<str>,
     flags: Arc<SoldOutFlags>,
+    /// The segments of each sale this instance served.
+    layouts: Arc<Layouts>,
     rates: RateLimits,
     settings: SaleSettings,
     metrics: Arc<Metrics>,
@@ -144,26 +155,36 @@ impl Sales {
         settings: SaleSettings,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let flags = Arc::new(SoldOutFlags::new(format!("{prefix}sale-resets")));
+        let flags = Arc::new(SoldOutFlags::new(
+            format!("{prefix}sale-resets"),
+            format!("{prefix}sale-sold-out"),
+        ));
         subscriber.listen(flags.clone());
+        let layouts = Arc::new(Layouts::new(flags.channel().to_owned()));
+        subscriber.listen(layouts.clone());
         // The confirmation is not awaited: until it comes, a reset elsewhere
-        // could go unheard, but no purchase has marked anything sold out yet.
+        // could go unheard, but no purchase has marked anything sold out yet
+        // (and a layout from before a reset is caught by its epoch).
         drop(subscriber.subscribe(flags.channel()));
+        drop(subscriber.subscribe(flags.sold_out_channel()));
         let rates = RateLimits::new(redis.clone(), prefix, &settings, metrics.clone());
         let prefix: Arc<str> = prefix.into();
         let refusals = Arc::new(RefusalTally::default());
         refusals.start_flushing(redis.clone(), prefix.clone());
-        Self {
+        let sales = Self {
             redis,
             locks,
             prefix,
             flags,
+            layouts,
             rates,
             settings,
             metrics,
             refusals,
             stored: None,
-        }
+        };
+        sales.start_sweeping();
+        sales
     }
 
     /// Lists read the orders the hand-off stored from `stored` as well.
@@ -177,39 +198,19 @@ impl Sales {
     }
 
     /// Creates or resets a sale under its own lock, so two resets never
-    /// overlap; the old sale's orders, counts and idempotency records go.
+    /// overlap; the old sale's orders, counts and idempotency records go
+    /// (from every segment it had).
     pub async fn reset(&self, sku: &Sku, terms: SaleTerms) -> Result<SaleState, SaleError> {
-        let keys = self.keys(sku);
-        let channel = self.flags.channel();
         let lease = self
             .sale_lock(sku.lock_key(), WaitTime::fixed(RESET_LOCK_WAIT))
             .await?;
-        let reset = async {
-            let mut conn = self.redis.connection().await?;
-            // Listed before it exists, so the order hand-off finds every sale.
-            handoff::register(&mut conn, &self.prefix, sku.as_str()).await?;
-            let in_use = handoff::is_in_use(&mut conn, &self.prefix).await?;
-            let reply = scripts::reset(
-                &mut conn,
-                &keys,
-                terms.stock(),
-                terms.per_user_limit(),
-                channel,
-                sku.as_str(),
-                HandoffTerms {
-                    group: handoff::GROUP,
-                    in_use,
-                },
-            )
-            .await?;
-            Ok::<_, SaleError>(reply)
-        }
-        .await;
+        let reset = self.reset_segments(sku, terms).await;
         self.give_back(lease).await;
         let reset = reset?;
         // Not left to the message alone: this instance knows at once.
+        self.layouts.forget(sku.as_str());
         self.flags.reset(sku.as_str(), reset.epoch);
-        // What the script just wrote; reading it back would cost a round
+        // What the scripts just wrote; reading it back would cost a round
         // trip and could show a purchase made since.
         Ok(SaleState {
             stock: terms.stock(),
@@ -219,6 +220,7 @@ impl Sales {
             orders: 0,
             stored: reset.handoff.then_some(0),
             refused: Refused::default(),
+            segments: terms.segments(),
         })
     }
 
@@ -231,7 +233,10 @@ impl Sales {
                 break;
             }
             let keys = SaleKeys::new(&self.prefix, &sku);
-            if let Some(state) = scripts::state(&mut conn, &keys).await? {
+            if let Some(state) = scripts::state(&mut conn, &keys).await?
+                && let Ok(parsed) = Sku::parse(&sku)
+            {
+                let state = self.totals(&parsed, state).await?;
                 sales.push((sku, state));
             }
         }
@@ -241,14 +246,25 @@ impl Sales {
     pub async fn sale(&self, sku: &Sku) -> Result<SaleState, SaleError> {
         let mut conn = self.redis.connection().await?;
         let state = scripts::state(&mut conn, &self.keys(sku)).await?;
-        Ok(state.ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?)
+        let state = state.ok_or_else(|| Refusal::NotFound { sku: sku.clone() })?;
+        Ok(self.totals(sku, state).await?)
     }
 
     /// A page of the sale's recorded orders, oldest first: everyone's or
     /// one user's (see [`orders`]).
     pub async fn orders(&self, sku: &Sku, query: OrdersQuery) -> Result<OrderPage, SaleError> {
+        let Some(layout) = self.layout(sku).await? else {
+            return Err(Refusal::NotFound { sku: sku.clone() }.into());
+        };
+        // One user's orders are all in that user's segment.
+        let segments = match &query.user {
+            Some(user) => {
+                std::slice::from_ref(&layout.segments[layout.buyer_segment(user.as_str())])
+            }
+            None => layout.segments.as_slice(),
+        };
         let mut conn = self.redis.connection().await?;
-        let sale = (sku.as_str(), &self.keys(sku));
+        let sale = (sku.as_str(), segments);
         match orders::page(&mut conn, sale, &query, self.stored.as_deref()).await {
             Ok(Some(page)) => Ok(page),
             Ok(None) => Err(Refusal::NotFound { sku: sku.clone() }.into()),
@@ -349,15 +365,75 @@ impl Sales {
         PurchaseAnswer { result, rate }
     }
 
-    /// Runs `purchase.lua` (confirmed by replicas when they must confirm)
-    /// and maps its reply to the purchase or the refusal.
+    /// Runs `purchase.lua` in the buyer's segment and maps its reply to
+    /// the purchase or the refusal. A segment without the stock asked for
+    /// first has stock moved over from the others; the buyer is refused
+    /// `sold-out` only when the whole sale lacks it.
     async fn run_purchase_script(
         &self,
         order: &OrderRequest,
         mode: PurchaseMode,
     ) -> Result<Purchase, SaleError> {
         let order_id = uuid::Uuid::new_v4().to_string();
-        let keys = self.keys(&order.sku);
+        let sku = &order.sku;
+        let quantity = order.quantity.get();
+        for round in 0..PURCHASE_ROUNDS {
+            let Some(layout) = self.layout(sku).await? else {
+                return Err(Refusal::NotFound { sku: sku.clone() }.into());
+            };
+            let segment = layout.buyer_segment(order.user.as_str());
+            let keys = &layout.segments[segment];
+            let reply = self
+                .purchase_in(order, mode, &order_id, keys, layout.epoch)
+                .await?;
+            match reply {
+                PurchaseReply::StaleLayout | PurchaseReply::NoSale if round == 0 => {
+                    // Reset since this instance read the segments (or the
+                    // sale's keys are gone): read them again.
+                    self.layouts.forget(sku.as_str());
+                }
+                PurchaseReply::StaleLayout => {
+                    // A reset is under way: its segments are not all reset.
+                    self.layouts.forget(sku.as_str());
+                    tokio::time::sleep(retry_pause()).await;
+                }
+                PurchaseReply::SoldOut { stock, epoch } if layout.count() > 1 => {
+                    let sold = self.sold_everywhere(&layout).await?;
+                    let left = layout.initial_stock.saturating_sub(sold);
+                    if left < quantity {
+                        if left == 0 {
+                            self.announce_sold_out(sku, epoch).await;
+                        }
+                        return Err(Refusal::SoldOut { sku: sku.clone() }.into());
+                    }
+                    let refilled = self
+                        .refill(sku, &layout, segment, quantity.saturating_sub(stock))
+                        .await?;
+                    if refilled.moved == 0 && refilled.finished == 0 {
+                        // Another buyer took what was found: look again soon.
+                        tokio::time::sleep(retry_pause()).await;
+                    }
+                }
+                reply => return self.read_purchase_reply(order, reply, &layout),
+            }
+        }
+        tracing::warn!(%sku, "stock kept moving away from a buyer's segment; the buyer is told to retry");
+        Err(SaleError::Lock(LockError::Held {
+            key: order.lock_key(),
+            retry_after_ms: 100,
+        }))
+    }
+
+    /// Runs `purchase.lua` in one segment, confirmed by replicas when they
+    /// must confirm.
+    async fn purchase_in(
+        &self,
+        order: &OrderRequest,
+        mode: PurchaseMode,
+        order_id: &str,
+        keys: &SaleKeys,
+        epoch: u64,
+    ) -> Result<PurchaseReply, SaleError> {
         let idempotency_key = order.idempotency_key.as_ref().map(IdempotencyKey::as_str);
         // A replay is confirmed too: the script wrote its record again,
         // after the order, so the replicas that have that write have the
@@ -371,12 +447,12 @@ impl Sales {
                 async |conn| {
                     scripts::purchase(
                         conn,
-                        &keys,
+                        keys,
                         order.user.as_str(),
                         order.quantity.get(),
                         idempotency_key,
-                        &order_id,
-                        mode,
+                        order_id,
+                        (mode, Some(epoch)),
                     )
                     .await
                 },
@@ -394,7 +470,7 @@ impl Sales {
             }
             .into());
         }
-        self.read_purchase_reply(order, reply)
+        Ok(reply)
     }
 
     /// What a purchase script's reply means for the order, noting a sale
@@ -403,12 +479,13 @@ impl Sales {
         &self,
         order: &OrderRequest,
         reply: PurchaseReply,
+        layout: &Arc<Layout>,
     ) -> Result<Purchase, SaleError> {
         let sku = order.sku.clone();
         let refusal = match reply {
             PurchaseReply::Ordered(recorded) => {
                 if recorded.stock_left == 0 {
-                    self.flags.mark_sold_out(sku.as_str(), recorded.epoch);
+                    self.segment_sold_out(&sku, layout, recorded.epoch);
                 }
                 return Ok(Purchase::Created(order.recorded(recorded)));
             }
@@ -417,7 +494,7 @@ impl Sales {
             }
             PurchaseReply::SoldOut { stock, epoch } => {
                 if stock == 0 {
-                    self.flags.mark_sold_out(sku.as_str(), epoch);
+                    self.segment_sold_out(&sku, layout, epoch);
                 }
                 Refusal::SoldOut { sku }
             }
@@ -426,10 +503,43 @@ impl Sales {
                 sku,
                 user: order.user.clone(),
             },
-            PurchaseReply::NoSale => Refusal::NotFound { sku },
+            PurchaseReply::NoSale | PurchaseReply::StaleLayout => Refusal::NotFound { sku },
             PurchaseReply::KeyReused => Refusal::KeyReused,
         };
         Err(refusal.into())
+    }
+
+    /// A segment's stock is gone: with one segment the sale sold out, and
+    /// this instance knows at once while every other is told; with more,
+    /// whether the whole sale did is checked beside the answer.
+    fn segment_sold_out(&self, sku: &Sku, layout: &Arc<Layout>, epoch: u64) {
+        let sales = self.clone();
+        let (sku, layout) = (sku.clone(), layout.clone());
+        if layout.count() == 1 {
+            self.flags.mark_sold_out(sku.as_str(), epoch);
+            tokio::spawn(async move { sales.announce_sold_out(&sku, epoch).await });
+        } else {
+            tokio::spawn(async move { sales.check_sold_out(&sku, &layout).await });
+        }
+    }
+
+    /// The sale sold out in `epoch`: this instance knows at once, and tells
+    /// every other (pub/sub), so that each answers `sold-out` from memory.
+    async fn announce_sold_out(&self, sku: &Sku, epoch: u64) {
+        self.flags.mark_sold_out(sku.as_str(), epoch);
+        let published = async {
+            let mut conn = self.redis.connection().await?;
+            let mut publish = redis::cmd("PUBLISH");
+            publish
+                .arg(self.flags.sold_out_channel())
+                .arg(format!("{sku} {epoch}"));
+            publish.query_async::<()>(&mut conn).await?;
+            Ok::<_, BackendError>(())
+        }
+        .await;
+        if let Err(err) = published {
+            tracing::warn!(%sku, error = %err, "cannot tell the other instances the sale sold out");
+        }
     }
 
     /// The answer once this instance knows the sale is sold out: without an
@@ -476,6 +586,13 @@ impl Sales {
             guard.complete();
         }
     }
+}
+
+/// A short pause, a little different each time, before a purchase looks
+/// at a segmented sale again: buyers racing for the last units of two
+/// segments do not keep meeting.
+fn retry_pause() -> Duration {
+    Duration::from_micros(500 + u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 20)
 }
 
 /// The request for one of the sale's own short locks.

@@ -50,13 +50,18 @@ impl From<BackendError> for PageError {
 /// and, when the hand-off stores them, its stored orders, merged, each
 /// order once (one moving from the stream to the database meanwhile is in
 /// one or both, and its place in that order is the same). `None` when
-/// there is no such sale.
+/// there is no such sale. `segments` are the keys of the sale's segments
+/// to read (the first is the sale's own), or the one segment of the user
+/// asked for.
 pub(super) async fn page(
     conn: &mut Connection,
-    (sku, keys): (&str, &SaleKeys),
+    (sku, segments): (&str, &[SaleKeys]),
     query: &OrdersQuery,
     stored: Option<&dyn StoredOrders>,
 ) -> Result<Option<OrderPage>, PageError> {
+    let Some(keys) = segments.first() else {
+        return Ok(None);
+    };
     if let Some(user) = &query.user {
         return Ok(user_page(conn, keys, user.as_str(), query).await?);
     }
@@ -66,10 +71,18 @@ pub(super) async fn page(
         _ => None,
     };
     // One more than the page, to know whether another follows.
-    let Some(streamed) = scripts::orders(conn, keys, after.map(|(ms, _)| ms), limit + 1).await?
+    let Some(mut streamed) =
+        scripts::orders(conn, keys, after.map(|(ms, _)| ms), limit + 1).await?
     else {
         return Ok(None);
     };
+    // Every other segment's stream, from the same place: the page is cut
+    // from them all in the order of purchase.
+    for keys in &segments[1..] {
+        if let Some(more) = scripts::orders(conn, keys, after.map(|(ms, _)| ms), limit + 1).await? {
+            streamed.orders.extend(more.orders);
+        }
+    }
     let mut merged: BTreeMap<(u64, String), OrderEntry> = BTreeMap::new();
     let stored = match stored {
         Some(stored) => stored

@@ -1,4 +1,4 @@
-//! Per-instance sold-out flags, tied to each sale's epoch, cleared on every instance by a reset message, and kept only briefly.
+//! Per-instance sold-out flags, tied to each sale's epoch, raised on every instance by a sold-out message and cleared by a reset message, and kept only briefly.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,6 +19,10 @@ const REMEMBERED_FOR: Duration = Duration::from_secs(3);
 /// never go back (`reset_sale.lua`).
 pub struct SoldOutFlags {
     channel: String,
+    /// Where the instance that sold a sale's last unit says so
+    /// (`<sku> <epoch>`), so that every instance answers `sold-out` from
+    /// memory at once.
+    sold_out_channel: String,
     sales: Mutex<HashMap<String, Known>>,
 }
 
@@ -30,16 +34,22 @@ struct Known {
 }
 
 impl SoldOutFlags {
-    /// Flags fed by resets published on `channel` (`<sku> <epoch>`).
-    pub fn new(channel: String) -> Self {
+    /// Flags fed by resets published on `channel` and sales sold out
+    /// published on `sold_out_channel` (both `<sku> <epoch>`).
+    pub fn new(channel: String, sold_out_channel: String) -> Self {
         Self {
             channel,
+            sold_out_channel,
             sales: Mutex::new(HashMap::new()),
         }
     }
 
     pub fn channel(&self) -> &str {
         &self.channel
+    }
+
+    pub fn sold_out_channel(&self) -> &str {
+        &self.sold_out_channel
     }
 
     /// Whether the sale sold out, as learned in the last few seconds.
@@ -90,14 +100,19 @@ impl SoldOutFlags {
 
 impl Listener for SoldOutFlags {
     fn message(&self, channel: &str, payload: &[u8]) {
-        if channel != self.channel {
+        let reset = channel == self.channel;
+        if !reset && channel != self.sold_out_channel {
             return;
         }
         let text = String::from_utf8_lossy(payload);
         if let Some((sku, epoch)) = text.split_once(' ')
             && let Ok(epoch) = epoch.parse()
         {
-            self.reset(sku, epoch);
+            if reset {
+                self.reset(sku, epoch);
+            } else {
+                self.mark_sold_out(sku, epoch);
+            }
         }
     }
 
@@ -120,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_reset_clears_the_flag_of_its_epoch_and_older() {
-        let flags = SoldOutFlags::new("resets".into());
+        let flags = SoldOutFlags::new("resets".into(), "sold-out".into());
         flags.mark_sold_out("tv", 1);
         assert!(flags.is_sold_out("tv"));
         flags.message("resets", b"tv 2");
@@ -129,7 +144,7 @@ mod tests {
 
     #[test]
     fn a_sold_out_answer_from_before_a_reset_does_not_flag_the_new_sale() {
-        let flags = SoldOutFlags::new("resets".into());
+        let flags = SoldOutFlags::new("resets".into(), "sold-out".into());
         flags.reset("tv", 3);
         flags.mark_sold_out("tv", 2);
         assert!(!flags.is_sold_out("tv"));
@@ -138,8 +153,18 @@ mod tests {
     }
 
     #[test]
+    fn a_sold_out_message_raises_the_flag_of_its_epoch_only() {
+        let flags = SoldOutFlags::new("resets".into(), "sold-out".into());
+        flags.reset("tv", 5);
+        flags.message("sold-out", b"tv 4");
+        assert!(!flags.is_sold_out("tv"));
+        flags.message("sold-out", b"tv 5");
+        assert!(flags.is_sold_out("tv"));
+    }
+
+    #[test]
     fn a_reconnect_forgets_every_flag_and_other_channels_are_ignored() {
-        let flags = SoldOutFlags::new("resets".into());
+        let flags = SoldOutFlags::new("resets".into(), "sold-out".into());
         flags.mark_sold_out("tv", 1);
         flags.message("lockgate:released:{tv}", b"tv 9");
         assert!(flags.is_sold_out("tv"));
@@ -149,7 +174,7 @@ mod tests {
 
     #[test]
     fn a_renewed_resets_subscription_forgets_every_flag_too() {
-        let flags = SoldOutFlags::new("resets".into());
+        let flags = SoldOutFlags::new("resets".into(), "sold-out".into());
         flags.mark_sold_out("tv", 1);
         flags.resubscribed("lockgate:released:{tv}");
         assert!(flags.is_sold_out("tv"));

@@ -9,6 +9,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
+mod segments;
+
 use crate::helpers::{
     ADMIN, Case, RedisServer, TestApp, assert_problem, case, command_calls, eventually,
 };

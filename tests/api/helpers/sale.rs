@@ -30,6 +30,27 @@ impl TestApp {
         response.json().await.unwrap()
     }
 
+    /// Creates or resets sale `sku` spread over `segments` slots (as the
+    /// admin); the sale as answered.
+    pub async fn reset_segmented_sale(
+        &self,
+        sku: &str,
+        stock: u64,
+        per_user_limit: u64,
+        segments: u64,
+    ) -> Value {
+        let response = self
+            .http
+            .put(self.url(&format!("/seckill/{sku}")))
+            .bearer_auth(ADMIN)
+            .json(&json!({"stock": stock, "per_user_limit": per_user_limit, "segments": segments}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "resetting {sku}");
+        response.json().await.unwrap()
+    }
+
     /// `POST /seckill/{sku}/orders` for `user`, with an Idempotency-Key if given.
     pub async fn buy(&self, sku: &str, user: &str, quantity: u64, key: Option<&str>) -> Response {
         let mut request = self
