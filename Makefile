@@ -17,12 +17,14 @@
 #                     up after a crash
 #   make loadtest     the full k6 load tests (loadtest/run.sh)
 #   make bench        the benchmarks behind docs/performance.md
+#   make anchors      lockgate beside etcd, ZooKeeper + Curator, redlock and
+#                     python-redis-lock, one node each (a few minutes)
 #   make openapi      regenerate openapi/openapi.json from the code
 
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit model-check model cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench openapi
+.PHONY: run test lint unit model-check model cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis sqlite curl
@@ -115,7 +117,13 @@ loadtest:
 
 bench:
 	./loadtest/bench-locks.sh
+	./loadtest/bench-redis-cost.sh
+	./loadtest/bench-sessions.sh
 	./loadtest/bench-seckill.sh
+
+# The peers are installed by scripts/ensure-anchors.sh (Debian, npm, PyPI).
+anchors:
+	./loadtest/anchors/run.sh
 
 openapi:
 	$(CARGO) run --locked --quiet -- openapi > openapi/openapi.json

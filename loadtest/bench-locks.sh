@@ -40,11 +40,16 @@ trap cleanup EXIT
 rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
 "$root/scripts/ensure-tools.sh" rust redis
-echo "building (release)..." >&2
-(cd "$root" && cargo build --release --locked --quiet --bin lockgate --example lockbench --example floor)
-lockgate="$root/target/release/lockgate"
-lockbench="$root/target/release/examples/lockbench"
-floor="$root/target/release/examples/floor"
+# LOCKGATE_BIN, LOCKBENCH_BIN and FLOOR_BIN may name prebuilt binaries.
+lockgate="${LOCKGATE_BIN:-}" lockbench="${LOCKBENCH_BIN:-}" floor="${FLOOR_BIN:-}"
+if [ -z "$lockgate" ] || [ -z "$lockbench" ] || [ -z "$floor" ]; then
+  echo "building (release)..." >&2
+  (cd "$root" && cargo build --release --locked --quiet --bin lockgate --example lockbench --example floor)
+  target="${CARGO_TARGET_DIR:-$root/target}"
+  lockgate="${lockgate:-$target/release/lockgate}"
+  lockbench="${lockbench:-$target/release/examples/lockbench}"
+  floor="${floor:-$target/release/examples/floor}"
+fi
 baseline=""
 if [ -n "$baseline_rev" ]; then
   echo "building last round's gateway ($baseline_rev, release)..." >&2
@@ -172,7 +177,12 @@ done
 lock_args+=(PUBLISH bench: __rand_int__)
 # Acquire and release run at once over 1000 keys with one token, so every
 # call does real work: grant or find the lock held, free it or find it free.
+# (redis-benchmark draws each __rand_int__ of a command anew, so one call's
+# keys are of different locks: on one Redis that is still a real call.)
+# An error reply counts as a request done for redis-benchmark, so the run
+# fails if Redis answered any (INFO errorstats, the functions' failed calls).
 n=$(( seconds * 50000 ))
+redis-cli -p "$redis_port" CONFIG RESETSTAT >/dev/null
 redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
   FCALL "$acquire_function" 8 "${lock_args[@]}" \
   token exclusive 1 30000 0 86400000 0 >"$work/acquire.csv" &
@@ -181,6 +191,13 @@ redis-benchmark -p "$redis_port" -c 25 -n "$n" -r 1000 --csv \
   FCALL "$release_function" 8 "${lock_args[@]}" \
   token one 86400000 >"$work/release.csv"
 wait "$bench_acquire"
+redis_errors="$(redis-cli -p "$redis_port" INFO errorstats | grep '^errorstat_' || true)"
+fcall_failed="$(redis-cli -p "$redis_port" INFO commandstats | sed -n 's/^cmdstat_fcall:.*failed_calls=\([0-9]*\).*/\1/p')"
+if [ -n "$redis_errors" ] || [ "${fcall_failed:-0}" != 0 ]; then
+  echo "redis-benchmark's FCALLs were answered with errors (failed calls: ${fcall_failed:-?}):" >&2
+  echo "$redis_errors" >&2
+  exit 1
+fi
 rps() { tail -n 1 "$1" | cut -d, -f2 | tr -d '"'; }
 raw_cycles="$(python3 -c "print(round(($(rps "$work/acquire.csv") + $(rps "$work/release.csv")) / 2))")"
 

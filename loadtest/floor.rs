@@ -36,6 +36,7 @@ const PRELUDE: &str = concat!(
     include_str!("../lua/lib/base.lua"),
     include_str!("../lua/lib/events.lua"),
     include_str!("../lua/lib/holders.lua"),
+    include_str!("../lua/lib/modes.lua"),
     include_str!("../lua/lib/queue.lua"),
 );
 const ACQUIRE: &str = include_str!("../lua/acquire.lua");

@@ -4,6 +4,7 @@ use std::io;
 use std::rc::Rc;
 use std::time::Instant;
 
+use crate::batches::open_session;
 use crate::http::{Http, JSON, base64, expect, json_str, run_clients};
 use crate::measure::{CpuClock, report};
 
@@ -15,27 +16,45 @@ pub(crate) struct Load {
     clients: usize,
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Take every lock in a session, one per client (the gateway only).
+    #[arg(long)]
+    session: bool,
 }
 
 pub(crate) async fn cycles(load: Load) -> io::Result<()> {
     let cpu = CpuClock::start();
     let started = Instant::now();
     let url = Rc::new(load.url);
+    let in_session = load.session;
     let done = run_clients(load.clients, load.seconds, |client, deadline| {
         let url = url.clone();
         async move {
             let mut http = Http::connect(&url).await?;
             let key = format!("bench:cycle:{client}");
+            let session = if in_session {
+                Some(open_session(&mut http).await?)
+            } else {
+                None
+            };
+            let body = match &session {
+                Some(id) => format!(r#"{{"key":"{key}","ttl_ms":30000,"session":"{id}"}}"#),
+                None => format!(r#"{{"key":"{key}","ttl_ms":30000}}"#),
+            };
             let mut done = 0;
             while Instant::now() < deadline {
-                gateway_cycle(&mut http, &key).await?;
+                gateway_cycle(&mut http, &key, &body).await?;
                 done += 1;
             }
             Ok(done)
         }
     })
     .await?;
-    report::<&str>("cycles", done, started.elapsed(), done * 2, cpu, &[]);
+    let mode = if in_session {
+        "session-cycles"
+    } else {
+        "cycles"
+    };
+    report::<&str>(mode, done, started.elapsed(), done * 2, cpu, &[]);
     Ok(())
 }
 
@@ -74,15 +93,8 @@ pub(crate) async fn etcd(load: Load) -> io::Result<()> {
     Ok(())
 }
 
-async fn gateway_cycle(http: &mut Http, key: &str) -> io::Result<()> {
-    let (status, body) = http
-        .send(
-            "POST",
-            "/locks",
-            JSON,
-            &format!(r#"{{"key":"{key}","ttl_ms":30000}}"#),
-        )
-        .await?;
+async fn gateway_cycle(http: &mut Http, key: &str, acquire: &str) -> io::Result<()> {
+    let (status, body) = http.send("POST", "/locks", JSON, acquire).await?;
     expect(status, 201, &body)?;
     let token = json_str(&body, "token").ok_or_else(|| io::Error::other("no token"))?;
     let (status, body) = http

@@ -14,14 +14,23 @@
 //! lockbench waiters   --url http://127.0.0.1:8080 --clients 10000 --pid <gateway pid>
 //! lockbench streams   --url http://127.0.0.1:8080 --clients 5000 --ttl-ms 3000 --pid <gateway pid>
 //! lockbench handoff   --urls http://127.0.0.1:8080,http://127.0.0.1:8081 --waiters 100
+//! lockbench relay     --url http://127.0.0.1:8080 --clients 50 --seconds 10
+//! lockbench etcd-relay --url http://127.0.0.1:2379 --clients 50 --seconds 10
+//! lockbench etcd-waiters --url http://127.0.0.1:2379 --clients 10000
+//! lockbench cycles    --url http://127.0.0.1:8080 --clients 50 --seconds 10 --session
+//! lockbench batch     --url http://127.0.0.1:8080 --clients 50 --size 10 [--one-by-one]
+//! lockbench script-cycles --redis redis://127.0.0.1:6379 [--library lockgate_<hash>]
 //! ```
 
+mod batches;
 mod contended;
 mod cycles;
 mod handoff;
 mod http;
 mod measure;
 mod purchases;
+mod relay;
+mod scripts;
 mod streamed;
 mod waiters;
 
@@ -59,6 +68,21 @@ enum Mode {
     /// release to the next holder's grant, and how many were granted out
     /// of the order they arrived in.
     Handoff(handoff::Handoff),
+    /// Clients passing one key through the gateway, each releasing as soon
+    /// as granted and asking again: hand-offs per second, and the time from
+    /// each release to the next grant.
+    Relay(relay::Relay),
+    /// The same through etcd's HTTP lock API.
+    EtcdRelay(relay::Relay),
+    /// Park this many lock calls on one held key in etcd, each with a lease
+    /// of its own, for the caller to read etcd's memory while they wait.
+    EtcdWaiters(relay::EtcdWaiters),
+    /// Batches of N keys per client through `POST /locks/batch` (or the
+    /// same keys one `POST /locks` at a time), released key by key.
+    Batch(batches::Batches),
+    /// Lock cycles straight on Redis by FCALL: the gateway's own functions
+    /// (`--library`), or a floor of the least a fenced re-entrant lock needs.
+    ScriptCycles(scripts::ScriptCycles),
 }
 
 fn main() -> io::Result<()> {
@@ -77,6 +101,11 @@ fn main() -> io::Result<()> {
             Mode::Waiters(waiters) => waiters::park_waiters(waiters).await,
             Mode::Streams(streams) => streamed::hold_streams(streams).await,
             Mode::Handoff(handoff) => handoff::hand_off(handoff).await,
+            Mode::Relay(relay) => relay::relay(relay).await,
+            Mode::EtcdRelay(relay) => relay::etcd_relay(relay).await,
+            Mode::EtcdWaiters(waiters) => relay::etcd_waiters(waiters).await,
+            Mode::Batch(batches) => batches::batches(batches).await,
+            Mode::ScriptCycles(load) => scripts::script_cycles(load).await,
         }
     })
 }
