@@ -476,7 +476,16 @@ async fn missing_unreadable_or_mismatched_files_stop_serve_with_status_78() {
 #[tokio::test]
 async fn secrets_come_from_files_and_are_never_logged() {
     let password = "redis-pass-from-file";
-    let redis = RedisServer::start_single_with(&["--requirepass", password]).await;
+    let redis = RedisServer::start_single().await;
+    // Set once the server is up: the harness's readiness check has no password.
+    let mut admin = redis.connection().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(password)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     let dir = TempDir::new().unwrap();
     let admin_file = write(dir.path(), "admin", &format!("{ADMIN}\n"));
     let keys_file = write(dir.path(), "keys", &format!("# services\n{BILLING_KEY}\n{OPS_KEY}\n"));
