@@ -11,7 +11,8 @@ use axum::http::HeaderValue;
 
 use crate::handoff::HandoffSettings;
 use crate::http::{
-    AdminToken, ApiKeys, BuyerKey, Permissions, BuyerTokens, RouteSettings, StreamKeepAlive, TrustedProxies,
+    AdminToken, ApiKeys, BuyerKey, BuyerTokens, Permissions, RouteSettings, StreamKeepAlive,
+    TrustedProxies,
 };
 use crate::locks::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, LockLimits, MIN_TTL_MS};
 use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
@@ -221,7 +222,11 @@ pub struct Config {
 
     /// A file whose content (trimmed) is the admin token, so that it need
     /// be neither on the command line nor in the environment.
-    #[arg(long, env = "LOCKGATE_ADMIN_TOKEN_FILE", conflicts_with = "admin_token")]
+    #[arg(
+        long,
+        env = "LOCKGATE_ADMIN_TOKEN_FILE",
+        conflicts_with = "admin_token"
+    )]
     pub admin_token_file: Option<PathBuf>,
 
     /// A file of API keys, one a line (blank lines and `#` comments
@@ -407,19 +412,6 @@ pub struct RedisArgs {
     /// every Redis URL that has none (for Sentinel: the primary's).
     #[arg(long, env = "LOCKGATE_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
-
-    /// CA certificates (PEM) that a `rediss://` Redis's certificate must be
-    /// signed by [default: the system's].
-    #[arg(long, env = "LOCKGATE_REDIS_TLS_CA")]
-    pub redis_tls_ca: Option<PathBuf>,
-
-    /// A client certificate (PEM) for `rediss://` Redis that asks for one.
-    #[arg(long, env = "LOCKGATE_REDIS_TLS_CERT", requires = "redis_tls_key")]
-    pub redis_tls_cert: Option<PathBuf>,
-
-    /// The private key of --redis-tls-cert (PEM).
-    #[arg(long, env = "LOCKGATE_REDIS_TLS_KEY", requires = "redis_tls_cert")]
-    pub redis_tls_key: Option<PathBuf>,
 
     /// The password read from --redis-password-file.
     #[arg(skip)]

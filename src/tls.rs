@@ -19,9 +19,8 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// The certificates of a PEM file (at least one).
 pub fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let unreadable = |err: &dyn std::fmt::Display| {
-        format!("cannot read the {what} {}: {err}", path.display())
-    };
+    let unreadable =
+        |err: &dyn std::fmt::Display| format!("cannot read the {what} {}: {err}", path.display());
     std::fs::metadata(path).map_err(|err| unreadable(&err))?;
     let certificates = CertificateDer::pem_file_iter(path)
         .map_err(|err| unreadable(&err))?
@@ -74,9 +73,10 @@ pub fn server_config(files: &ServerFiles<'_>) -> Result<Arc<ServerConfig>, Strin
     let certificates = read_certificates(files.cert, "TLS certificate")?;
     let key = read_private_key(files.key, "TLS key")?;
     let provider = provider();
-    let signing_key = provider.key_provider.load_private_key(key.clone_key()).map_err(|err| {
-        format!("the TLS key {} cannot sign: {err}", files.key.display())
-    })?;
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|err| format!("the TLS key {} cannot sign: {err}", files.key.display()))?;
     rustls::sign::CertifiedKey::new(certificates.clone(), signing_key)
         .keys_match()
         .map_err(|_| {
@@ -131,10 +131,7 @@ pub fn certificate_names(certificate: &CertificateDer<'_>) -> Vec<String> {
 
 /// Client TLS settings: trust `ca` (else nothing: the caller must give a
 /// CA), and present `identity` (certificate and key files) when given.
-pub fn client_config(
-    ca: &Path,
-    identity: Option<(&Path, &Path)>,
-) -> Result<ClientConfig, String> {
+pub fn client_config(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<ClientConfig, String> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(VERSIONS)
         .map_err(|err| err.to_string())?

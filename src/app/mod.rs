@@ -22,16 +22,16 @@ pub use handoff::orders_command;
 
 use crate::acl::Acl;
 use crate::config::Config;
-use crate::http::Permissions;
-use crate::server::TlsSettings;
-use crate::tls;
 use crate::handoff::Handoff;
 use crate::handoff::store::OrderStore;
+use crate::http::Permissions;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::{BackendError, Redis};
+use crate::server::TlsSettings;
 use crate::server::{self, ConnectionLimits};
+use crate::tls;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +57,10 @@ pub enum StartError {
 impl StartError {
     /// Whether the settings are at fault (`EX_CONFIG`), not the world.
     pub fn is_config(&self) -> bool {
-        matches!(self, Self::Config(_) | Self::BuyerKey(_) | Self::InstanceId(_))
+        matches!(
+            self,
+            Self::Config(_) | Self::BuyerKey(_) | Self::InstanceId(_)
+        )
     }
 }
 

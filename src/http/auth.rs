@@ -33,7 +33,9 @@ impl Permissions {
     /// Puts `acl` in force for the requests that start from now on.
     pub fn replace(&self, acl: Acl) {
         if let Some(current) = &self.0 {
-            *current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(acl);
+            *current
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(acl);
         }
     }
 
@@ -42,9 +44,11 @@ impl Permissions {
     }
 
     fn current(&self) -> Option<Arc<Acl>> {
-        self.0
-            .as_ref()
-            .map(|acl| acl.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone())
+        self.0.as_ref().map(|acl| {
+            acl.read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clone()
+        })
     }
 }
 
@@ -109,7 +113,9 @@ impl Caller {
     pub fn may_read(&self, key: &str) -> bool {
         match self {
             Self::Open | Self::ApiKey | Self::Admin => true,
-            Self::Principal { .. } => self.principal().is_some_and(|p| p.may(Permission::Read, key)),
+            Self::Principal { .. } => self
+                .principal()
+                .is_some_and(|p| p.may(Permission::Read, key)),
         }
     }
 
@@ -219,7 +225,6 @@ pub struct Access<C>(PhantomData<C>);
 /// admin token is configured.
 pub type AdminAccess = Access<AdminToken>;
 
-
 impl<S, C> FromRequestParts<S> for Access<C>
 where
     S: Send + Sync,
@@ -228,7 +233,11 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        permitted(&C::from_ref(state), &parts.headers).map(|()| Self(PhantomData))
+        permitted(&C::from_ref(state), &parts.headers)
+            .map(|()| Self(PhantomData))
+            .inspect_err(|err| {
+                audit::refused("unknown", parts.uri.path(), "-", refusal_slug(err));
+            })
     }
 }
 

@@ -12,13 +12,13 @@ use serde_json::Number;
 use utoipa::ToSchema;
 
 use super::auth::Caller;
-use crate::acl::Permission;
 use super::error::ApiError;
 use super::extract::{JsonBody, KeyPath, one_token, token_header, whole_number_or};
 use super::grant::guarded_body;
 use super::locks::{kind, permits, ttl, value, wait};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockModeText, TokenText};
+use crate::acl::Permission;
 use crate::duration::millis;
 use crate::locks::{
     BatchLease, BatchLock, BatchRequest, HoldMode, LockKey, LockLimits, Locks, MAX_BATCH,

@@ -201,9 +201,10 @@ impl ApiError {
             Self::HeadersTooLarge(_) | Self::TooManyHeaders(_) => ProblemType::HeadersTooLarge,
             Self::RequestTimeout => ProblemType::RequestTimeout,
             Self::Unauthorized => ProblemType::Unauthorized,
-            Self::Forbidden | Self::WrongBuyer | Self::NotPermitted { .. } | Self::ForeignSession(_) => {
-                ProblemType::Forbidden
-            }
+            Self::Forbidden
+            | Self::WrongBuyer
+            | Self::NotPermitted { .. }
+            | Self::ForeignSession(_) => ProblemType::Forbidden,
             Self::AdministrationDisabled => ProblemType::AdministrationDisabled,
             Self::RouteNotFound(_) => ProblemType::NotFound,
             Self::MethodNotAllowed(_) => ProblemType::MethodNotAllowed,

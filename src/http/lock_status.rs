@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Caller;
-use crate::acl::Permission;
 use super::error::ApiError;
 use super::extract::KeyPath;
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockModeText, held_false, held_true};
+use crate::acl::Permission;
 use crate::locks::MAX_LIST;
 use crate::locks::{
     LeaseView, ListCursor, LockError, LockKey, LockSight, LockView, Locks, WaiterView,

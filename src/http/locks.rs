@@ -11,7 +11,6 @@ use utoipa::ToSchema;
 
 use super::audit;
 use super::auth::{AdminToken, Caller, permitted};
-use crate::acl::Permission;
 use super::error::ApiError;
 use super::extract::{
     IdempotencyKeyHeader, JsonBody, KeyPath, one_token, token_header, whole_number, whole_number_or,
@@ -20,11 +19,11 @@ use super::grant::{LockGrant, granted};
 use super::responses::problem_responses;
 use super::schema::{IdempotencyKeyText, LockKeyText, LockModeText, LockStreamEvent, TokenText};
 use super::streamed::{self, StreamKeepAlive, WantsStream};
+use crate::acl::Permission;
 use crate::locks::{
     AcquireRequest, EXAMPLE_TOKEN, IdempotencyKey, InvalidKind, LockError, LockKey, LockKind,
-    LockLimits,
-    LockValue, Locks, OutOfRange, Released, SessionId, StreamedLocks, Token, Ttl, WaitTime,
-    lock_kind,
+    LockLimits, LockValue, Locks, OutOfRange, Released, SessionId, StreamedLocks, Token, Ttl,
+    WaitTime, lock_kind,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.

@@ -11,13 +11,13 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::auth::Caller;
-use crate::acl::Permission;
 use super::error::ApiError;
 use super::extract::KeyPath;
 use super::lock_status::{FreeLock, LockStatus};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockWatchEvent};
 use super::streamed::StreamKeepAlive;
+use crate::acl::Permission;
 use crate::locks::{LockKey, LockSight, WatchEvent, Watches};
 
 /// The header an `EventSource` resends on reconnecting.

@@ -9,9 +9,9 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::Router;
@@ -45,7 +45,10 @@ impl TlsSettings {
 
     /// New handshakes use `config` from now on.
     pub fn replace(&self, config: Arc<ServerConfig>) {
-        *self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
     }
 
     fn current(&self) -> Arc<ServerConfig> {
@@ -117,7 +120,9 @@ pub(super) async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Some(limits.idle_timeout.min(std::time::Duration::from_secs(30))))
+        .keep_alive_interval(Some(
+            limits.idle_timeout.min(std::time::Duration::from_secs(30)),
+        ))
         .max_header_list_size(u32::try_from(limits.max_head_bytes).unwrap_or(u32::MAX));
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);

@@ -67,22 +67,45 @@ async fn the_longest_prefix_decides_and_a_refusal_reveals_nothing() {
 
     // Another's: refused, naming principal, permission and key, the same
     // whether the lock is free or held (by ops).
-    let free = assert_problem(as_(BILLING_KEY, acquire("orders:1")).await, 403, "forbidden").await;
+    let free = assert_problem(
+        as_(BILLING_KEY, acquire("orders:1")).await,
+        403,
+        "forbidden",
+    )
+    .await;
     assert_eq!(free["key"], "orders:1");
     let detail = free["detail"].as_str().unwrap();
     assert!(detail.contains("billing") && detail.contains("lock") && detail.contains("orders:1"));
     let held = as_(OPS_KEY, acquire("orders:1")).await;
     assert_eq!(held.status(), StatusCode::CREATED);
     let held: Value = held.json().await.unwrap();
-    let refused = assert_problem(as_(BILLING_KEY, acquire("orders:1")).await, 403, "forbidden").await;
+    let refused = assert_problem(
+        as_(BILLING_KEY, acquire("orders:1")).await,
+        403,
+        "forbidden",
+    )
+    .await;
     assert_eq!(refused, free, "a refusal says nothing of the lock");
 
     // Read only under billing:audit: (the longer prefix wins) and shared:.
-    assert_problem(as_(BILLING_KEY, acquire("billing:audit:1")).await, 403, "forbidden").await;
+    assert_problem(
+        as_(BILLING_KEY, acquire("billing:audit:1")).await,
+        403,
+        "forbidden",
+    )
+    .await;
     let inspect = |key: &str| http.get(app.url(&format!("/locks/{key}")));
-    assert_eq!(as_(BILLING_KEY, inspect("billing:audit:1")).await.status(), 404);
+    assert_eq!(
+        as_(BILLING_KEY, inspect("billing:audit:1")).await.status(),
+        404
+    );
     assert_eq!(as_(BILLING_KEY, inspect("shared:x")).await.status(), 404);
-    let refused = assert_problem(as_(BILLING_KEY, inspect("orders:1")).await, 403, "forbidden").await;
+    let refused = assert_problem(
+        as_(BILLING_KEY, inspect("orders:1")).await,
+        403,
+        "forbidden",
+    )
+    .await;
     assert!(refused["detail"].as_str().unwrap().contains("read"));
     let watch = http.get(app.url("/locks/orders:1/events"));
     assert_problem(as_(BILLING_KEY, watch).await, 403, "forbidden").await;
@@ -145,7 +168,12 @@ async fn the_longest_prefix_decides_and_a_refusal_reveals_nothing() {
     assert_eq!(as_(BILLING_KEY, gone).await.status(), 404);
 
     // No known principal: 401.
-    assert_problem(as_("not-a-key", acquire("billing:3")).await, 401, "unauthorized").await;
+    assert_problem(
+        as_("not-a-key", acquire("billing:3")).await,
+        401,
+        "unauthorized",
+    )
+    .await;
     let anonymous = acquire("billing:3").send().await.unwrap();
     assert_problem(anonymous, 401, "unauthorized").await;
     app.stop().await;
@@ -158,14 +186,22 @@ async fn a_session_belongs_to_the_principal_that_opened_it() {
     let acl = write(dir.path(), "acl.toml", &two_services());
     let app = TestApp::spawn_with(&redis, &["--acl-file", acl.to_str().unwrap()]).await;
     let http = &app.http;
-    let opened = as_(BILLING_KEY, http.post(app.url("/sessions")).json(&json!({}))).await;
+    let opened = as_(
+        BILLING_KEY,
+        http.post(app.url("/sessions")).json(&json!({})),
+    )
+    .await;
     assert_eq!(opened.status(), StatusCode::CREATED);
     let id = opened.json::<Value>().await.unwrap()["id"]
         .as_str()
         .unwrap()
         .to_owned();
     let session = app.url(&format!("/sessions/{id}"));
-    for request in [http.put(&session), http.get(&session), http.delete(&session)] {
+    for request in [
+        http.put(&session),
+        http.get(&session),
+        http.delete(&session),
+    ] {
         assert_problem(as_(OPS_KEY, request).await, 403, "forbidden").await;
     }
     let attach = |key: &str| {
@@ -216,7 +252,10 @@ async fn acl_hash_and_check() {
     );
     let out = check(&bad);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("line 3"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 3"),
+        "{out:?}"
+    );
 }
 
 /// The real binary, serving on a free port, its log in a file; killed when dropped.
@@ -244,7 +283,11 @@ impl Served {
         let served = Self { child, addr, log };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(served.addr).is_err() {
-            assert!(Instant::now() < deadline, "lockgate did not start:\n{}", served.logs());
+            assert!(
+                Instant::now() < deadline,
+                "lockgate did not start:\n{}",
+                served.logs()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         served
@@ -270,17 +313,27 @@ impl Drop for Served {
 fn certificates(dir: &Path, clients: &[&str]) -> PathBuf {
     let certs = dir.join("certs");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-certs.sh");
-    let out = Command::new(script).arg(&certs).args(clients).output().unwrap();
+    let out = Command::new(script)
+        .arg(&certs)
+        .args(clients)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "make-certs.sh: {out:?}");
     certs
 }
 
 /// A TLS client trusting the test CA, presenting `client`'s certificate.
 fn tls_client(certs: &Path, client: Option<&str>) -> reqwest::Client {
-    let cert = client.map(|name| (certs.join(format!("{name}.pem")), certs.join(format!("{name}-key.pem"))));
+    let cert = client.map(|name| {
+        (
+            certs.join(format!("{name}.pem")),
+            certs.join(format!("{name}-key.pem")),
+        )
+    });
     let config = lockgate::tls::client_config(
         &certs.join("ca.pem"),
-        cert.as_ref().map(|(cert, key)| (cert.as_path(), key.as_path())),
+        cert.as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path())),
     )
     .unwrap();
     reqwest::Client::builder()
@@ -293,7 +346,13 @@ fn tls_client(certs: &Path, client: Option<&str>) -> reqwest::Client {
 fn curl(certs: &Path, client: Option<&str>, extra: &[&str], url: &str) -> (i32, String) {
     let mut command = Command::new("curl");
     command
-        .args(["-sS", "-o", "/dev/null", "-w", "%{http_version} %{http_code}"])
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code}",
+        ])
         .arg("--cacert")
         .arg(certs.join("ca.pem"))
         .args(extra);
@@ -321,27 +380,54 @@ async fn tls_with_client_certificates_names_the_principal_and_reloads_on_sighup(
     let mut gateway = Served::start(
         &redis.gateway_flags(),
         &[
-            "--tls-cert", &pem("server.pem"),
-            "--tls-key", &pem("server-key.pem"),
-            "--tls-client-ca", &pem("ca.pem"),
-            "--acl-file", acl.to_str().unwrap(),
-            "--admin-token", ADMIN,
+            "--tls-cert",
+            &pem("server.pem"),
+            "--tls-key",
+            &pem("server-key.pem"),
+            "--tls-client-ca",
+            &pem("ca.pem"),
+            "--acl-file",
+            acl.to_str().unwrap(),
+            "--admin-token",
+            ADMIN,
         ],
         dir.path(),
     );
 
     // HTTP/2 and HTTP/1.1 by ALPN; the certificate names the principal.
     let list = gateway.url("/locks?prefix=");
-    assert_eq!(curl(&certs, Some("ops.internal"), &["--http2"], &list), (0, "2 200".into()));
-    assert_eq!(curl(&certs, Some("billing"), &["--http1.1"], &list), (0, "1.1 200".into()));
+    assert_eq!(
+        curl(&certs, Some("ops.internal"), &["--http2"], &list),
+        (0, "2 200".into())
+    );
+    assert_eq!(
+        curl(&certs, Some("billing"), &["--http1.1"], &list),
+        (0, "1.1 200".into())
+    );
     // A certificate that names no principal: 401; none at all: no handshake.
-    assert_eq!(curl(&certs, Some("stranger"), &[], &list), (0, "2 401".into()));
+    assert_eq!(
+        curl(&certs, Some("stranger"), &[], &list),
+        (0, "2 401".into())
+    );
     assert_ne!(curl(&certs, None, &[], &list).0, 0);
     // TLS 1.1 and older are refused.
-    assert_ne!(curl(&certs, Some("ops.internal"), &["--tlsv1.1", "--tls-max", "1.1"], &list).0, 0);
+    assert_ne!(
+        curl(
+            &certs,
+            Some("ops.internal"),
+            &["--tlsv1.1", "--tls-max", "1.1"],
+            &list
+        )
+        .0,
+        0
+    );
 
     let billing = tls_client(&certs, Some("billing"));
-    let acquire = |key: &str| billing.post(gateway.url("/locks")).json(&json!({"key": key, "ttl_ms": 1500}));
+    let acquire = |key: &str| {
+        billing
+            .post(gateway.url("/locks"))
+            .json(&json!({"key": key, "ttl_ms": 1500}))
+    };
     assert_eq!(acquire("billing:1").send().await.unwrap().status(), 201);
     assert_eq!(acquire("orders:1").send().await.unwrap().status(), 403);
 
@@ -387,7 +473,10 @@ async fn tls_with_client_certificates_names_the_principal_and_reloads_on_sighup(
     // The streamed lock carried on through both reloads.
     events.until("renewed", Duration::from_secs(2)).await;
     let logs = gateway.logs();
-    assert!(logs.contains("lockgate::audit") && logs.contains("reload-permissions"), "{logs}");
+    assert!(
+        logs.contains("lockgate::audit") && logs.contains("reload-permissions"),
+        "{logs}"
+    );
 
     // A certificate reload: new handshakes get the new certificate, and a
     // broken one leaves the old in force.
@@ -400,7 +489,10 @@ async fn tls_with_client_certificates_names_the_principal_and_reloads_on_sighup(
         })
         .await
     );
-    assert_eq!(curl(&certs, Some("ops.internal"), &[], &list), (0, "2 200".into()));
+    assert_eq!(
+        curl(&certs, Some("ops.internal"), &[], &list),
+        (0, "2 200".into())
+    );
     std::fs::write(certs.join("server.pem"), server_pem).unwrap();
     events.until("renewed", Duration::from_secs(2)).await;
     assert!(gateway.child.try_wait().unwrap().is_none(), "still serving");
@@ -414,24 +506,40 @@ async fn plain_http_to_the_tls_port_gets_no_answer_and_no_log_flood() {
     let pem = |name: &str| certs.join(name).to_string_lossy().into_owned();
     let gateway = Served::start(
         &redis.gateway_flags(),
-        &["--tls-cert", &pem("server.pem"), "--tls-key", &pem("server-key.pem")],
+        &[
+            "--tls-cert",
+            &pem("server.pem"),
+            "--tls-key",
+            &pem("server-key.pem"),
+        ],
         dir.path(),
     );
     let before = gateway.logs().len();
     for _ in 0..200 {
         let mut stream = TcpStream::connect(gateway.addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
         stream
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
         let mut answer = Vec::new();
         let _ = stream.read_to_end(&mut answer);
-        assert!(!answer.starts_with(b"HTTP/"), "an HTTP answer on the TLS port");
+        assert!(
+            !answer.starts_with(b"HTTP/"),
+            "an HTTP answer on the TLS port"
+        );
     }
     let grown = gateway.logs().len() - before;
-    assert!(grown < 2_000, "200 plain requests wrote {grown} bytes of log");
+    assert!(
+        grown < 2_000,
+        "200 plain requests wrote {grown} bytes of log"
+    );
     // And HTTPS works.
-    assert_eq!(curl(&certs, None, &[], &gateway.url("/healthz")), (0, "2 200".into()));
+    assert_eq!(
+        curl(&certs, None, &[], &gateway.url("/healthz")),
+        (0, "2 200".into())
+    );
 }
 
 /// `lockgate serve` with `flags`: its exit status and what it wrote.
@@ -442,7 +550,10 @@ fn serve_refused(redis: &RedisServer, flags: &[&str]) -> (Option<i32>, String) {
         .args(flags)
         .output()
         .unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test]
@@ -452,17 +563,68 @@ async fn missing_unreadable_or_mismatched_files_stop_serve_with_status_78() {
     let certs = certificates(dir.path(), &["billing"]);
     let pem = |name: &str| certs.join(name).to_string_lossy().into_owned();
     let bad_acl = write(dir.path(), "bad.toml", "[principals.x]\nrules = 3\n");
-    let missing = dir.path().join("missing.pem").to_string_lossy().into_owned();
+    let missing = dir
+        .path()
+        .join("missing.pem")
+        .to_string_lossy()
+        .into_owned();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["--tls-cert".into(), missing.clone(), "--tls-key".into(), pem("server-key.pem")], "missing.pem"),
-        (vec!["--tls-cert".into(), pem("server.pem"), "--tls-key".into(), missing.clone()], "missing.pem"),
-        (vec!["--tls-cert".into(), pem("server.pem"), "--tls-key".into(), pem("billing-key.pem")], "not the key"),
-        (vec!["--tls-cert".into(), pem("server.pem"), "--tls-key".into(), pem("server-key.pem"),
-              "--tls-client-ca".into(), missing.clone()], "missing.pem"),
-        (vec!["--tls-cert".into(), pem("server-key.pem"), "--tls-key".into(), pem("server-key.pem")], "no PEM certificate"),
+        (
+            vec![
+                "--tls-cert".into(),
+                missing.clone(),
+                "--tls-key".into(),
+                pem("server-key.pem"),
+            ],
+            "missing.pem",
+        ),
+        (
+            vec![
+                "--tls-cert".into(),
+                pem("server.pem"),
+                "--tls-key".into(),
+                missing.clone(),
+            ],
+            "missing.pem",
+        ),
+        (
+            vec![
+                "--tls-cert".into(),
+                pem("server.pem"),
+                "--tls-key".into(),
+                pem("billing-key.pem"),
+            ],
+            "not the key",
+        ),
+        (
+            vec![
+                "--tls-cert".into(),
+                pem("server.pem"),
+                "--tls-key".into(),
+                pem("server-key.pem"),
+                "--tls-client-ca".into(),
+                missing.clone(),
+            ],
+            "missing.pem",
+        ),
+        (
+            vec![
+                "--tls-cert".into(),
+                pem("server-key.pem"),
+                "--tls-key".into(),
+                pem("server-key.pem"),
+            ],
+            "no PEM certificate",
+        ),
         (vec!["--acl-file".into(), missing.clone()], "missing.pem"),
-        (vec!["--acl-file".into(), bad_acl.to_string_lossy().into_owned()], "line 2"),
-        (vec!["--admin-token-file".into(), missing.clone()], "missing.pem"),
+        (
+            vec!["--acl-file".into(), bad_acl.to_string_lossy().into_owned()],
+            "line 2",
+        ),
+        (
+            vec!["--admin-token-file".into(), missing.clone()],
+            "missing.pem",
+        ),
     ];
     for (flags, reason) in cases {
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -488,16 +650,24 @@ async fn secrets_come_from_files_and_are_never_logged() {
         .unwrap();
     let dir = TempDir::new().unwrap();
     let admin_file = write(dir.path(), "admin", &format!("{ADMIN}\n"));
-    let keys_file = write(dir.path(), "keys", &format!("# services\n{BILLING_KEY}\n{OPS_KEY}\n"));
+    let keys_file = write(
+        dir.path(),
+        "keys",
+        &format!("# services\n{BILLING_KEY}\n{OPS_KEY}\n"),
+    );
     let password_file = write(dir.path(), "redis-password", password);
     let redis_url = vec!["--redis-url".to_owned(), redis.url()];
     let gateway = Served::start(
         &redis_url,
         &[
-            "--admin-token-file", admin_file.to_str().unwrap(),
-            "--api-keys-file", keys_file.to_str().unwrap(),
-            "--redis-password-file", password_file.to_str().unwrap(),
-            "--log-format", "json",
+            "--admin-token-file",
+            admin_file.to_str().unwrap(),
+            "--api-keys-file",
+            keys_file.to_str().unwrap(),
+            "--redis-password-file",
+            password_file.to_str().unwrap(),
+            "--log-format",
+            "json",
         ],
         dir.path(),
     );
@@ -507,7 +677,12 @@ async fn secrets_come_from_files_and_are_never_logged() {
     assert_eq!(acquire().send().await.unwrap().status(), 401);
     let granted = as_(OPS_KEY, acquire()).await;
     assert_eq!(granted.status(), 201, "the password reached Redis");
-    assert_eq!(as_(BILLING_KEY, http.get(url("/locks/files:1"))).await.status(), 200);
+    assert_eq!(
+        as_(BILLING_KEY, http.get(url("/locks/files:1")))
+            .await
+            .status(),
+        200
+    );
     // The admin token from its file revokes; the audit trail has it.
     let revoke = http.delete(url("/locks/files:1?force=true"));
     assert_eq!(as_(ADMIN, revoke).await.status(), 204);
@@ -516,10 +691,24 @@ async fn secrets_come_from_files_and_are_never_logged() {
         let _ = as_("wrong", acquire()).await;
     }
     let logs = gateway.logs();
-    let audit: Vec<&str> = logs.lines().filter(|line| line.contains("lockgate::audit")).collect();
-    assert!(audit.iter().any(|line| line.contains("\"revoke\"") && line.contains("revoked")), "{logs}");
-    let refusals = audit.iter().filter(|line| line.contains("authenticate")).count();
-    assert!((1..=5).contains(&refusals), "{refusals} refusal lines for 300 refusals");
+    let audit: Vec<&str> = logs
+        .lines()
+        .filter(|line| line.contains("lockgate::audit"))
+        .collect();
+    assert!(
+        audit
+            .iter()
+            .any(|line| line.contains("\"revoke\"") && line.contains("revoked")),
+        "{logs}"
+    );
+    let refusals = audit
+        .iter()
+        .filter(|line| line.contains("authenticate"))
+        .count();
+    assert!(
+        (1..=5).contains(&refusals),
+        "{refusals} refusal lines for 300 refusals"
+    );
     for secret in [password, ADMIN, BILLING_KEY, OPS_KEY] {
         assert!(!logs.contains(secret), "the log shows {secret}");
     }
@@ -535,22 +724,42 @@ async fn lockgate_run_over_tls_with_a_client_certificate() {
     let gateway = Served::start(
         &redis.gateway_flags(),
         &[
-            "--tls-cert", &pem("server.pem"),
-            "--tls-key", &pem("server-key.pem"),
-            "--tls-client-ca", &pem("ca.pem"),
-            "--acl-file", acl.to_str().unwrap(),
+            "--tls-cert",
+            &pem("server.pem"),
+            "--tls-key",
+            &pem("server-key.pem"),
+            "--tls-client-ca",
+            &pem("ca.pem"),
+            "--acl-file",
+            acl.to_str().unwrap(),
         ],
         dir.path(),
     );
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockgate"))
         .args(["run", "--url", &gateway.url(""), "--ca", &pem("ca.pem")])
-        .args(["--cert", &pem("ops.internal.pem"), "--cert-key", &pem("ops.internal-key.pem")])
-        .args(["jobs:nightly", "--", "sh", "-c", "echo $LOCKGATE_FENCING_TOKEN"])
+        .args([
+            "--cert",
+            &pem("ops.internal.pem"),
+            "--cert-key",
+            &pem("ops.internal-key.pem"),
+        ])
+        .args([
+            "jobs:nightly",
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKGATE_FENCING_TOKEN",
+        ])
         .output()
         .await
         .unwrap();
     assert!(out.status.success(), "{out:?}\n{}", gateway.logs());
-    assert!(String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().is_ok());
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u64>()
+            .is_ok()
+    );
     // Without the client certificate, the gateway cannot be reached (69).
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockgate"))
         .args(["run", "--url", &gateway.url(""), "--ca", &pem("ca.pem")])
@@ -559,4 +768,70 @@ async fn lockgate_run_over_tls_with_a_client_certificate() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "{out:?}");
+}
+
+/// What a permissions check costs: lock cycles (acquire, release) through a
+/// gateway with a 1000-rule permissions file against one with an API key
+/// only, on the same Redis, in alternating rounds. A measurement, not a
+/// check: `cargo test --test api security::acl_cost -- --ignored --nocapture` (figures
+/// in docs/security.md).
+#[tokio::test]
+#[ignore = "a measurement; run on demand"]
+async fn acl_cost_with_1000_rules() {
+    let redis = RedisServer::start_single().await;
+    let dir = TempDir::new().unwrap();
+    let mut rules = String::from("rules = [\n");
+    for index in 0..999 {
+        rules.push_str(&format!(
+            "  {{ prefix = \"svc{index}:part{}:\", allow = [\"read\"] }},\n",
+            index % 7
+        ));
+    }
+    rules.push_str("  { prefix = \"bench:\", allow = [\"read\", \"lock\"] } ]\n");
+    let file = format!(
+        "[principals.bench]\napi_key_sha256 = \"{}\"\n{rules}",
+        lockgate::acl::api_key_sha256(BILLING_KEY)
+    );
+    let acl = write(dir.path(), "acl.toml", &file);
+    let with_acl = TestApp::spawn_with(&redis, &["--acl-file", acl.to_str().unwrap()]).await;
+    let without = TestApp::spawn_with(&redis, &["--api-keys", BILLING_KEY]).await;
+    let cycle = |app: &TestApp, key: String| {
+        let http = app.http.clone();
+        let url = app.url("");
+        async move {
+            let grant: Value = as_(
+                BILLING_KEY,
+                http.post(format!("{url}/locks")).json(&json!({"key": key})),
+            )
+            .await
+            .json()
+            .await
+            .unwrap();
+            let release = http
+                .delete(format!("{url}/locks/{key}"))
+                .header("Lock-Token", grant["token"].as_str().unwrap());
+            assert_eq!(as_(BILLING_KEY, release).await.status(), 204);
+        }
+    };
+    let (mut acl_total, mut plain_total) = (Duration::ZERO, Duration::ZERO);
+    let rounds = 20;
+    let per_round = 200;
+    for round in 0..rounds {
+        for (app, total) in [(&with_acl, &mut acl_total), (&without, &mut plain_total)] {
+            let started = Instant::now();
+            for index in 0..per_round {
+                cycle(app, format!("bench:{round}:{index}")).await;
+            }
+            *total += started.elapsed();
+        }
+    }
+    let cycles = f64::from(rounds * per_round);
+    let acl_us = acl_total.as_secs_f64() * 1e6 / cycles;
+    let plain_us = plain_total.as_secs_f64() * 1e6 / cycles;
+    println!(
+        "lock cycle: {acl_us:.1} µs with 1000 rules, {plain_us:.1} µs with an API key only ({:+.2}%)",
+        (acl_us / plain_us - 1.0) * 100.0
+    );
+    with_acl.stop().await;
+    without.stop().await;
 }
