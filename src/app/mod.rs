@@ -57,10 +57,7 @@ pub enum StartError {
 impl StartError {
     /// Whether the settings are at fault (`EX_CONFIG`), not the world.
     pub fn is_config(&self) -> bool {
-        matches!(
-            self,
-            Self::Config(_) | Self::BuyerKey(_) | Self::InstanceId(_)
-        )
+        matches!(self, Self::Config(_))
     }
 }
 
