@@ -1,6 +1,7 @@
 //! Command line and settings: every setting of `serve` is a flag and a `LOCKGATE_*` variable (`run` has its own, in `run`).
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,13 +11,15 @@ use axum::http::HeaderValue;
 
 use crate::handoff::HandoffSettings;
 use crate::http::{
-    AdminToken, ApiKeys, BuyerKey, BuyerTokens, RouteSettings, StreamKeepAlive, TrustedProxies,
+    AdminToken, ApiKeys, BuyerKey, BuyerTokens, Permissions, RouteSettings, StreamKeepAlive,
+    TrustedProxies,
 };
 use crate::locks::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, LockLimits, MIN_TTL_MS};
 use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
 use crate::server::{ConnectionLimits, RequestLimits, RequestSettings};
+use crate::tls::ServerFiles;
 
 /// lockgate: distributed locks on Redis over plain HTTP.
 #[derive(Debug, Parser)]
@@ -34,6 +37,9 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the OpenAPI document (what openapi/openapi.json holds).
     Openapi,
+    /// Permissions files: hash an API key, check a file.
+    #[command(subcommand)]
+    Acl(AclCommand),
     /// Store the sales' orders in a database (a hand-off worker), or
     /// reconcile the database with Redis (`orders reconcile`).
     Orders(Box<OrdersArgs>),
@@ -41,6 +47,17 @@ pub enum Command {
     /// dies (started by `lockgate run` itself; not for people).
     #[command(hide = true)]
     ReapGroup(ReapArgs),
+}
+
+/// `lockgate acl`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AclCommand {
+    /// Read an API key on stdin and print its SHA-256 in hex, as a
+    /// permissions file's api_key_sha256 names it.
+    Hash,
+    /// Check a permissions file: exit 0, or 1 with the line of the first
+    /// error.
+    Check { file: PathBuf },
 }
 
 /// `lockgate reap-group`: the process group to stop, and the grace between
@@ -203,6 +220,42 @@ pub struct Config {
     #[arg(long, env = "LOCKGATE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// A file whose content (trimmed) is the admin token, so that it need
+    /// be neither on the command line nor in the environment.
+    #[arg(
+        long,
+        env = "LOCKGATE_ADMIN_TOKEN_FILE",
+        conflicts_with = "admin_token"
+    )]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// A file of API keys, one a line (blank lines and `#` comments
+    /// skipped), added to --api-keys.
+    #[arg(long, env = "LOCKGATE_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// Permissions by lock-key prefix (TOML): principals named by an API
+    /// key's SHA-256 or a client certificate's name, each with rules
+    /// `{prefix, allow = [read, lock, revoke]}`. Given, anything not allowed
+    /// is refused; SIGHUP reads it again.
+    #[arg(long, env = "LOCKGATE_ACL_FILE")]
+    pub acl_file: Option<PathBuf>,
+
+    /// The gateway's certificate chain (PEM): with --tls-key, serve HTTPS
+    /// only (HTTP/1.1 and HTTP/2, TLS 1.2 and 1.3); SIGHUP reads it again.
+    #[arg(long, env = "LOCKGATE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "LOCKGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// CA certificates (PEM) that client certificates must be signed by:
+    /// with it, a connection without one is refused in the handshake, and
+    /// a certificate's subject CN or DNS name names its principal.
+    #[arg(long, env = "LOCKGATE_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
     /// How often an idle streamed lock's event stream gets an SSE comment,
     /// so that proxies keep it open, in milliseconds.
     #[arg(long, env = "LOCKGATE_STREAM_KEEP_ALIVE_MS", default_value_t = 15_000,
@@ -355,6 +408,15 @@ pub struct RedisArgs {
     #[arg(long, env = "LOCKGATE_REDIS_CLUSTER_NODES", value_delimiter = ',')]
     pub redis_cluster_nodes: Vec<String>,
 
+    /// A file whose content (trimmed) is the Redis password, put into
+    /// every Redis URL that has none (for Sentinel: the primary's).
+    #[arg(long, env = "LOCKGATE_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
+
+    /// The password read from --redis-password-file.
+    #[arg(skip)]
+    pub redis_password: Option<String>,
+
     /// Namespace of every Redis key the gateway writes.
     #[arg(long, env = "LOCKGATE_KEY_PREFIX", default_value = "lockgate:",
           value_parser = key_prefix)]
@@ -369,20 +431,67 @@ pub struct RedisArgs {
 
 impl RedisArgs {
     pub fn topology(&self) -> Topology {
+        let password = self.redis_password.as_deref();
         if self.redis_cluster_nodes.is_empty() {
             Topology::Single {
-                url: self.redis_url.clone(),
+                url: with_password(&self.redis_url, password),
             }
         } else {
             Topology::Cluster {
-                nodes: self.redis_cluster_nodes.clone(),
+                nodes: self
+                    .redis_cluster_nodes
+                    .iter()
+                    .map(|url| with_password(url, password))
+                    .collect(),
             }
         }
+    }
+
+    /// Reads the Redis password file, if one is named.
+    pub fn read_secret_files(&mut self) -> Result<(), String> {
+        if let Some(path) = &self.redis_password_file {
+            self.redis_password = Some(read_secret(path, "Redis password")?);
+        }
+        Ok(())
     }
 
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms)
     }
+}
+
+/// `url` with `password` put in, when it names none: `redis://host` becomes
+/// `redis://:<password>@host` (percent-encoded).
+fn with_password(url: &str, password: Option<&str>) -> String {
+    let (Some(password), Some((scheme, rest))) = (password, url.split_once("://")) else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    if rest[..authority_end].contains('@') {
+        return url.to_owned();
+    }
+    let encoded: String = password
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect();
+    format!("{scheme}://:{encoded}@{rest}")
+}
+
+/// A secret kept in a file: its content, trimmed of surrounding white
+/// space. The error names the file, never its content.
+pub fn read_secret(path: &Path, what: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| format!("cannot read the {what} file {}: {err}", path.display()))?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(format!("the {what} file {} is empty", path.display()));
+    }
+    Ok(secret.to_owned())
 }
 
 /// A day in milliseconds: the bound on every duration setting, so that no
@@ -413,6 +522,24 @@ pub enum LogFormat {
 }
 
 impl Config {
+    /// Reads the secrets named by the `*_file` settings into the settings
+    /// they stand for. Fails, naming the file, when one cannot be read.
+    pub fn read_secret_files(&mut self) -> Result<(), String> {
+        if let Some(path) = &self.admin_token_file {
+            self.admin_token = Some(read_secret(path, "admin token")?);
+        }
+        if let Some(path) = &self.api_keys_file {
+            let keys = read_secret(path, "API keys")?;
+            self.api_keys.extend(
+                keys.lines()
+                    .map(str::trim)
+                    .filter(|line| !line.is_empty() && !line.starts_with('#'))
+                    .map(str::to_owned),
+            );
+        }
+        self.redis.read_secret_files()
+    }
+
     /// The secrets the lock routes accept: the API keys and, when there
     /// are any, the admin token too (an operator, or the console, reads and
     /// revokes locks with it). No API key leaves the lock routes open.
@@ -476,7 +603,7 @@ impl Config {
     /// What the routes enforce: lease and wait bounds, and the access rules
     /// (admin token, API keys, buyer tokens, trusted proxies). Fails when
     /// the buyer token key cannot be read.
-    pub fn route_settings(&self) -> Result<RouteSettings, String> {
+    pub fn route_settings(&self, permissions: Permissions) -> Result<RouteSettings, String> {
         let buyer_key = match (&self.buyer_jwt_secret, &self.buyer_jwt_public_key) {
             (Some(secret), _) => Some(BuyerKey::secret(secret)),
             (None, Some(pem)) => Some(BuyerKey::public_key(pem)?),
@@ -487,6 +614,7 @@ impl Config {
             stream_keep_alive: StreamKeepAlive(Duration::from_millis(self.stream_keep_alive_ms)),
             admin_token: AdminToken(self.admin_token.as_deref().map(Into::into)),
             api_keys: ApiKeys(self.accepted_api_keys()),
+            permissions,
             buyer_tokens: BuyerTokens(buyer_key.map(Arc::new)),
             trusted_proxies: TrustedProxies(self.trusted_proxies.clone().into()),
         })
@@ -505,6 +633,15 @@ impl Config {
             instance_id,
             body_limit: self.body_limit_bytes,
         }
+    }
+
+    /// The gateway's TLS files, when it serves HTTPS.
+    pub fn tls_files(&self) -> Option<ServerFiles<'_>> {
+        Some(ServerFiles {
+            cert: self.tls_cert.as_deref()?,
+            key: self.tls_key.as_deref()?,
+            client_ca: self.tls_client_ca.as_deref(),
+        })
     }
 
     pub fn connection_limits(&self) -> ConnectionLimits {

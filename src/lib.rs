@@ -21,6 +21,7 @@
 //! [`telemetry`] (logging) sits beside [`app`]. [`run`] (`lockgate run`) is
 //! a client of the HTTP API that imports nothing of the server.
 
+pub mod acl;
 pub mod app;
 pub mod config;
 pub mod duration;
@@ -35,3 +36,4 @@ pub mod server;
 pub mod sse;
 pub mod sync;
 pub mod telemetry;
+pub mod tls;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use lockgate::app::{Gateway, shutdown_signal};
-use lockgate::config::{Cli, Command};
+use lockgate::config::{AclCommand, Cli, Command};
 use lockgate::{http, telemetry};
 
 /// jemalloc, not the system's malloc: it keeps no bookkeeping inside the
@@ -40,6 +40,9 @@ fn short_error(rendered: &str) -> String {
     short
 }
 
+/// The exit status of a configuration error (sysexits' `EX_CONFIG`).
+const EX_CONFIG: u8 = 78;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -71,6 +74,27 @@ async fn main() -> ExitCode {
             }
             lockgate::app::orders_command(*args).await
         }
+        Command::Acl(AclCommand::Hash) => {
+            let mut key = String::new();
+            if let Err(err) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut key) {
+                eprintln!("lockgate acl hash: cannot read stdin: {err}");
+                return ExitCode::FAILURE;
+            }
+            // The key as typed or piped, without the line's end.
+            let key = key.trim_end_matches(['\n', '\r']);
+            println!("{}", lockgate::acl::api_key_sha256(key));
+            ExitCode::SUCCESS
+        }
+        Command::Acl(AclCommand::Check { file }) => match lockgate::acl::Acl::load(&file) {
+            Ok(acl) => {
+                println!("{}: {} principals", file.display(), acl.principals());
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("{err}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Openapi => {
             print!("{}", http::openapi_json());
             ExitCode::SUCCESS
@@ -88,6 +112,11 @@ async fn main() -> ExitCode {
                     .serve(shutdown_signal())
                     .await
                     .map_err(|err| err.to_string()),
+                // A setting at fault: one line naming it, and EX_CONFIG.
+                Err(err) if err.is_config() => {
+                    eprintln!("lockgate: {err}");
+                    return ExitCode::from(EX_CONFIG);
+                }
                 Err(err) => Err(err.to_string()),
             };
             match served {

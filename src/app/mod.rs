@@ -20,14 +20,18 @@ use tokio_util::sync::CancellationToken;
 use domains::Domains;
 pub use handoff::orders_command;
 
+use crate::acl::Acl;
 use crate::config::Config;
 use crate::handoff::Handoff;
 use crate::handoff::store::OrderStore;
+use crate::http::Permissions;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
 use crate::redis::{BackendError, Redis};
+use crate::server::TlsSettings;
 use crate::server::{self, ConnectionLimits};
+use crate::tls;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +48,73 @@ pub enum StartError {
     BuyerKey(String),
     #[error("cannot use the orders database: {0}")]
     OrdersDatabase(String),
+    /// A file the settings name (a secret, the permissions, TLS) is
+    /// missing, unreadable or invalid: a configuration error (exit 78).
+    #[error("{0}")]
+    Config(String),
+}
+
+impl StartError {
+    /// Whether the settings are at fault (`EX_CONFIG`), not the world.
+    pub fn is_config(&self) -> bool {
+        matches!(self, Self::Config(_))
+    }
+}
+
+/// What SIGHUP reads again: the permissions file and the TLS files.
+struct Reloadable {
+    config: Config,
+    permissions: Permissions,
+    tls: Option<TlsSettings>,
+}
+
+impl Reloadable {
+    /// Reads every file again; one that does not parse leaves the one in
+    /// force as it is, with an error in the log.
+    fn reload(&self) {
+        if let Some(path) = &self.config.acl_file {
+            match Acl::load(path) {
+                Ok(acl) => {
+                    let principals = acl.principals();
+                    self.permissions.replace(acl);
+                    tracing::info!(principals, "permissions file reloaded");
+                    http::audit("operator", "reload-permissions", "-", "reloaded");
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "permissions file not reloaded; the old one stays in force");
+                    http::audit("operator", "reload-permissions", "-", "refused");
+                }
+            }
+        }
+        if let (Some(tls), Some(files)) = (&self.tls, self.config.tls_files()) {
+            match tls::server_config(&files) {
+                Ok(config) => {
+                    tls.replace(config);
+                    tracing::info!("TLS certificate, key and client CA reloaded");
+                }
+                Err(err) => tracing::error!(
+                    error = %err,
+                    "TLS files not reloaded; the old ones stay in force"
+                ),
+            }
+        }
+    }
+
+    /// Reloads on every SIGHUP until `stopping`.
+    async fn on_hangup(self, stopping: CancellationToken) {
+        let Ok(mut hangups) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("cannot listen for SIGHUP: no reloads");
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = hangups.recv() => self.reload(),
+                () = stopping.cancelled() => return,
+            }
+        }
+    }
 }
 
 /// A bound, ready-to-serve gateway instance.
@@ -59,6 +130,9 @@ pub struct Gateway {
     drain_timeout: Duration,
     /// The order hand-off worker run beside the gateway, when configured.
     handoff: Option<Handoff>,
+    /// TLS settings, when it serves HTTPS.
+    tls: Option<TlsSettings>,
+    reloadable: Reloadable,
 }
 
 impl Gateway {
@@ -66,6 +140,21 @@ impl Gateway {
     /// routes. Redis being down is not fatal (requests answer 503 until it
     /// is back); a script Redis refuses to compile is.
     pub async fn bind(config: &Config) -> Result<Self, StartError> {
+        let mut config = config.clone();
+        config.read_secret_files().map_err(StartError::Config)?;
+        let config = &config;
+        let acl = config
+            .acl_file
+            .as_deref()
+            .map(Acl::load)
+            .transpose()
+            .map_err(StartError::Config)?;
+        let permissions = Permissions::new(acl);
+        let tls = config
+            .tls_files()
+            .map(|files| tls::server_config(&files).map(TlsSettings::new))
+            .transpose()
+            .map_err(StartError::Config)?;
         let metrics = Arc::new(Metrics::default());
         let redis = connect_redis(config, &metrics).await?;
         let (listener, addr) = listen(config).await?;
@@ -85,7 +174,9 @@ impl Gateway {
             store.clone(),
         );
         warn_of_open_doors(config);
-        let routes = config.route_settings().map_err(StartError::BuyerKey)?;
+        let routes = config
+            .route_settings(permissions.clone())
+            .map_err(StartError::BuyerKey)?;
         let state = AppState::new(domains.handed_to_routes(&redis, metrics.clone()), routes);
         let router =
             server::application(http::api(), state, config.request_settings(instance_header));
@@ -109,6 +200,12 @@ impl Gateway {
             connection_limits: config.connection_limits(),
             drain_timeout: Duration::from_millis(config.shutdown_timeout_ms),
             handoff,
+            tls: tls.clone(),
+            reloadable: Reloadable {
+                config: config.clone(),
+                permissions,
+                tls,
+            },
         })
     }
 
@@ -125,8 +222,10 @@ impl Gateway {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        tracing::info!(addr = %self.addr, instance = %self.instance_id, "lockgate serving");
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        tracing::info!(addr = %self.addr, instance = %self.instance_id, scheme, "lockgate serving");
         let stopping = CancellationToken::new();
+        tokio::spawn(self.reloadable.on_hangup(stopping.clone()));
         let handoff = self
             .handoff
             .map(|handoff| tokio::spawn(handoff.run(stopping.clone())));
@@ -135,6 +234,7 @@ impl Gateway {
             self.router,
             self.connection_limits,
             &self.instance_id,
+            self.tls,
             stopping.clone(),
         );
         tokio::pin!(serving);

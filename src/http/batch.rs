@@ -11,13 +11,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Number;
 use utoipa::ToSchema;
 
-use super::auth::ApiKeyAccess;
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{JsonBody, KeyPath, one_token, token_header, whole_number_or};
 use super::grant::guarded_body;
 use super::locks::{kind, permits, ttl, value, wait};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockModeText, TokenText};
+use crate::acl::Permission;
 use crate::duration::millis;
 use crate::locks::{
     BatchLease, BatchLock, BatchRequest, HoldMode, LockKey, LockLimits, Locks, MAX_BATCH,
@@ -116,12 +117,18 @@ problem_responses!(
     )
 )]
 pub async fn acquire_batch(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(locks): State<Locks>,
     State(limits): State<LockLimits>,
     JsonBody(body): JsonBody<BatchBody>,
 ) -> Result<Response, ApiError> {
     let request = batch_request(body, limits)?;
+    for lock in &request.locks {
+        caller.may(Permission::Lock, lock.key.as_str())?;
+    }
+    if let Some(session) = &request.session {
+        caller.may_use_session(|owner| session.belongs_to(owner))?;
+    }
     let lease = locks.acquire_batch(request).await?;
     batch_granted(lease)
 }
@@ -264,13 +271,14 @@ problem_responses!(
     )
 )]
 pub async fn change_mode(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(locks): State<Locks>,
     State(limits): State<LockLimits>,
     KeyPath(key): KeyPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody<ModeBody>,
 ) -> Result<Json<ModeChange>, ApiError> {
+    caller.may(Permission::Lock, key.as_str())?;
     let from_body = body.token.as_deref().map(Token::parse).transpose()?;
     let token = one_token(from_body, token_header(&headers)?)?;
     let mode = match body.mode.as_str() {

@@ -109,6 +109,17 @@ pub enum ApiError {
     /// 403 `forbidden`: credentials that do not grant the route.
     #[error("the token given does not grant this route")]
     Forbidden,
+    /// 403 `forbidden`: the permissions file does not grant the principal
+    /// this permission on the key. Says nothing of the lock itself.
+    #[error("principal {principal} has no {permission} permission on {key}")]
+    NotPermitted {
+        principal: String,
+        permission: crate::acl::Permission,
+        key: String,
+    },
+    /// 403 `forbidden`: the session was opened by another principal.
+    #[error("principal {0} may not use a session that another principal opened")]
+    ForeignSession(String),
     /// 403 `forbidden`: the buyer token names another buyer than the
     /// request (or no user id at all).
     #[error("the buyer token does not name this buyer")]
@@ -190,7 +201,10 @@ impl ApiError {
             Self::HeadersTooLarge(_) | Self::TooManyHeaders(_) => ProblemType::HeadersTooLarge,
             Self::RequestTimeout => ProblemType::RequestTimeout,
             Self::Unauthorized => ProblemType::Unauthorized,
-            Self::Forbidden | Self::WrongBuyer => ProblemType::Forbidden,
+            Self::Forbidden
+            | Self::WrongBuyer
+            | Self::NotPermitted { .. }
+            | Self::ForeignSession(_) => ProblemType::Forbidden,
             Self::AdministrationDisabled => ProblemType::AdministrationDisabled,
             Self::RouteNotFound(_) => ProblemType::NotFound,
             Self::MethodNotAllowed(_) => ProblemType::MethodNotAllowed,
@@ -258,6 +272,7 @@ impl ApiError {
                 | LockError::UpgradeDeadlock { key }
                 | LockError::NoOtherMode { key },
             ) => Some(key.to_string()),
+            Self::NotPermitted { key, .. } => Some(key.clone()),
             _ => None,
         }
     }

@@ -6,11 +6,12 @@ use axum::http::Uri;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::ApiKeyAccess;
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::KeyPath;
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockModeText, held_false, held_true};
+use crate::acl::Permission;
 use crate::locks::MAX_LIST;
 use crate::locks::{
     LeaseView, ListCursor, LockError, LockKey, LockSight, LockView, Locks, WaiterView,
@@ -210,10 +211,11 @@ problem_responses!(
     )
 )]
 pub async fn inspect(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(locks): State<Locks>,
     KeyPath(key): KeyPath,
 ) -> Result<Json<LockAnswer>, ApiError> {
+    caller.may(Permission::Read, key.as_str())?;
     match locks.inspect(&key).await? {
         LockSight::Held(view) => Ok(Json(LockAnswer::Held(LockStatus::new(&key, view)))),
         LockSight::Free {
@@ -251,7 +253,7 @@ pub enum LockAnswer {
     )
 )]
 pub async fn list(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(locks): State<Locks>,
     uri: Uri,
 ) -> Result<Json<LockList>, ApiError> {
@@ -283,6 +285,8 @@ pub async fn list(
         locks: page
             .locks
             .into_iter()
+            // Only what the caller may read; the page may come out short.
+            .filter(|(key, _)| caller.may_read(key.as_str()))
             .map(|(key, view)| LockStatus::new(&key, view))
             .collect(),
         next_cursor: page.next.map(|next| next.to_text()),

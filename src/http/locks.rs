@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Number;
 use utoipa::ToSchema;
 
-use super::auth::{AdminToken, ApiKeyAccess, ApiKeys, permitted};
+use super::audit;
+use super::auth::{AdminToken, Caller, permitted};
 use super::error::ApiError;
 use super::extract::{
     IdempotencyKeyHeader, JsonBody, KeyPath, one_token, token_header, whole_number, whole_number_or,
@@ -18,10 +19,11 @@ use super::grant::{LockGrant, granted};
 use super::responses::problem_responses;
 use super::schema::{IdempotencyKeyText, LockKeyText, LockModeText, LockStreamEvent, TokenText};
 use super::streamed::{self, StreamKeepAlive, WantsStream};
+use crate::acl::Permission;
 use crate::locks::{
-    AcquireRequest, EXAMPLE_TOKEN, IdempotencyKey, InvalidKind, LockKey, LockKind, LockLimits,
-    LockValue, Locks, OutOfRange, Released, SessionId, StreamedLocks, Token, Ttl, WaitTime,
-    lock_kind,
+    AcquireRequest, EXAMPLE_TOKEN, IdempotencyKey, InvalidKind, LockError, LockKey, LockKind,
+    LockLimits, LockValue, Locks, OutOfRange, Released, SessionId, StreamedLocks, Token, Ttl,
+    WaitTime, lock_kind,
 };
 
 /// `POST /locks`: what to take, for how long, and how long to wait.
@@ -213,7 +215,7 @@ problem_responses!(
     )
 )]
 pub async fn acquire(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(locks): State<Locks>,
     State(streamed_locks): State<StreamedLocks>,
     State(limits): State<LockLimits>,
@@ -225,8 +227,10 @@ pub async fn acquire(
         streamed,
         idempotency_key,
     } = headers;
+    let key = LockKey::parse(&body.key)?;
+    caller.may(Permission::Lock, key.as_str())?;
     let mut request = AcquireRequest::new(
-        LockKey::parse(&body.key)?,
+        key,
         kind(body.mode.as_deref(), body.limit.as_ref())?,
         ttl(body.ttl_ms.as_ref(), limits)?,
         wait(body.wait_ms.as_ref(), limits)?,
@@ -240,6 +244,9 @@ pub async fn acquire(
         .map(SessionId::parse)
         .transpose()
         .map_err(|err| ApiError::invalid_field("session", err))?;
+    if let Some(session) = &request.session {
+        caller.may_use_session(|owner| session.belongs_to(owner))?;
+    }
     if idempotency_key.is_some() && (streamed || request.token.is_some()) {
         return Err(ApiError::invalid_field(
             "Idempotency-Key",
@@ -310,8 +317,8 @@ impl<S: Send + Sync> FromRequestParts<S> for AcquireHeaders {
     )
 )]
 pub async fn release(
+    caller: Caller,
     State(locks): State<Locks>,
-    State(api_keys): State<ApiKeys>,
     State(admin): State<AdminToken>,
     KeyPath(key): KeyPath,
     headers: HeaderMap,
@@ -322,14 +329,26 @@ pub async fn release(
     match query.force.as_deref() {
         None | Some("false") => {}
         Some("true") => {
-            permitted(&admin, &headers)?;
+            if caller.session_owner().is_some() {
+                caller.may(Permission::Revoke, key.as_str())?;
+            } else if let Err(err) = permitted(&admin, &headers) {
+                audit::refused(caller.name(), "revoke", key.as_str(), "forbidden");
+                return Err(err);
+            }
             let only = revoked_hold(query.fencing_token.as_deref())?;
-            locks.revoke(&key, only).await?;
+            let revoked = locks.revoke(&key, only).await;
+            let outcome = match &revoked {
+                Ok(_) => "revoked",
+                Err(LockError::NotFound { .. }) => "not-held",
+                Err(_) => "failed",
+            };
+            audit::record(caller.name(), "revoke", key.as_str(), outcome);
+            revoked?;
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
         Some(_) => return Err(ApiError::invalid_field("force", "must be true or false")),
     }
-    permitted(&api_keys, &headers)?;
+    caller.may(Permission::Lock, key.as_str())?;
     let from_query = query.token.as_deref().map(Token::parse).transpose()?;
     let token = one_token(from_query, token_header(&headers)?)?;
     let only = revoked_hold(query.fencing_token.as_deref())?;
@@ -384,13 +403,14 @@ fn revoked_hold(fencing_token: Option<&str>) -> Result<Option<u64>, ApiError> {
     )
 )]
 pub async fn extend(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(locks): State<Locks>,
     State(limits): State<LockLimits>,
     KeyPath(key): KeyPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody<ExtendBody>,
 ) -> Result<Json<LeaseRenewal>, ApiError> {
+    caller.may(Permission::Lock, key.as_str())?;
     let from_body = body.token.as_deref().map(Token::parse).transpose()?;
     let token = one_token(from_body, token_header(&headers)?)?;
     let ttl = ttl(body.ttl_ms.as_ref(), limits)?;
@@ -422,12 +442,13 @@ pub async fn extend(
     )
 )]
 pub async fn set_value(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(locks): State<Locks>,
     KeyPath(key): KeyPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody<ValueBody>,
 ) -> Result<Json<LeaseRenewal>, ApiError> {
+    caller.may(Permission::Lock, key.as_str())?;
     let from_body = body.token.as_deref().map(Token::parse).transpose()?;
     let token = one_token(from_body, token_header(&headers)?)?;
     let value = body.value.as_deref().map(value).transpose()?;

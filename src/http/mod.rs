@@ -1,5 +1,6 @@
 //! The API surface: routes, extractors, problem answers, and the OpenAPI document built from the same routes.
 
+mod audit;
 mod auth;
 mod batch;
 mod buyer;
@@ -36,7 +37,8 @@ use crate::locks::LockLimits;
 use crate::sync::lock;
 use schema::{Bounds, IdempotencyKeyText, LockKeyText, NameText, TokenText};
 
-pub use auth::{AdminToken, ApiKeys};
+pub use audit::record as audit;
+pub use auth::{AdminToken, ApiKeys, ClientCertificate, Permissions};
 pub use buyer::{BuyerKey, BuyerTokens};
 pub use error::{ApiError, FailureCause, PROBLEM_JSON};
 pub use extract::TrustedProxies;

@@ -234,8 +234,10 @@ pub async fn reset_sale(
         whole_number("per_user_limit", &body.per_user_limit)?,
         whole_number_or("segments", body.segments.as_ref(), 1)?,
     )?;
-    let sale = sales.reset(&sku, terms).await?;
-    Ok(Json(SaleView::new(sku.as_str(), sale)))
+    let sale = sales.reset(&sku, terms).await;
+    let outcome = if sale.is_ok() { "reset" } else { "failed" };
+    super::audit::record("admin", "reset-sale", sku.as_str(), outcome);
+    Ok(Json(SaleView::new(sku.as_str(), sale?)))
 }
 
 /// Every sale (admin), by sku: what `GET /seckill/{sku}` says of each (at

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Number;
 use utoipa::ToSchema;
 
-use super::auth::ApiKeyAccess;
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{JsonBody, whole_number, whole_number_or};
 use super::locks::value;
@@ -166,7 +166,7 @@ impl From<SessionError> for ApiError {
     )
 )]
 pub async fn open(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(sessions): State<Sessions>,
     State(limits): State<LockLimits>,
     State(keep_alive): State<StreamKeepAlive>,
@@ -174,7 +174,9 @@ pub async fn open(
     JsonBody(body): JsonBody<SessionBody>,
 ) -> Result<Response, ApiError> {
     let terms = terms(&body, limits)?;
-    let (id, lease) = sessions.open(&terms, "").await?;
+    let (id, lease) = sessions
+        .open(&terms, caller.session_owner().unwrap_or(""))
+        .await?;
     if streamed {
         return Ok(stream(sessions, id, lease, keep_alive));
     }
@@ -213,12 +215,13 @@ fn grant(id: &SessionId, lease: &SessionLease) -> SessionGrant {
     )
 )]
 pub async fn keep(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(sessions): State<Sessions>,
     State(limits): State<LockLimits>,
     SessionPath(id): SessionPath,
     body: Bytes,
 ) -> Result<Json<SessionKept>, ApiError> {
+    caller.may_use_session(|owner| id.belongs_to(owner))?;
     let body: KeepBody = if body.iter().all(u8::is_ascii_whitespace) {
         KeepBody::default()
     } else {
@@ -257,10 +260,11 @@ pub async fn keep(
     )
 )]
 pub async fn inspect(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(sessions): State<Sessions>,
     SessionPath(id): SessionPath,
 ) -> Result<Json<SessionStatus>, ApiError> {
+    caller.may_use_session(|owner| id.belongs_to(owner))?;
     let (view, _principal) = sessions.inspect(&id).await?;
     Ok(Json(SessionStatus {
         id: id.expose(),
@@ -294,10 +298,11 @@ pub async fn inspect(
     )
 )]
 pub async fn delete(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(sessions): State<Sessions>,
     SessionPath(id): SessionPath,
 ) -> Result<StatusCode, ApiError> {
+    caller.may_use_session(|owner| id.belongs_to(owner))?;
     sessions.end(&id, Ending::Deleted).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::extract::FromRef;
 
-use super::auth::{AdminToken, ApiKeys};
+use super::auth::{AdminToken, ApiKeys, Permissions};
 use super::buyer::BuyerTokens;
 use super::extract::TrustedProxies;
 use super::streamed::StreamKeepAlive;
@@ -33,6 +33,7 @@ pub struct Parts {
     pub stream_keep_alive: StreamKeepAlive,
     pub admin_token: AdminToken,
     pub api_keys: ApiKeys,
+    pub permissions: Permissions,
     pub buyer_tokens: BuyerTokens,
     pub trusted_proxies: TrustedProxies,
 }
@@ -68,6 +69,7 @@ parts_from_ref! {
     stream_keep_alive: StreamKeepAlive,
     admin_token: AdminToken,
     api_keys: ApiKeys,
+    permissions: Permissions,
     buyer_tokens: BuyerTokens,
     trusted_proxies: TrustedProxies,
 }
@@ -80,6 +82,8 @@ pub struct RouteSettings {
     pub stream_keep_alive: StreamKeepAlive,
     pub admin_token: AdminToken,
     pub api_keys: ApiKeys,
+    /// The permissions file in force (shared with whoever reloads it).
+    pub permissions: Permissions,
     pub buyer_tokens: BuyerTokens,
     pub trusted_proxies: TrustedProxies,
 }
@@ -111,6 +115,7 @@ impl AppState {
             stream_keep_alive,
             admin_token,
             api_keys,
+            permissions,
             buyer_tokens,
             trusted_proxies,
         } = settings;
@@ -126,6 +131,7 @@ impl AppState {
             stream_keep_alive,
             admin_token,
             api_keys,
+            permissions,
             buyer_tokens,
             trusted_proxies,
         }))

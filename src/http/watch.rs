@@ -10,13 +10,14 @@ use futures_util::{StreamExt, stream};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::auth::ApiKeyAccess;
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::KeyPath;
 use super::lock_status::{FreeLock, LockStatus};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockWatchEvent};
 use super::streamed::StreamKeepAlive;
+use crate::acl::Permission;
 use crate::locks::{LockKey, LockSight, WatchEvent, Watches};
 
 /// The header an `EventSource` resends on reconnecting.
@@ -123,12 +124,13 @@ problem_responses!(
     )
 )]
 pub async fn events(
-    _access: ApiKeyAccess,
+    caller: Caller,
     State(watches): State<Watches>,
     State(keep_alive): State<StreamKeepAlive>,
     KeyPath(key): KeyPath,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    caller.may(Permission::Read, key.as_str())?;
     let last_seen = last_event_id(&headers)?;
     let watcher = watches.watch(&key, last_seen).await?;
     let events = stream::unfold((watcher, key), |(mut watcher, key)| async move {

@@ -15,6 +15,8 @@ use redis::{ErrorKind, RedisError, RedisResult};
 use super::timed_out;
 
 /// Where the primary is.
+// Made once per pool, so the size of a client with TLS support is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Primary {
     Fixed(redis::Client),

@@ -53,9 +53,19 @@ pub enum LockEvent {
 }
 
 impl GatewayClient {
-    pub fn new(url: &str, api_key: Option<String>) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
+    /// A client of the gateway at `url`; over `tls` when given (an
+    /// https:// gateway with a private CA, or one that asks for a client
+    /// certificate).
+    pub fn new(
+        url: &str,
+        api_key: Option<String>,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Self, String> {
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        if let Some(tls) = tls {
+            builder = builder.use_preconfigured_tls(tls);
+        }
+        let http = builder
             .build()
             .map_err(|err| format!("cannot make an HTTP client: {err}"))?;
         Ok(Self {

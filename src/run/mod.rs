@@ -84,6 +84,19 @@ pub struct RunArgs {
     #[arg(long, env = "LOCKGATE_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
 
+    /// CA certificates (PEM) that an https:// gateway's certificate must be
+    /// signed by [default: the system's bundle, /etc/ssl/certs/ca-certificates.crt].
+    #[arg(long, env = "LOCKGATE_CA", value_name = "PEM")]
+    pub ca: Option<std::path::PathBuf>,
+
+    /// A client certificate (PEM) for a gateway that asks for one.
+    #[arg(long, env = "LOCKGATE_CERT", value_name = "PEM", requires = "cert_key")]
+    pub cert: Option<std::path::PathBuf>,
+
+    /// The private key of --cert (PEM). (`--key` names a lock.)
+    #[arg(long, env = "LOCKGATE_CERT_KEY", value_name = "PEM", requires = "cert")]
+    pub cert_key: Option<std::path::PathBuf>,
+
     /// Give up when the lock is still held after this long (fractional
     /// seconds) [default: wait as long as it takes].
     #[arg(short = 'w', long, value_name = "SECONDS", conflicts_with = "nonblock")]
@@ -194,8 +207,19 @@ impl Signals {
     }
 }
 
+/// Debian's bundle of the CAs the system trusts.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 async fn supervise(args: &RunArgs) -> Result<u8, String> {
-    let gateway = GatewayClient::new(&args.url, args.api_key.clone())?;
+    let https = args.url.starts_with("https://");
+    let tls = match &args.ca {
+        Some(ca) => Some(ca.as_path()),
+        None if https || args.cert.is_some() => Some(std::path::Path::new(SYSTEM_CA_BUNDLE)),
+        None => None,
+    }
+    .map(|ca| crate::tls::client_config(ca, args.cert.as_deref().zip(args.cert_key.as_deref())))
+    .transpose()?;
+    let gateway = GatewayClient::new(&args.url, args.api_key.clone(), tls)?;
     let mut signals = Signals::new().map_err(|err| format!("cannot watch signals: {err}"))?;
     let keys = args.lock_keys();
     let acquired = tokio::select! {

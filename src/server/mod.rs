@@ -34,6 +34,7 @@ mod connection;
 mod observe;
 mod service;
 mod socket;
+mod tls;
 
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ use tower::ServiceBuilder;
 use crate::http::AppState;
 use connection::Accepted;
 pub use observe::{RequestLimits, X_INSTANCE_ID};
+pub use tls::TlsSettings;
 
 /// The bounds every connection is held to.
 #[derive(Debug, Clone, Copy)]
@@ -99,6 +101,7 @@ pub async fn serve(
     router: Router,
     limits: ConnectionLimits,
     instance_id: &str,
+    tls: Option<TlsSettings>,
     shutdown: CancellationToken,
 ) {
     let too_large = socket::TooLarge::new(limits.max_head_bytes, instance_id);
@@ -113,6 +116,17 @@ pub async fn serve(
                 // Small responses on kept-alive connections: Nagle's delay
                 // would add tens of milliseconds to each.
                 let _ = stream.set_nodelay(true);
+                if let Some(tls) = &tls {
+                    connections.spawn(tls::serve(
+                        stream,
+                        peer,
+                        router.clone(),
+                        tls.clone(),
+                        limits,
+                        shutdown.clone(),
+                    ));
+                    continue;
+                }
                 let connection = Accepted {
                     router: router.clone(),
                     peer,

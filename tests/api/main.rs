@@ -24,6 +24,7 @@ mod readme;
 mod replication;
 mod run;
 mod seckill;
+mod security;
 mod sentinel;
 mod sessions;
 mod settings;

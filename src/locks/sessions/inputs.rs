@@ -29,6 +29,28 @@ impl SessionId {
         Self(Uuid::new_v4())
     }
 
+    /// A new id for a session that `owner` opens ('' for none): its last
+    /// 32 bits are a digest of the owner and the rest, so that whether an
+    /// id belongs to a principal is known without asking Redis (the other
+    /// 90 bits are random; a stranger's id passes for another owner one
+    /// time in 2^32).
+    pub fn generate_for(owner: &str) -> Self {
+        let id = Self::generate();
+        if owner.is_empty() {
+            return id;
+        }
+        let mut bytes = *id.0.as_bytes();
+        let tag = owner_tag(owner, &bytes);
+        bytes[12..].copy_from_slice(&tag);
+        Self(Uuid::from_bytes(bytes))
+    }
+
+    /// Whether `owner` opened this session (see `generate_for`).
+    pub fn belongs_to(&self, owner: &str) -> bool {
+        let bytes = self.0.as_bytes();
+        bytes[12..] == owner_tag(owner, bytes)
+    }
+
     /// The hyphenated UUID text only: one spelling per id.
     pub fn parse(text: &str) -> Result<Self, InvalidSessionId> {
         if text.len() != uuid::fmt::Hyphenated::LENGTH {
@@ -54,6 +76,17 @@ impl SessionId {
             .collect();
         SessionHandle(hex)
     }
+}
+
+/// The owner's mark in a session id: a digest of the owner's name and the
+/// id's first 12 bytes (which hold the UUID's version and variant).
+fn owner_tag(owner: &str, bytes: &[u8; 16]) -> [u8; 4] {
+    let digest = Sha256::new()
+        .chain_update(owner.as_bytes())
+        .chain_update([0])
+        .chain_update(&bytes[..12])
+        .finalize();
+    [digest[0], digest[1], digest[2], digest[3]]
 }
 
 impl fmt::Debug for SessionId {
@@ -146,6 +179,10 @@ mod tests {
         assert!(!text.contains(handle.as_str()) && !handle.as_str().contains(&text[..8]));
         assert_eq!(handle, SessionId::parse(&text).unwrap().handle());
         assert_eq!(format!("{id:?}"), "SessionId(<redacted>)");
+        let owned = SessionId::generate_for("billing");
+        assert!(owned.belongs_to("billing"));
+        assert!(!owned.belongs_to("ops"));
+        assert_eq!(SessionId::parse(&owned.expose()), Ok(owned.clone()));
     }
 
     #[test]

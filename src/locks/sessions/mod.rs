@@ -107,7 +107,7 @@ impl Sessions {
     ) -> Result<(SessionId, SessionLease), SessionError> {
         let mut conn = self.0.redis.connection().await?;
         loop {
-            let id = SessionId::generate();
+            let id = SessionId::generate_for(principal);
             let handle = id.handle();
             let opening = Opening {
                 ttl_ms: terms.ttl_ms,
