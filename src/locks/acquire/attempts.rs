@@ -221,11 +221,12 @@ impl<'a> Acquisition<'a> {
                 () = closing.cancelled() => {
                     // Answered that nothing was granted, it holds nothing:
                     // a place offered meanwhile goes on to the next waiter
-                    // in the same step as it leaves, even under an
-                    // Idempotency-Key (a request waiting under the same key
-                    // elsewhere keeps its own place in the queue, and is
-                    // served in its turn).
-                    let _ = Box::pin(self.leave_queue(ticket, IfGranted::GiveBack)).await;
+                    // in the same step as it leaves. Under an
+                    // Idempotency-Key the offer stays (a retry waiting
+                    // under the same key elsewhere shares it, and may have
+                    // claimed it already); unclaimed, it lapses within a
+                    // second.
+                    let _ = Box::pin(self.give_up(ticket)).await;
                     return Err(WaitRefused::ShuttingDown.into());
                 }
             };
