@@ -57,7 +57,7 @@ unit:
 	CARGO=$(CARGO) ./scripts/run-tests.sh
 
 # The protocol's model (model/, stateright): every interleaving up to a
-# bound, about two minutes; `make model` goes deeper (about twelve).
+# bound, about two minutes; `make model` goes deeper (the better part of an hour).
 model-check:
 	$(CARGO) fmt --manifest-path model/Cargo.toml -- --check
 	$(CARGO) clippy --locked --manifest-path model/Cargo.toml --all-targets -- -D warnings

@@ -1,7 +1,6 @@
 //! Deadlock detection (`src/locks/acquire/deadlock.rs`): a session's wait searches, read by read, for a cycle of waits through the holders' sessions, confirms it by a second search, and only the youngest wait of the cycle is refused; and what a real cycle is, for the properties.
 
 use crate::scenario::{Key, Mutant, Req, Scenario, Sess, Tick};
-use crate::scripts::Presence;
 use crate::state::{Cleanup, Phase, Search, State};
 use crate::step::Step;
 
@@ -49,14 +48,15 @@ impl Step<'_> {
     }
 
     /// `waits_of`: the waits of `session` that its locks' queues confirm
-    /// (an entry with the session, whether its instance is present or not,
-    /// unless the search counts only present ones).
+    /// (an entry with the session whose instance's presence is current by
+    /// Redis's clock; before, any entry, present or not).
     fn waits_of(&self, session: Sess) -> Vec<Wait> {
         let mut waits = Vec::new();
         for index in 0..self.scenario.locks {
             let key = Key(index);
-            for entry in &self.lock(key).queue {
-                let here = self.presence_of(key, entry) == Presence::Here;
+            let lock = self.lock(key);
+            for entry in &lock.queue {
+                let here = lock.present(entry.inst, self.s.now);
                 if self.scenario.spec(entry.id).session == Some(session)
                     && (here || !self.fixes.deadlock_waits_here)
                 {

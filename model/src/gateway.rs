@@ -46,7 +46,10 @@ impl Step<'_> {
         } else {
             "/locks"
         };
-        let on = self.on_key(spec.key);
+        let on = match spec.also {
+            Some(also) => format!("/batch {} {also}", spec.key),
+            None => self.on_key(spec.key),
+        };
         self.say(|| {
             let idem = match spec.idempotency_key {
                 Some(key) => format!(", Idempotency-Key K{key}"),
@@ -62,6 +65,10 @@ impl Step<'_> {
                 ms(spec.wait),
             )
         });
+        if spec.is_batch() {
+            self.send_batch(id);
+            return;
+        }
         if let Some(session) = spec.session {
             if !self.s.redis.session(session).alive(self.s.now) {
                 self.say(|| format!("redis: session_join({name}) -> not-found"));
@@ -113,9 +120,10 @@ impl Step<'_> {
                 offered,
             } => {
                 let request = self.s.request_mut(id);
-                // A requeued waiter's ticket keeps what it last held
-                // (`Ticket::joined` sets only a queued standing): a grant
-                // heard, or unaccounted, stands, unseen.
+                // A waiter that attempts again has its standing reset to
+                // `Queued { position: 0 }` first; before-model, its ticket
+                // kept what it last held (`Ticket::joined` sets only a
+                // queued standing): a grant heard, or unaccounted, stood.
                 let (mut standing, mut heard, search) = match request.phase {
                     Phase::Waiting { search, .. } if self.fixes.requeue_resets_standing => {
                         (Standing::Queued, false, search)
@@ -162,6 +170,10 @@ impl Step<'_> {
     /// (`extend.lua`); a place gone meanwhile sends it back to the queue.
     pub fn claim(&mut self, id: Req) {
         self.seen(id);
+        if self.is_batch(id) {
+            self.retry_batch(id);
+            return;
+        }
         let name = self.name(id);
         self.running(|| format!("extend({name})"));
         let deadline = self.deadline(id);
@@ -240,8 +252,12 @@ impl Step<'_> {
         }
     }
 
+    /// Its offer is gone unclaimed: passed over by design, unless a twin
+    /// gave it back.
     fn forfeit(&mut self, id: Req) {
-        self.s.request_mut(id).forfeited = true;
+        let request = self.s.request_mut(id);
+        request.forfeited |= !request.robbed;
+        request.robbed = false;
     }
 
     /// The wait's end, while the request waits.
@@ -275,6 +291,14 @@ impl Step<'_> {
         };
         self.seen(id);
         let gateway = self.s.gateway(self.gateway_of(id));
+        if self.is_batch(id) {
+            let refusal = match gateway.closing {
+                true => Refusal::ShuttingDown,
+                false => Refusal::Held,
+            };
+            self.leave_batch(id, refusal);
+            return;
+        }
         let why = if gateway.closing {
             Why::Shutdown
         } else if self.s.now >= deadline {
@@ -285,11 +309,13 @@ impl Step<'_> {
         };
         let (name, key, token) = (self.name(id), self.key_of(id), self.s.request(id).token);
         self.running(|| format!("leave({name})"));
-        // At shutdown, `give_up`: a place offered meanwhile goes on, but a
-        // request under an Idempotency-Key keeps it for its twin or retry.
+        // At shutdown, `give_up`: a place offered meanwhile goes on
+        // (before, a request under an Idempotency-Key kept it for its twin
+        // or retry).
         let give_back = why == Why::Shutdown
             && self.fixes.shutdown_gives_back
-            && self.scenario.spec(id).idempotency_key.is_none();
+            && (self.fixes.shutdown_gives_back_keyed
+                || self.scenario.spec(id).idempotency_key.is_none());
         let left = self.leave(key, id, token, give_back);
         let because = match why {
             Why::Deadline => "its wait is over",
@@ -326,9 +352,11 @@ impl Step<'_> {
         }
     }
 
-    /// `Acquisition::give_up`: the wait ends holding nothing, its session
-    /// having ended (`404`) or its wait closing a cycle (`409 deadlock`);
-    /// a place offered meanwhile goes on (`leave.lua`, giving back).
+    /// `Acquisition::give_up`: the wait ends, its session having ended
+    /// (`404`: a place offered meanwhile goes on, `leave.lua` giving back)
+    /// or its wait closing a cycle: `leave.lua` keeping a place granted
+    /// meanwhile, which it claims and answers (before-model: giving it
+    /// back), else `409 deadlock`.
     pub fn give_up(&mut self, id: Req) {
         let Phase::Waiting { search, .. } = self.s.request(id).phase else {
             return;
@@ -431,10 +459,15 @@ impl Step<'_> {
             Phase::Holding { token, .. } => token,
             _ => id,
         };
-        let on = self.on_key(key);
+        let on = match self.scenario.spec(id).also {
+            Some(also) => format!(" {key}, then {also}"),
+            None => self.on_key(key),
+        };
         self.say(|| format!("client {name}: DELETE /locks{on}"));
         self.running(|| format!("release({name})"));
-        self.release(key, token);
+        for key in self.scenario.spec(id).keys() {
+            self.release(key, token);
+        }
         self.s.request_mut(id).phase = Phase::Finished;
     }
 
@@ -471,7 +504,11 @@ impl Step<'_> {
             if self.gateway_of(id) != gw {
                 continue;
             }
-            let key_bit = 1 << self.key_of(id).0;
+            let key_bit = self
+                .scenario
+                .spec(id)
+                .keys()
+                .fold(0, |bits, key| bits | 1 << key.0);
             if !round && check_all & key_bit == 0 {
                 continue;
             }
@@ -505,11 +542,7 @@ impl Step<'_> {
         }
         for index in 0..self.scenario.locks {
             let key = crate::scenario::Key(index);
-            if plan
-                .waiters
-                .iter()
-                .any(|&(id, _, _)| self.key_of(id) == key)
-            {
+            if plan.waiters.iter().any(|&(id, _, _)| self.covers(id, key)) {
                 self.running(|| format!("tend({gw})"));
                 self.tend(key, gw, &plan);
             }

@@ -4,6 +4,7 @@
 //! * [`state`]: Redis's keys of each lock and session, the gateways, the requests
 //! * [`scripts`]: the Lua scripts, each one atomic step
 //! * [`gateway`]: the gateway's side of a request, tending, shutdown
+//! * [`batch`]: several locks at once on one Redis, all or none
 //! * [`sessions`]: a session's keeper, and the sweep that ends expired sessions
 //! * [`deadlock`]: the search for cycles of session waits, and what a real cycle is
 //! * [`system`]: the steps each actor may take, and the stateright `Model`
@@ -12,6 +13,7 @@
 //! * [`check`]: running the checker, reading its findings
 //! * [`trace`]: counterexamples as readable events
 
+pub mod batch;
 pub mod check;
 pub mod deadlock;
 pub mod gateway;

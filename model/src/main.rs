@@ -8,7 +8,7 @@ use lockgate_model::scenario::{Expect, Fixes, Mutant, Protocol, Retend, Scenario
 use lockgate_model::scenarios;
 
 const USAGE: &str = "usage: lockgate-model <check|test|list> [options]
-  --protocol as-it-was|proposed|fixed|all   (default all)
+  --protocol as-it-was|proposed|before-model|fixed|all   (default all)
   --scenario NAME|all                       (default all; `list` names them)
   --deep                                    the larger scenarios (and slower checks) too
   --extra-ticks N                           run each scenario N ticks longer
@@ -21,6 +21,7 @@ const USAGE: &str = "usage: lockgate-model <check|test|list> [options]
   --shutdown-gives-back on|off  --keep-ticket-counter on|off
   --idempotency-twins on|off  --requeue-resets-standing on|off
   --deadlock-waits-here on|off  --deadlock-claims-grant on|off
+  --fresh-instance-id on|off  --shutdown-gives-back-keyed on|off  --give-back-alone on|off
   mutants of the fixed protocol (check only; test checks each where it is expected to break):
   --sweep-early  --no-lock-delay  --deadlock-unconfirmed  --no-deadlock-search  --ignore-session-end";
 
@@ -36,6 +37,9 @@ struct Switches {
     deadlock_waits_here: Option<bool>,
     deadlock_claims_grant: Option<bool>,
     requeue_resets_standing: Option<bool>,
+    fresh_instance_id: Option<bool>,
+    shutdown_gives_back_keyed: Option<bool>,
+    give_back_alone: Option<bool>,
     mutant: Option<Mutant>,
 }
 
@@ -50,6 +54,9 @@ impl Switches {
             || self.deadlock_waits_here.is_some()
             || self.deadlock_claims_grant.is_some()
             || self.requeue_resets_standing.is_some()
+            || self.fresh_instance_id.is_some()
+            || self.shutdown_gives_back_keyed.is_some()
+            || self.give_back_alone.is_some()
             || self.mutant.is_some()
     }
 
@@ -71,6 +78,12 @@ impl Switches {
             self.requeue_resets_standing,
             &mut fixes.requeue_resets_standing,
         );
+        set(self.fresh_instance_id, &mut fixes.fresh_instance_id);
+        set(
+            self.shutdown_gives_back_keyed,
+            &mut fixes.shutdown_gives_back_keyed,
+        );
+        set(self.give_back_alone, &mut fixes.give_back_alone);
         fixes.mutant = self.mutant.or(fixes.mutant);
         fixes
     }
@@ -174,6 +187,11 @@ fn option(options: &mut Options, flag: &str, value: &str) -> Result<(), String> 
         "--requeue-resets-standing" => {
             switches.requeue_resets_standing = Some(switch(flag, value)?)
         }
+        "--fresh-instance-id" => switches.fresh_instance_id = Some(switch(flag, value)?),
+        "--shutdown-gives-back-keyed" => {
+            switches.shutdown_gives_back_keyed = Some(switch(flag, value)?)
+        }
+        "--give-back-alone" => switches.give_back_alone = Some(switch(flag, value)?),
         _ => return Err(format!("unknown option {flag}\n{USAGE}")),
     }
     Ok(())
@@ -194,7 +212,7 @@ fn list() {
             println!("      {:<30} {breaks}{deep}", expect.label());
         }
     }
-    println!("protocols: as-it-was, proposed, fixed");
+    println!("protocols: as-it-was, proposed, before-model, fixed");
     println!("properties:");
     for (name, about) in properties::ABOUT {
         println!("  {name:<22} {about}");

@@ -7,7 +7,7 @@ use crate::state::{Phase, State};
 use crate::system::LockModel;
 
 /// Each property's name and what it says, in the order they are checked.
-pub const ABOUT: [(&str, &str); 14] = [
+pub const ABOUT: [(&str, &str); 17] = [
     (
         EXCLUSION,
         "at most `limit` places of a lock are held at once (one for a plain lock)",
@@ -34,6 +34,10 @@ pub const ABOUT: [(&str, &str); 14] = [
     ),
     (LEFT_MEANS_LEFT, "no place goes to a request that has ended"),
     (
+        GRANT_STANDS,
+        "a place a client was answered 201 for is not given back by another request's leave",
+    ),
+    (
         NO_OFFER_TO_DEAD,
         "no place is offered to a waiter whose gateway died more than a presence (1 s) earlier",
     ),
@@ -58,6 +62,14 @@ pub const ABOUT: [(&str, &str); 14] = [
         "a cycle of waits on running gateways does not stand more than 3 ticks (one of them is refused)",
     ),
     (
+        BATCH_WHOLE,
+        "a batch's token holds all of its locks or none of them, in every state (no observer sees part of a batch held)",
+    ),
+    (
+        BATCH_GRANTED,
+        "a waiting batch whose gateway and Redis keep running is not left waiting more than 2 ticks while each of its locks is free or held only by waiting batches (no circle of batches)",
+    ),
+    (
         WAITER_GRANTED,
         "(reachable) a request that waited in the queue is granted",
     ),
@@ -70,12 +82,15 @@ pub const ORDER: &str = "arrival-order";
 pub const ONE_GRANT_PER_KEY: &str = "one-grant-per-key";
 pub const REFUSED_HOLDS_NOTHING: &str = "refused-holds-nothing";
 pub const LEFT_MEANS_LEFT: &str = "no-grant-after-end";
+pub const GRANT_STANDS: &str = "grant-stands";
 pub const NO_OFFER_TO_DEAD: &str = "no-offer-to-dead";
 pub const SESSION_EXPIRY: &str = "freed-after-expiry";
 pub const LOCK_DELAY: &str = "lock-delay";
 pub const SESSION_END_ANSWERS: &str = "session-end-answers";
 pub const DEADLOCK_ONLY_CYCLES: &str = "deadlock-only-cycles";
 pub const DEADLOCK_ANSWERED: &str = "deadlock-answered";
+pub const BATCH_WHOLE: &str = "batch-whole";
+pub const BATCH_GRANTED: &str = "batch-granted";
 pub const WAITER_GRANTED: &str = "waiter-granted";
 
 /// Whether `name` is a `sometimes` property (an example is wanted, not a
@@ -88,13 +103,16 @@ pub fn all() -> Vec<Property<LockModel>> {
     vec![
         Property::always(EXCLUSION, exclusion),
         Property::always(FENCING, |_, s: &State| !s.broken.fencing),
-        Property::always(SERVED, |_, s: &State| {
-            s.requests.iter().all(|r| r.idle <= SERVED_WITHIN)
+        Property::always(SERVED, |model: &LockModel, s: &State| {
+            s.ids()
+                .filter(|&id| !model.scenario.spec(id).is_batch())
+                .all(|id| s.request(id).idle <= SERVED_WITHIN)
         }),
         Property::always(ORDER, |_, s: &State| !s.broken.arrival_order),
         Property::always(ONE_GRANT_PER_KEY, one_grant_per_key),
         Property::always(REFUSED_HOLDS_NOTHING, refused_holds_nothing),
         Property::always(LEFT_MEANS_LEFT, |_, s: &State| !s.broken.granted_after_end),
+        Property::always(GRANT_STANDS, |_, s: &State| !s.broken.grant_taken),
         Property::always(NO_OFFER_TO_DEAD, |_, s: &State| !s.broken.offered_to_dead),
         Property::always(SESSION_EXPIRY, |_, s: &State| !s.broken.freed_before_expiry),
         Property::always(LOCK_DELAY, |_, s: &State| !s.broken.lock_delay),
@@ -109,10 +127,31 @@ pub fn all() -> Vec<Property<LockModel>> {
         Property::always(DEADLOCK_ANSWERED, |_, s: &State| {
             s.cycle_for <= DEADLOCK_ANSWERED_WITHIN
         }),
+        Property::always(BATCH_WHOLE, batch_whole),
+        Property::always(BATCH_GRANTED, |model: &LockModel, s: &State| {
+            s.ids()
+                .filter(|&id| model.scenario.spec(id).is_batch())
+                .all(|id| s.request(id).idle <= SERVED_WITHIN)
+        }),
         Property::sometimes(WAITER_GRANTED, |_, s: &State| {
             s.requests.iter().any(|r| r.waited && r.granted)
         }),
     ]
+}
+
+/// A batch's token holds each of its locks, or none.
+fn batch_whole(model: &LockModel, s: &State) -> bool {
+    s.ids().all(|id| {
+        let spec = model.scenario.spec(id);
+        if !spec.is_batch() {
+            return true;
+        }
+        let held = spec
+            .keys()
+            .filter(|&key| s.redis.lock(key).place(id).is_some())
+            .count();
+        held == 0 || held == spec.keys().count()
+    })
 }
 
 fn exclusion(model: &LockModel, s: &State) -> bool {

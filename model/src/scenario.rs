@@ -39,14 +39,36 @@ pub const DEADLOCK_ANSWERED_WITHIN: Tick = 3;
 /// `lua/lib/holders.lua`): never, in ticks.
 pub const FOREVER: Tick = Tick::MAX;
 
-/// A gateway instance (A, B, C). A restarted gateway keeps its id, as
-/// `<hostname>:<port>` does.
+/// A gateway (A, B, C): its host and port, the same after a restart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Gw(pub u8);
 
 impl fmt::Display for Gw {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", char::from(b'A' + self.0))
+    }
+}
+
+/// How many starts of one gateway's process the state tells apart (a
+/// scenario crashes a gateway once at most).
+pub const STARTS: usize = 2;
+
+/// A gateway's instance id in the waiting room (the `inst` of queue
+/// entries, `@<instance>` presences, the grant channel): with a fresh id
+/// per start (`<instance id>#<nonce>`), `start` counts the process's
+/// starts; without, it stays 0 (`<hostname>:<port>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Inst {
+    pub gw: Gw,
+    pub start: u8,
+}
+
+impl fmt::Display for Inst {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.start {
+            0 => write!(f, "{}", self.gw),
+            n => write!(f, "{}#{}", self.gw, n + 1),
+        }
     }
 }
 
@@ -104,9 +126,12 @@ pub enum Hold {
 pub struct RequestSpec {
     pub name: &'static str,
     pub gateway: Gw,
-    /// The lock it takes. (A batch, `POST /locks/batch`, not in the
-    /// gateway yet, would name several keys here, all or nothing.)
+    /// The lock it takes (a batch's first).
     pub key: Key,
+    /// A batch (`POST /locks/batch`, on one Redis): its second lock; it
+    /// takes both or neither (never streamed, in a session, or under an
+    /// Idempotency-Key here).
+    pub also: Option<Key>,
     /// A streamed lock (`POST /locks/{key}/stream`): renewed by its gateway
     /// while its client stays, released when it leaves; while it waits, its
     /// gateway asks its position at every tending.
@@ -135,6 +160,7 @@ impl RequestSpec {
             name,
             gateway: Gw(gateway),
             key: Key(0),
+            also: None,
             streamed: false,
             wait,
             ttl,
@@ -158,6 +184,37 @@ impl RequestSpec {
     pub fn on(mut self, key: u8) -> Self {
         self.key = Key(key);
         self
+    }
+
+    /// A batch of lock `first` then lock `second`, on `gateway`, that
+    /// waits up to `wait` ticks for a lease of `ttl` ticks on both.
+    pub fn batch(
+        name: &'static str,
+        gateway: u8,
+        first: u8,
+        second: u8,
+        wait: Tick,
+        ttl: Tick,
+    ) -> Self {
+        Self {
+            key: Key(first),
+            also: Some(Key(second)),
+            ..Self::plain(name, gateway, wait, ttl)
+        }
+    }
+
+    /// Its locks, in its order.
+    pub fn keys(&self) -> impl Iterator<Item = Key> + use<> {
+        std::iter::once(self.key).chain(self.also)
+    }
+
+    /// Whether it takes lock `key`.
+    pub fn covers(&self, key: Key) -> bool {
+        self.key == key || self.also == Some(key)
+    }
+
+    pub fn is_batch(&self) -> bool {
+        self.also.is_some()
     }
 
     pub fn with_key(mut self, key: u8) -> Self {
@@ -252,7 +309,7 @@ impl Fault {
 pub struct Faults {
     /// SIGSTOP, then SIGCONT.
     pub pause: Fault,
-    /// The process dies (SIGKILL) and comes back with the same id.
+    /// The process dies (SIGKILL) and starts again on the same host and port.
     pub crash: Fault,
     /// SIGTERM: waits answer 503, streamed locks are released, then it exits.
     pub shutdown: Fault,
@@ -275,21 +332,35 @@ pub enum Protocol {
     /// waiter that is neither queued nor holding, at its own ticket; a
     /// waiter answered 503 at shutdown leaves and releases in one script.
     Proposed,
+    /// The repository before the fixes of what the model found in its
+    /// sessions, deadlock detection and restarts: a wait refused
+    /// `deadlock` gives back a place granted meanwhile, the search counts
+    /// a crashed gateway's waiter, a restarted gateway renews its dead
+    /// predecessor's presence, a requeued waiter keeps a stale standing,
+    /// and a waiter under an Idempotency-Key answered 503 keeps its offer.
+    BeforeModel,
     /// The repository as it is: an away waiter keeps its place (for
     /// `AWAY_MS`), a tend that finds the instance was away longer has it
     /// ask where each waiter stands, shutdown gives back what was offered,
     /// Idempotency-Key twins share one ticket and token; sessions,
-    /// lock-delay and deadlock detection.
+    /// lock-delay and deadlock detection; and the five fixes that
+    /// `BeforeModel` lacks.
     Fixed,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 3] = [Protocol::AsItWas, Protocol::Proposed, Protocol::Fixed];
+    pub const ALL: [Protocol; 4] = [
+        Protocol::AsItWas,
+        Protocol::Proposed,
+        Protocol::BeforeModel,
+        Protocol::Fixed,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Protocol::AsItWas => "as-it-was",
             Protocol::Proposed => "proposed",
+            Protocol::BeforeModel => "before-model",
             Protocol::Fixed => "fixed",
         }
     }
@@ -308,10 +379,23 @@ impl Protocol {
             shutdown_gives_back: true,
             keep_ticket_counter: false,
             idempotency_twins: true,
+            deadlock_waits_here: true,
+            deadlock_claims_grant: true,
+            fresh_instance_id: true,
+            requeue_resets_standing: true,
+            // Not taken: giving back a keyed offer at shutdown takes a
+            // twin's claimed grant away (see `shutdown_twin`).
+            shutdown_gives_back_keyed: false,
+            give_back_alone: false,
+            mutant: None,
+        };
+        let before_model = Fixes {
             deadlock_waits_here: false,
             deadlock_claims_grant: false,
+            fresh_instance_id: false,
             requeue_resets_standing: false,
-            mutant: None,
+            shutdown_gives_back_keyed: false,
+            ..fixed
         };
         match self {
             Protocol::AsItWas => Fixes {
@@ -319,15 +403,16 @@ impl Protocol {
                 check_when_lapsed: false,
                 shutdown_gives_back: false,
                 idempotency_twins: false,
-                ..fixed
+                ..before_model
             },
             Protocol::Proposed => Fixes {
                 retend: Retend::LocalWaiters,
                 away_keeps_place: false,
                 check_when_lapsed: false,
                 idempotency_twins: false,
-                ..fixed
+                ..before_model
             },
+            Protocol::BeforeModel => before_model,
             Protocol::Fixed => fixed,
         }
     }
@@ -353,6 +438,9 @@ pub enum Mutant {
     NoLockDelay,
     /// A cycle seen once is answered `deadlock`, without the second search.
     DeadlockUnconfirmed,
+    /// A batch takes each of its locks that has a place for it at once,
+    /// and waits for the rest (one key at a time, not all or none).
+    BatchKeyByKey,
     /// No search for cycles of waits.
     NoDeadlockSearch,
     /// A wait does not end when its session does.
@@ -360,10 +448,11 @@ pub enum Mutant {
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::SweepEarly,
         Mutant::NoLockDelay,
         Mutant::DeadlockUnconfirmed,
+        Mutant::BatchKeyByKey,
         Mutant::NoDeadlockSearch,
         Mutant::IgnoreSessionEnd,
     ];
@@ -374,6 +463,7 @@ impl Mutant {
             Mutant::SweepEarly => "sweep-early",
             Mutant::NoLockDelay => "no-lock-delay",
             Mutant::DeadlockUnconfirmed => "deadlock-unconfirmed",
+            Mutant::BatchKeyByKey => "batch-key-by-key",
             Mutant::NoDeadlockSearch => "no-deadlock-search",
             Mutant::IgnoreSessionEnd => "ignore-session-end",
         }
@@ -400,17 +490,31 @@ pub struct Fixes {
     /// Requests under one Idempotency-Key waiting at once share one ticket
     /// and token (`~<idem>` in the waiters hash), so one grant serves them.
     pub idempotency_twins: bool,
-    /// The deadlock search counts only waits whose instance is present
-    /// (not the repository's: it reads the queue entry, present or not).
+    /// The deadlock search's `waits_of` counts a queued wait only while
+    /// its instance's presence is current by Redis's clock (before: it
+    /// read the queue entry, present or not).
     pub deadlock_waits_here: bool,
     /// A wait refused `deadlock` leaves keeping a place it was granted
-    /// meanwhile, and claims it (not the repository's: it gives it back
-    /// and answers `deadlock`).
+    /// meanwhile (`IfGranted::Keep`), claims it and answers the grant
+    /// (before: it gave it back and answered `deadlock`).
     pub deadlock_claims_grant: bool,
-    /// A waiter that queues again has its ticket's standing reset to
-    /// queued first (not the repository's: `Ticket::joined` sets only a
-    /// queued standing, so a stale grant or unaccounted one stands).
+    /// The waiting room's instance id is `<instance id>#<nonce>`, new with
+    /// each start of the process, so a restarted gateway never renews its
+    /// dead predecessor's presence (before: `<hostname>:<port>`, the same
+    /// after a restart).
+    pub fresh_instance_id: bool,
+    /// A waiter that attempts again has its ticket's standing reset to
+    /// `Queued { position: 0 }` first (before: `Ticket::joined` set only a
+    /// queued standing, so a stale grant or unaccounted one stood).
     pub requeue_resets_standing: bool,
+    /// At shutdown a waiter under an Idempotency-Key gives back what it was
+    /// offered too (before: it kept it, for a twin or a retry).
+    pub shutdown_gives_back_keyed: bool,
+    /// `leave.lua` gives back only an unclaimed offer that no twin (a
+    /// request under the same Idempotency-Key, sharing the token) was told
+    /// of and has yet to leave; else it answers `kept` (not the
+    /// repository's; see the `shutdown-twin` scenario).
+    pub give_back_alone: bool,
     pub mutant: Option<Mutant>,
 }
 
@@ -420,12 +524,19 @@ impl Fixes {
     }
 }
 
+/// A rule a protocol does not have yet: its switch as the command line
+/// writes it (`--give-back-alone on`), and the change to the fixes.
+pub type Variant = (&'static str, fn(Fixes) -> Fixes);
+
 /// One protocol (or mutant of it) checked on a scenario, with the
 /// properties it is expected to break there.
 #[derive(Clone, Debug)]
 pub struct Expect {
     pub protocol: Protocol,
     pub mutant: Option<Mutant>,
+    /// A variant of the protocol: a rule it does not have yet, named as
+    /// its switch (`--give-back-alone on`), and the change.
+    pub variant: Option<Variant>,
     pub breaks: Vec<&'static str>,
     /// Checked only with `--deep`.
     pub deep: bool,
@@ -436,8 +547,23 @@ impl Expect {
         Self {
             protocol,
             mutant: None,
+            variant: None,
             breaks: breaks.to_vec(),
             deep: false,
+        }
+    }
+
+    /// `protocol` with a rule changed (`switch` names it), expected to
+    /// break `breaks`.
+    pub fn variant(
+        protocol: Protocol,
+        switch: &'static str,
+        change: fn(Fixes) -> Fixes,
+        breaks: &[&'static str],
+    ) -> Self {
+        Self {
+            variant: Some((switch, change)),
+            ..Self::new(protocol, breaks)
         }
     }
 
@@ -455,17 +581,22 @@ impl Expect {
     }
 
     pub fn fixes(&self) -> Fixes {
-        Fixes {
+        let fixes = Fixes {
             mutant: self.mutant,
             ..self.protocol.fixes()
+        };
+        match self.variant {
+            Some((_, change)) => change(fixes),
+            None => fixes,
         }
     }
 
-    /// `fixed`, or `fixed --sweep-early`.
+    /// `fixed`, `fixed --sweep-early`, or `fixed --give-back-alone on`.
     pub fn label(&self) -> String {
-        match self.mutant {
-            Some(mutant) => format!("{} --{}", self.protocol.name(), mutant.name()),
-            None => self.protocol.name().to_owned(),
+        match (self.mutant, self.variant) {
+            (Some(mutant), _) => format!("{} --{}", self.protocol.name(), mutant.name()),
+            (None, Some((switch, _))) => format!("{} {switch}", self.protocol.name()),
+            (None, None) => self.protocol.name().to_owned(),
         }
     }
 }
@@ -521,8 +652,8 @@ impl Scenario {
     /// What `protocol` (with `mutant`) is expected to break here, if it is
     /// checked here at all.
     pub fn expected(&self, protocol: Protocol, mutant: Option<Mutant>) -> Option<&Expect> {
-        self.expect
-            .iter()
-            .find(|expect| expect.protocol == protocol && expect.mutant == mutant)
+        self.expect.iter().find(|expect| {
+            expect.protocol == protocol && expect.mutant == mutant && expect.variant.is_none()
+        })
     }
 }

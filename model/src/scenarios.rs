@@ -1,11 +1,12 @@
 //! The configurations checked: each a few requests on a few gateways with the faults that matter to it, and the properties each protocol (or mutant of the fixed one) is expected to break there.
 
 use crate::properties::{
-    DEADLOCK_ANSWERED, DEADLOCK_ONLY_CYCLES, LEFT_MEANS_LEFT, LOCK_DELAY, NO_OFFER_TO_DEAD,
-    ONE_GRANT_PER_KEY, ORDER, REFUSED_HOLDS_NOTHING, SERVED, SESSION_END_ANSWERS, SESSION_EXPIRY,
+    BATCH_GRANTED, BATCH_WHOLE, DEADLOCK_ANSWERED, DEADLOCK_ONLY_CYCLES, GRANT_STANDS,
+    LEFT_MEANS_LEFT, LOCK_DELAY, NO_OFFER_TO_DEAD, ONE_GRANT_PER_KEY, ORDER, REFUSED_HOLDS_NOTHING,
+    SERVED, SESSION_END_ANSWERS, SESSION_EXPIRY,
 };
 use crate::scenario::{
-    Expect, Fault, Faults, Gw, Mutant, Protocol, RequestSpec, Scenario, SessionSpec,
+    Expect, Fault, Faults, Fixes, Gw, Mutant, Protocol, RequestSpec, Scenario, SessionSpec,
 };
 
 /// Every scenario, each marked whether it is checked only when asked for
@@ -16,6 +17,7 @@ pub fn catalogue() -> Vec<(bool, Scenario)> {
         (false, redis_stall()),
         (false, shutdown_with_streamed_lock()),
         (false, shutdown_idempotent()),
+        (false, shutdown_twin()),
         (false, idempotent_retry()),
         (false, frozen_streamed_waiter()),
         (false, ticket_reused()),
@@ -28,10 +30,13 @@ pub fn catalogue() -> Vec<(bool, Scenario)> {
         (false, deadlock()),
         (false, deadlock_phantom()),
         (false, deadlock_crashed_waiter()),
+        (false, batches()),
+        (false, batches_circle()),
         (true, frozen_gateway_long()),
         (true, many_faults()),
         (true, sessions_and_faults()),
         (true, frozen_twice()),
+        (true, batches_and_faults()),
     ]
 }
 
@@ -138,10 +143,75 @@ pub fn shutdown_idempotent() -> Scenario {
     scenario.name = "shutdown-idempotent";
     scenario.about = "as shutdown-streamed, W under an Idempotency-Key";
     scenario.requests[1] = RequestSpec::plain("W", 0, 8, 6).with_key(1);
-    // The place offered to W stands, unclaimed, up to a second after its
-    // 503, while V waits.
-    scenario.expect = vec![Expect::new(Protocol::Fixed, &[REFUSED_HOLDS_NOTHING])];
+    // Before: the place offered to W stands, unclaimed, up to a second
+    // after its 503, while V waits.
+    scenario.expect = vec![
+        Expect::new(Protocol::BeforeModel, &[REFUSED_HOLDS_NOTHING]),
+        Expect::new(Protocol::Fixed, &[REFUSED_HOLDS_NOTHING]),
+        Expect::variant(
+            Protocol::Fixed,
+            "--shutdown-gives-back-keyed on",
+            |fixes| Fixes {
+                shutdown_gives_back_keyed: true,
+                ..fixes
+            },
+            &[],
+        ),
+    ];
     scenario
+}
+
+/// As `shutdown-idempotent`, with W's client's retry W2 waiting on B as
+/// W's twin (its ticket and token), and V waiting on B after it: at
+/// SIGTERM, W gives back the place offered to both.
+pub fn shutdown_twin() -> Scenario {
+    Scenario {
+        name: "shutdown-twin",
+        about: "streamed S on A, W waits on A under key K, its retry W2 on B under K, V on B; A gets SIGTERM",
+        gateways: 2,
+        locks: 1,
+        limit: 1,
+        sessions: Vec::new(),
+        requests: vec![
+            RequestSpec::streamed("S", 0, 0, 6),
+            // W's client, its answer late, retries as W2 and forgets W.
+            RequestSpec::plain("W", 0, 8, 6).with_key(1).keeping(),
+            RequestSpec::plain("W2", 1, 8, 6).with_key(1),
+            RequestSpec::plain("V", 1, 8, 4),
+        ],
+        faults: Faults {
+            shutdown: Fault::on(&[0], 1),
+            ..Faults::default()
+        },
+        horizon: 10,
+        in_order: true,
+        // Before: W's 503 leaves the offer standing (as in
+        // shutdown-idempotent). Fixed, W gives back what W2 was offered
+        // too, or has claimed already; given back only when no twin was
+        // told of the offer, it keeps every property.
+        expect: vec![
+            Expect::new(Protocol::Fixed, &[REFUSED_HOLDS_NOTHING]).deep_only(),
+            Expect::variant(
+                Protocol::Fixed,
+                "--shutdown-gives-back-keyed on",
+                |fixes| Fixes {
+                    shutdown_gives_back_keyed: true,
+                    ..fixes
+                },
+                &[GRANT_STANDS, ORDER],
+            ),
+            Expect::variant(
+                Protocol::Fixed,
+                "--shutdown-gives-back-keyed on --give-back-alone on",
+                |fixes| Fixes {
+                    shutdown_gives_back_keyed: true,
+                    give_back_alone: true,
+                    ..fixes
+                },
+                &[],
+            ),
+        ],
+    }
 }
 
 /// Two waiting requests with one Idempotency-Key and body, on two
@@ -269,13 +339,14 @@ pub fn crash_and_restart() -> Scenario {
         // W3, sent after B started again, renews B's presence, which W1's
         // entry (dead with B's first life) shares: W1 is offered the lock.
         expect: vec![
-            Expect::new(Protocol::AsItWas, &[NO_OFFER_TO_DEAD]),
+            Expect::new(Protocol::AsItWas, &[NO_OFFER_TO_DEAD]).deep_only(),
             Expect::new(
                 Protocol::Proposed,
                 &[REFUSED_HOLDS_NOTHING, LEFT_MEANS_LEFT, NO_OFFER_TO_DEAD],
             )
             .deep_only(),
-            Expect::new(Protocol::Fixed, &[NO_OFFER_TO_DEAD]),
+            Expect::new(Protocol::BeforeModel, &[NO_OFFER_TO_DEAD]),
+            fixed_keeps_all(),
         ],
     }
 }
@@ -436,7 +507,8 @@ pub fn deadlock() -> Scenario {
         // again: a waiter offered its lock meanwhile is answered deadlock
         // and gives the place back (`--deadlock-claims-grant on` fixes it).
         expect: vec![
-            Expect::new(Protocol::Fixed, &[DEADLOCK_ONLY_CYCLES]),
+            Expect::new(Protocol::BeforeModel, &[DEADLOCK_ONLY_CYCLES]),
+            fixed_keeps_all(),
             Expect::mutant(Mutant::NoDeadlockSearch, &[DEADLOCK_ANSWERED]),
         ],
     }
@@ -492,8 +564,73 @@ pub fn deadlock_crashed_waiter() -> Scenario {
             crash: Fault::on(&[1], 1),
             ..Faults::default()
         },
-        expect: vec![Expect::new(Protocol::Fixed, &[DEADLOCK_ONLY_CYCLES])],
+        expect: vec![
+            Expect::new(Protocol::BeforeModel, &[DEADLOCK_ONLY_CYCLES]),
+            fixed_keeps_all(),
+        ],
         ..deadlock()
+    }
+}
+
+/// Two batches over both locks in opposite orders, and a single lock's
+/// waiter: G holds x; B1 (x then y) waits on A, B2 (y then x) on B, W
+/// (x) on B.
+pub fn batches() -> Scenario {
+    Scenario {
+        name: "batches",
+        about: "G holds x on A; batch B1 (x, y) waits on A, batch B2 (y, x) on B, W (x) on B; A frozen 1.2-1.5 s",
+        gateways: 2,
+        locks: 2,
+        limit: 1,
+        sessions: Vec::new(),
+        requests: vec![
+            RequestSpec::plain("G", 0, 0, 4),
+            RequestSpec::batch("B1", 0, 0, 1, 10, 3),
+            RequestSpec::batch("B2", 1, 1, 0, 10, 3),
+            RequestSpec::plain("W", 1, 10, 3),
+        ],
+        faults: Faults {
+            pause: Fault::on(&[0], 1).lasting(4, 5),
+            ..Faults::default()
+        },
+        horizon: 12,
+        in_order: true,
+        expect: vec![fixed_keeps_all()],
+    }
+}
+
+/// As `batches`, no pause: the mutant that takes a batch's locks one at a
+/// time in its own order.
+pub fn batches_circle() -> Scenario {
+    Scenario {
+        name: "batches-circle",
+        about: "as batches, no pause",
+        faults: Faults::default(),
+        // Taken one at a time, B1 holds x and waits for y, which B2 took
+        // before it waited for x: each waits for the other (and B2 takes
+        // y while B1, before it, waits for x alone).
+        // (The fixed protocol is checked on `batches`, of which this is a part.)
+        expect: vec![Expect::mutant(
+            Mutant::BatchKeyByKey,
+            &[BATCH_WHOLE, BATCH_GRANTED, ORDER],
+        )],
+        ..batches()
+    }
+}
+
+/// As `batches`, with either gateway frozen, SIGTERM to B, and a `GET`.
+pub fn batches_and_faults() -> Scenario {
+    Scenario {
+        name: "batches-and-faults",
+        about: "as batches; A or B frozen 1.2-1.8 s, SIGTERM to B, a GET",
+        faults: Faults {
+            pause: Fault::on(&[0, 1], 1).lasting(4, 6),
+            shutdown: Fault::on(&[1], 1),
+            inspects: 1,
+            ..Faults::default()
+        },
+        expect: vec![fixed_keeps_all()],
+        ..batches()
     }
 }
 
@@ -602,6 +739,9 @@ pub fn frozen_twice() -> Scenario {
         in_order: true,
         // The repository: W1's ticket still says granted (a requeue does
         // not reset it), so the tend that finds it gone changes nothing.
-        expect: vec![Expect::new(Protocol::Fixed, &[SERVED])],
+        expect: vec![
+            Expect::new(Protocol::BeforeModel, &[SERVED]),
+            fixed_keeps_all(),
+        ],
     }
 }

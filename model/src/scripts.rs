@@ -6,7 +6,7 @@
 //! instance's presence; a lock-delay. The request's lease, kind, session
 //! and Idempotency-Key are read from the scenario.
 
-use crate::scenario::{AWAY, FOREVER, Gw, Key, Mutant, OFFER, PRESENCE, Req, Retend, Tick};
+use crate::scenario::{AWAY, FOREVER, Gw, Inst, Key, Mutant, OFFER, PRESENCE, Req, Retend, Tick};
 use crate::state::{Entry, Phase, Place, Standing, TendPlan};
 use crate::step::Step;
 
@@ -41,6 +41,9 @@ pub enum Left {
     Gone,
     /// Granted, and the place was given back in the same script: `given-back`.
     GivenBack,
+    /// Granted, and not given back: a twin was told of the offer too, or
+    /// has claimed it (`kept`, the rule `Fixes::give_back_alone` checks).
+    Kept,
 }
 
 /// Where a waiter stands for the queue (`standing` in `lib/queue.lua`).
@@ -56,19 +59,28 @@ pub enum Presence {
 
 impl Step<'_> {
     /// `lib/queue.lua` `renew_presence`.
-    fn renew_presence(&mut self, key: Key, inst: Gw) {
+    fn renew_presence(&mut self, key: Key, inst: Inst) {
         let until = self.s.now + PRESENCE;
-        self.lock_mut(key).presence[usize::from(inst.0)] = Some(until);
+        *self.lock_mut(key).presence_mut(inst) = Some(until);
+    }
+
+    /// Gateway `gw`'s instance id now.
+    pub fn inst_of(&self, gw: Gw) -> Inst {
+        Inst {
+            gw,
+            start: self.s.gateway(gw).start,
+        }
     }
 
     /// `lib/queue.lua` `dequeue`: the queue's keys (the presences, `#seq`,
     /// the `~<idem>` lists) go with its last waiter.
-    fn dequeue(&mut self, key: Key, id: Req) {
+    pub fn dequeue(&mut self, key: Key, id: Req) {
         let keep_counter = self.fixes.keep_ticket_counter;
         let lock = self.lock_mut(key);
         lock.queue.retain(|entry| entry.id != id);
+        lock.told_ready &= !id.bit();
         if lock.queue.is_empty() {
-            lock.presence.iter_mut().for_each(|p| *p = None);
+            lock.presence.iter_mut().for_each(|p| *p = [None; _]);
             if !keep_counter {
                 lock.seq = 0;
             }
@@ -84,7 +96,7 @@ impl Step<'_> {
 
     /// `lib/queue.lua` `enqueue`: at `ticket` (a retry's twin's) or a new
     /// one at the end; the instance's presence renewed.
-    fn enqueue(&mut self, key: Key, mut entry: Entry, ticket: Option<u8>) -> u8 {
+    pub fn enqueue(&mut self, key: Key, mut entry: Entry, ticket: Option<u8>) -> u8 {
         let ticket = ticket.unwrap_or_else(|| {
             let lock = self.lock_mut(key);
             lock.seq += 1;
@@ -103,7 +115,7 @@ impl Step<'_> {
         if entry.deadline < now {
             return Presence::Gone;
         }
-        match self.lock(key).presence[usize::from(entry.inst.0)] {
+        match self.lock(key).presence_of(entry.inst) {
             Some(until) if until >= now => Presence::Here,
             Some(until)
                 if self.fixes.away_keeps_place
@@ -133,7 +145,7 @@ impl Step<'_> {
 
     /// Whether a place of lock `key` is free for a new holder: room, and
     /// no lock-delay (`admits` with `held`).
-    fn admits(&self, key: Key) -> bool {
+    pub fn admits(&self, key: Key) -> bool {
         let lock = self.lock(key);
         lock.places.len() < usize::from(self.scenario.limit) && !lock.delayed(self.s.now)
     }
@@ -154,6 +166,10 @@ impl Step<'_> {
                 Presence::Away => index += 1,
                 Presence::Here => {
                     if !self.admits(key) {
+                        return true;
+                    }
+                    if self.is_batch(head.id) {
+                        self.tell_ready(key, &head);
                         return true;
                     }
                     self.offer(key, head);
@@ -192,6 +208,14 @@ impl Step<'_> {
                 now + lease
             )
         });
+        if let Some(place) = self
+            .lock_mut(key)
+            .places
+            .iter_mut()
+            .find(|place| place.token == head.token)
+        {
+            place.told = 1 + twins.len() as u8;
+        }
         for twin in twins {
             self.publish_grant(twin.inst, twin.id);
             self.dequeue(key, twin.id);
@@ -203,8 +227,9 @@ impl Step<'_> {
     /// The grant message on `<prefix>granted:{key}:<instance>`: heard by
     /// the instance's waiter if its process lives (a paused one reads it
     /// when it resumes).
-    fn publish_grant(&mut self, inst: Gw, id: Req) {
-        if self.gateway_of(id) != inst || !self.s.gateway(inst).alive() {
+    fn publish_grant(&mut self, inst: Inst, id: Req) {
+        let gateway = self.s.gateway(inst.gw);
+        if self.gateway_of(id) != inst.gw || gateway.start != inst.start || !gateway.alive() {
             return;
         }
         if let Phase::Waiting {
@@ -218,7 +243,7 @@ impl Step<'_> {
 
     /// `lib/holders.lua` `grant_place` with `next_fence`; the monitors
     /// look at each grant as it is made.
-    fn grant_place(&mut self, key: Key, token: Req, lease: Tick, offered: bool) -> u16 {
+    pub fn grant_place(&mut self, key: Key, token: Req, lease: Tick, offered: bool) -> u16 {
         let lock = self.lock(key);
         let fence = lock.last_fence + 1;
         if lock.places.iter().any(|place| place.fence >= fence) {
@@ -233,6 +258,7 @@ impl Step<'_> {
             fence,
             ends,
             offered,
+            told: u8::from(offered),
         });
         lock.places.sort_by_key(|place| place.token);
         fence
@@ -268,9 +294,9 @@ impl Step<'_> {
             let gateway = s.gateway(self.gateway_of(other));
             let kept_running = gateway.up() && gateway.steady;
             if waiter.token != token
-                && self.key_of(other) == key
+                && self.covers(other, key)
                 && kept_running
-                && standing != Standing::Granted
+                && (standing != Standing::Granted || waiter.robbed)
                 && now < deadline
                 && !waiter.forfeited
                 && waiter.arrived < grantee_arrived
@@ -283,6 +309,28 @@ impl Step<'_> {
         broken.offered_to_dead |= offered && all_dead_long;
         broken.lock_delay |= now < owed;
         broken.arrival_order |= out_of_order;
+    }
+
+    /// What the monitors check when waiter `id` gives back the place of
+    /// `token`: that no other request was answered the grant (or is being
+    /// attached to it); a twin that heard it and has yet to claim it loses
+    /// it through no lapse of its own (`robbed`: arrival order still
+    /// speaks for it).
+    fn watch_give_back(&mut self, id: Req, token: Req) {
+        for other in self.s.ids() {
+            if other == id || self.s.request(other).token != token {
+                continue;
+            }
+            let request = self.s.request_mut(other);
+            match request.phase {
+                Phase::Holding { token: held, .. } if held == token => {
+                    self.s.broken.grant_taken = true;
+                }
+                Phase::Attaching => self.s.broken.grant_taken = true,
+                Phase::Waiting { .. } => request.robbed = true,
+                _ => {}
+            }
+        }
     }
 
     /// Takes `token`'s place of lock `key` away (release, revocation, a
@@ -326,7 +374,7 @@ impl Step<'_> {
             id,
             token,
             ticket: 0,
-            inst: spec.gateway,
+            inst: self.inst_of(spec.gateway),
             deadline: now + wait_left,
             since: now,
         };
@@ -474,6 +522,19 @@ impl Step<'_> {
         if !give_back {
             return Left::Granted;
         }
+        if self.fixes.give_back_alone {
+            let place = self
+                .lock_mut(key)
+                .places
+                .iter_mut()
+                .find(|place| place.token == token)
+                .expect("its place");
+            if !place.offered || place.told > 1 {
+                place.told = place.told.saturating_sub(1);
+                return Left::Kept;
+            }
+        }
+        self.watch_give_back(id, token);
         self.take_place(key, token);
         if !self.lock(key).queue.is_empty() {
             self.serve(key);
@@ -493,17 +554,17 @@ impl Step<'_> {
             .waiters
             .iter()
             .copied()
-            .filter(|&(id, _, _)| self.key_of(id) == key)
+            .filter(|&(id, _, _)| self.covers(id, key))
             .collect();
         let mut lapsed = false;
         if !waiters.is_empty() {
             if self.lock(key).queue.is_empty() {
                 lapsed = true;
             } else {
-                let presence = self.lock(key).presence[usize::from(inst.0)];
+                let presence = self.lock(key).presence_of(self.inst_of(inst));
                 lapsed = presence
                     .is_none_or(|until| u16::from(until) + u16::from(AWAY) < u16::from(now));
-                self.renew_presence(key, inst);
+                self.renew_presence(key, self.inst_of(inst));
             }
         }
         if self.fixes.retend == Retend::LocalWaiters {
@@ -518,12 +579,12 @@ impl Step<'_> {
                     id,
                     token: id,
                     ticket,
-                    inst,
+                    inst: self.inst_of(inst),
                     deadline,
                     since: now,
                 };
                 self.insert(key, entry);
-                self.renew_presence(key, inst);
+                self.renew_presence(key, self.inst_of(inst));
             }
         }
         if !self.lock(key).queue.is_empty() {

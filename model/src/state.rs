@@ -3,7 +3,8 @@
 use arrayvec::ArrayVec;
 
 use crate::scenario::{
-    Gw, Key, MAX_GATEWAYS, MAX_LOCKS, MAX_REQUESTS, MAX_SESSIONS, Req, Scenario, Sess, Tick,
+    Gw, Inst, Key, MAX_GATEWAYS, MAX_LOCKS, MAX_REQUESTS, MAX_SESSIONS, Req, STARTS, Scenario,
+    Sess, Tick,
 };
 
 /// A list with room for every request, kept in the state itself (no heap:
@@ -24,6 +25,9 @@ pub struct Place {
     pub ends: Tick,
     /// Offered from the queue, not yet claimed with an extension.
     pub offered: bool,
+    /// The waiters told of the offer (a head and its Idempotency-Key
+    /// twins) that have not yet left (see `Fixes::give_back_alone`).
+    pub told: u8,
 }
 
 /// A waiter's entry in the queue (`queue` sorted set and `waiters` hash).
@@ -36,7 +40,7 @@ pub struct Entry {
     pub token: Req,
     pub ticket: u8,
     /// The instance it waits on.
-    pub inst: Gw,
+    pub inst: Inst,
     /// The end of its wait (Redis clock).
     pub deadline: Tick,
     /// When it joined (`since`, what the deadlock search compares).
@@ -53,13 +57,17 @@ pub struct Lock {
     /// The queue, in (ticket, id) order: a sorted set orders equal scores
     /// by member.
     pub queue: PerRequest<Entry>,
-    /// Each instance's presence deadline (`@<instance>` in `waiters`).
-    pub presence: PerGateway<Option<Tick>>,
+    /// Each instance's presence deadline (`@<instance>` in `waiters`), by
+    /// gateway and start.
+    pub presence: PerGateway<[Option<Tick>; STARTS]>,
     /// The last ticket (`#seq` in `waiters`).
     pub seq: u8,
     /// No place is granted before this tick (the `delayed` field:
     /// lock-delay); 0 for none.
     pub delayed_until: Tick,
+    /// The batches' waiters told this lock is ready for them (`!<id>` in
+    /// `waiters`), a set.
+    pub told_ready: u8,
 }
 
 impl Lock {
@@ -68,9 +76,10 @@ impl Lock {
             places: ArrayVec::new(),
             last_fence: 0,
             queue: ArrayVec::new(),
-            presence: (0..gateways).map(|_| None).collect(),
+            presence: (0..gateways).map(|_| [None; STARTS]).collect(),
             seq: 0,
             delayed_until: 0,
+            told_ready: 0,
         }
     }
 
@@ -82,8 +91,18 @@ impl Lock {
         self.queue.iter().find(|entry| entry.id == id)
     }
 
-    pub fn present(&self, inst: Gw, now: Tick) -> bool {
-        self.presence[usize::from(inst.0)].is_some_and(|until| until >= now)
+    /// Instance `inst`'s presence deadline, if it has one.
+    pub fn presence_of(&self, inst: Inst) -> Option<Tick> {
+        self.presence[usize::from(inst.gw.0)][usize::from(inst.start)]
+    }
+
+    pub fn presence_mut(&mut self, inst: Inst) -> &mut Option<Tick> {
+        &mut self.presence[usize::from(inst.gw.0)][usize::from(inst.start)]
+    }
+
+    /// Whether `inst`'s presence is current by Redis's clock.
+    pub fn present(&self, inst: Inst, now: Tick) -> bool {
+        self.presence_of(inst).is_some_and(|until| until >= now)
     }
 
     pub fn delayed(&self, now: Tick) -> bool {
@@ -235,6 +254,9 @@ pub struct Gateway {
     pub tending: Option<TendPlan>,
     /// It has run a tend since it (and Redis) last resumed.
     pub steady: bool,
+    /// Its instance id in the waiting room (see [`Inst`]): which start of
+    /// the process it is.
+    pub start: u8,
     /// A session it is ending (the sweep's `finish`).
     pub sweeping: Option<Sweep>,
 }
@@ -251,6 +273,7 @@ impl Gateway {
             tending: None,
             steady: true,
             sweeping: None,
+            start: 0,
         }
     }
 
@@ -374,6 +397,9 @@ pub struct Request {
     /// It was offered a place and did not claim it in time: passed over
     /// by design, so arrival order no longer speaks for it.
     pub forfeited: bool,
+    /// A twin (a request under its Idempotency-Key, sharing its token)
+    /// gave back the place it was offered before it could claim it.
+    pub robbed: bool,
     /// It joined the queue at some point.
     pub waited: bool,
     /// The fencing token of the place it was answered `201` for (its own,
@@ -400,6 +426,7 @@ impl Request {
             idle: 0,
             orphaned: 0,
             forfeited: false,
+            robbed: false,
             waited: false,
             granted_fence: 0,
             granted: false,
@@ -443,6 +470,9 @@ pub struct Broken {
     /// A place was offered to a waiter whose gateway died more than a
     /// presence earlier.
     pub offered_to_dead: bool,
+    /// A place a client was answered `201` for was given back by another
+    /// request's script (a twin's `leave.lua`).
+    pub grant_taken: bool,
 }
 
 /// How many of each fault have struck.

@@ -34,6 +34,8 @@ pub struct Step<'a> {
     pub notes: &'a mut Notes,
     /// The script running now, as the notes name it (`tend(C)`, `release(H) x`).
     pub script: String,
+    /// The batch whose own script runs (`ctx.batch`): not told it is ready.
+    pub batch: Option<Req>,
 }
 
 impl<'a> Step<'a> {
@@ -49,6 +51,7 @@ impl<'a> Step<'a> {
             fixes,
             notes,
             script: String::new(),
+            batch: None,
         }
     }
 
@@ -61,8 +64,18 @@ impl<'a> Step<'a> {
         self.scenario.spec(req).gateway
     }
 
+    /// The request's lock (a batch's first).
     pub fn key_of(&self, req: Req) -> Key {
         self.scenario.spec(req).key
+    }
+
+    /// Whether the request takes lock `key` (one of a batch's).
+    pub fn covers(&self, req: Req, key: Key) -> bool {
+        self.scenario.spec(req).covers(key)
+    }
+
+    pub fn is_batch(&self, req: Req) -> bool {
+        self.scenario.spec(req).is_batch()
     }
 
     pub fn lock(&self, key: Key) -> &Lock {

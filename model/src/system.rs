@@ -9,7 +9,7 @@ use stateright::{Model, Property};
 
 use crate::deadlock;
 use crate::properties;
-use crate::scenario::{Fixes, Gw, Hold, Key, Mutant, Req, Scenario, Sess};
+use crate::scenario::{Fixes, Gw, Hold, Key, Mutant, Req, STARTS, Scenario, Sess};
 use crate::sessions;
 use crate::state::{Gateway, Life, Phase, Search, Standing, State};
 use crate::step::{Notes, Step};
@@ -93,6 +93,10 @@ impl LockModel {
             usize::from(scenario.locks) <= crate::scenario::MAX_LOCKS
                 && scenario.sessions.len() <= crate::scenario::MAX_SESSIONS,
             "too many locks or sessions"
+        );
+        assert!(
+            usize::from(scenario.faults.crash.times) < STARTS,
+            "too many restarts"
         );
         Self {
             scenario,
@@ -276,10 +280,11 @@ impl LockModel {
                 search,
                 ..
             } => {
-                if up && redis && standing == Standing::Granted && heard {
+                // A batch acts on any news (a lock ready for it) by trying again.
+                if up && redis && heard && (standing == Standing::Granted || spec.is_batch()) {
                     offer(Action::Claim(id), true);
                 }
-                let unaccounted = standing == Standing::Unaccounted && heard;
+                let unaccounted = standing == Standing::Unaccounted && heard && !spec.is_batch();
                 let ends = gateway.closing || s.now >= deadline || unaccounted;
                 if up && redis && ends {
                     offer(Action::Leave(id), true);
@@ -433,7 +438,15 @@ impl Step<'_> {
             let spec = self.scenario.spec(id);
             let gateway = self.s.gateway(spec.gateway);
             let kept_running = redis && gateway.up() && gateway.steady;
-            let free = self.s.redis.lock(spec.key).free(now);
+            // A batch ahead that may be served keeps a lock free for itself
+            // while it waits for its other locks: by design, not idle.
+            let batch_ahead = spec.keys().any(|key| self.batch_ahead(key, id));
+            let free = !batch_ahead
+                && if spec.is_batch() {
+                    spec.keys().all(|key| self.blocks_nothing(key))
+                } else {
+                    self.s.redis.lock(spec.key).free(now)
+                };
             let orphaned = spec.session.is_some_and(|session| {
                 self.s.redis.session(session).ended.is_some() && redis && gateway.up()
             });
@@ -466,6 +479,18 @@ impl Step<'_> {
         }
     }
 
+    /// Whether lock `key` is free for a batch, or held only by batches
+    /// that wait themselves (as a batch that took some of its locks and
+    /// waits for the rest would: a circle of waits if two do).
+    fn blocks_nothing(&self, key: Key) -> bool {
+        let lock = self.s.redis.lock(key);
+        !lock.delayed(self.s.now)
+            && lock
+                .places
+                .iter()
+                .all(|place| self.is_batch(place.token) && self.s.request(place.token).waiting())
+    }
+
     fn pause(&mut self, gw: Gw) {
         self.s.struck.pauses += 1;
         let now = self.s.now;
@@ -484,9 +509,11 @@ impl Step<'_> {
     /// session keepers with it.
     fn crash(&mut self, gw: Gw) {
         self.s.struck.crashes += 1;
+        let start = self.s.gateway(gw).start;
         *self.s.gateway_mut(gw) = Gateway {
             life: Life::Down,
             steady: false,
+            start,
             ..Gateway::new()
         };
         let now = self.s.now;
@@ -511,14 +538,28 @@ impl Step<'_> {
         self.say(|| format!("gateway {gw} crashes (SIGKILL)"));
     }
 
+    /// The process starts again: with a fresh instance id (a new nonce),
+    /// or, before, the same `<hostname>:<port>`.
     fn restart(&mut self, gw: Gw) {
         let now = self.s.now;
+        let fresh = self.fixes.fresh_instance_id;
+        let before = self.s.gateway(gw).start;
+        let start = if fresh {
+            (before + 1).min(STARTS as u8 - 1)
+        } else {
+            before
+        };
         *self.s.gateway_mut(gw) = Gateway {
             tend_at: now,
             steady: false,
+            start,
             ..Gateway::new()
         };
-        self.say(|| format!("gateway {gw} starts again (same instance id)"));
+        let inst = self.inst_of(gw);
+        self.say(|| match fresh {
+            true => format!("gateway {gw} starts again (instance id {inst}, a new nonce)"),
+            false => format!("gateway {gw} starts again (same instance id)"),
+        });
     }
 
     /// SIGTERM: waits end (each leaves with a 503), nothing new starts,

@@ -2,7 +2,8 @@
 
 use lockgate_model::check::{self, Bound};
 use lockgate_model::properties::{
-    LEFT_MEANS_LEFT, ONE_GRANT_PER_KEY, REFUSED_HOLDS_NOTHING, SERVED, SESSION_EXPIRY,
+    BATCH_WHOLE, GRANT_STANDS, LEFT_MEANS_LEFT, ONE_GRANT_PER_KEY, REFUSED_HOLDS_NOTHING, SERVED,
+    SESSION_EXPIRY,
 };
 use lockgate_model::scenario::{Mutant, Protocol};
 use lockgate_model::scenarios;
@@ -61,6 +62,39 @@ fn two_waiting_requests_with_one_idempotency_key_get_two_grants_unless_they_wait
     assert_eq!(as_it_was.broken(), vec![ONE_GRANT_PER_KEY]);
     let fixed = check::run(scenario, Protocol::Fixed.fixes(), BOUND);
     assert!(fixed.broken().is_empty(), "{:?}", fixed.broken());
+}
+
+#[test]
+fn a_batch_taken_one_lock_at_a_time_is_seen_partly_held_and_all_at_once_never() {
+    let scenario = scenarios::batches_circle();
+    let fixed = check::run(scenario.clone(), Protocol::Fixed.fixes(), BOUND);
+    assert!(fixed.broken().is_empty(), "{:?}", fixed.broken());
+    assert!(fixed.unreached().is_empty());
+    let mut key_by_key = Protocol::Fixed.fixes();
+    key_by_key.mutant = Some(Mutant::BatchKeyByKey);
+    let mutant = check::run(scenario, key_by_key, BOUND);
+    assert!(
+        mutant.broken().contains(&BATCH_WHOLE),
+        "{:?}",
+        mutant.broken()
+    );
+}
+
+#[test]
+fn a_twin_answered_503_at_shutdown_gives_back_the_grant_its_twin_claimed() {
+    let scenario = scenarios::shutdown_twin();
+    let mut keyed = Protocol::Fixed.fixes();
+    keyed.shutdown_gives_back_keyed = true;
+    let given_back = check::run(scenario.clone(), keyed, BOUND);
+    assert!(
+        given_back.broken().contains(&GRANT_STANDS),
+        "{:?}",
+        given_back.broken()
+    );
+    let mut alone = keyed;
+    alone.give_back_alone = true;
+    let checked = check::run(scenario, alone, BOUND);
+    assert!(checked.broken().is_empty(), "{:?}", checked.broken());
 }
 
 #[test]
