@@ -120,6 +120,7 @@ bench:
 	./loadtest/bench-redis-cost.sh
 	./loadtest/bench-sessions.sh
 	./loadtest/bench-seckill.sh
+	./loadtest/bench-segments.sh
 
 # The peers are installed by scripts/ensure-anchors.sh (Debian, npm, PyPI).
 anchors:

@@ -1,6 +1,6 @@
 // k6 load test of the flash sale through nginx: an open model of buyers,
-// with replays, over-cap attempts and one hot user, that fails the run when
-// any invariant of the sale breaks.
+// with replays (also two at once), over-cap attempts and one hot user, that
+// fails the run when any invariant of the sale breaks.
 //
 //   k6 run loadtest/seckill.js        (loadtest/run.sh sets the environment)
 //
@@ -10,7 +10,13 @@
 // per second), DURATION, INSTANCES (the X-Instance-Id values that must all
 // serve), RECORD_REDIS (where the test records what it saw; keys k6:*),
 // MAX_FAILED (unexpected answers tolerated: the chaos run's in-flight
-// requests), SUMMARY_FILE.
+// requests), SUMMARY_FILE, SEGMENTS (spread the sale over that many
+// segments), INSTANCE_URLS (each instance's own URL, comma-separated).
+//
+// With SEGMENTS, the teardown also keeps buying, one unit per new buyer,
+// until the sale answers sold-out: then no unit may be left stranded in a
+// segment (sold == initial_stock, stock 0), and every instance, asked
+// directly, must show the sale sold out.
 
 import http from 'k6/http';
 import { check } from 'k6';
@@ -30,6 +36,8 @@ const RATE = Number(__ENV.RATE || 300);
 const DURATION = __ENV.DURATION || '10s';
 const INSTANCES = (__ENV.INSTANCES || 'gw-1,gw-2,gw-3').split(',');
 const MAX_FAILED = Number(__ENV.MAX_FAILED || 0);
+const SEGMENTS = __ENV.SEGMENTS ? Number(__ENV.SEGMENTS) : null;
+const INSTANCE_URLS = (__ENV.INSTANCE_URLS || '').split(',').filter((url) => url);
 const CREATED = `k6:seckill:${SKU}:created`;
 
 const record = new redis.Client(__ENV.RECORD_REDIS || 'redis://127.0.0.1:6380');
@@ -68,13 +76,16 @@ export const options = {
     // Listed so the summary counts them.
     ...Object.fromEntries(
       ['buy-409-sold-out', 'buy-409-limit-exceeded', 'over-cap-409-limit-exceeded', 'over-cap-409-sold-out',
-        'hot-201', 'hot-409-limit-exceeded', 'hot-409-sold-out', 'replay-429'].map((outcome) => [
+        'hot-201', 'hot-409-limit-exceeded', 'hot-409-sold-out', 'replay-429', 'twins-one-order',
+        'twins-refused'].map((outcome) => [
         `seckill_outcomes{outcome:${outcome}}`,
         ['count>=0'],
       ]),
     ),
   },
   summaryTrendStats: ['avg', 'p(50)', 'p(90)', 'p(99)', 'max'],
+  // The teardown may buy what the load left, one unit at a time.
+  teardownTimeout: '180s',
 };
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
@@ -95,11 +106,13 @@ function buyerToken(user) {
 
 export async function setup() {
   await record.del(CREATED);
-  const reset = http.put(`${BASE}/seckill/${SKU}`, JSON.stringify({ stock: STOCK, per_user_limit: CAP }), {
+  const body = { stock: STOCK, per_user_limit: CAP, ...(SEGMENTS ? { segments: SEGMENTS } : {}) };
+  const reset = http.put(`${BASE}/seckill/${SKU}`, JSON.stringify(body), {
     headers: { ...JSON_HEADERS, ...ADMIN_HEADERS },
   });
   const sale = reset.status === 200 ? reset.json() : null;
-  if (!sale || sale.stock !== STOCK || sale.sold !== 0 || sale.orders !== 0) {
+  if (!sale || sale.stock !== STOCK || sale.sold !== 0 || sale.orders !== 0 ||
+    (SEGMENTS && sale.segments !== SEGMENTS)) {
     throw new Error(`the sale was not reset: ${reset.status} ${reset.body}`);
   }
 }
@@ -113,13 +126,24 @@ function violation(what) {
   console.error(`invariant violated: ${what}`);
 }
 
+// The request of a purchase by the holder of `user`'s token; the body names `named`.
+function purchaseRequest(user, quantity, key, named = user, base = BASE) {
+  return {
+    method: 'POST',
+    url: `${base}/seckill/${SKU}/orders`,
+    body: JSON.stringify({ user_id: named, quantity }),
+    params: {
+      headers: { ...JSON_HEADERS, 'Idempotency-Key': key, Authorization: `Bearer ${buyerToken(user)}` },
+      tags: { name: 'purchase' },
+    },
+  };
+}
+
 // A purchase by the holder of `user`'s token; the body names `named`.
 function buy(user, quantity, key, named = user) {
   const started = Date.now();
-  const response = http.post(`${BASE}/seckill/${SKU}/orders`, JSON.stringify({ user_id: named, quantity }), {
-    headers: { ...JSON_HEADERS, 'Idempotency-Key': key, Authorization: `Bearer ${buyerToken(user)}` },
-    tags: { name: 'purchase' },
-  });
+  const request = purchaseRequest(user, quantity, key, named);
+  const response = http.post(request.url, request.body, request.params);
   purchaseTime.add(Date.now() - started);
   const instance = response.headers['X-Instance-Id'];
   if (instance) {
@@ -148,6 +172,10 @@ export default async function () {
     } else if (response.status !== 429) {
       unexpectedAnswer(response);
     }
+    return;
+  }
+  if (roll < 0.14 && roll >= 0.12) {
+    await twins();
     return;
   }
   if (roll < 0.12) {
@@ -201,6 +229,65 @@ export default async function () {
   }
 }
 
+// The same purchase sent twice at once (a client retrying before the first
+// answer): at most one 201, and every 200 or 201 names the same order.
+async function twins() {
+  const user = `user-${Math.floor(Math.random() * USERS)}`;
+  const key = crypto.randomUUID();
+  const request = purchaseRequest(user, 1, key);
+  const responses = http.batch([request, request]);
+  const orders = responses.filter((r) => r.status === 200 || r.status === 201);
+  const created = responses.filter((r) => r.status === 201);
+  for (const response of responses) {
+    if (![200, 201, 409, 429].includes(response.status)) unexpectedAnswer(response);
+  }
+  if (created.length > 1) violation(`one Idempotency-Key made ${created.length} orders: ${key}`);
+  const ids = new Set(orders.map((r) => r.json('order_id')));
+  if (ids.size > 1) violation(`one Idempotency-Key answered orders ${[...ids].join(', ')}`);
+  outcomes.add(1, { outcome: orders.length > 0 ? 'twins-one-order' : 'twins-refused' });
+  if (created.length === 1) {
+    const order = created[0].json();
+    bought[user] = (bought[user] || 0) + 1;
+    mine.push({ key, order_id: order.order_id, user_id: user, quantity: 1 });
+    await record.sadd(CREATED, order.order_id);
+  }
+}
+
+// After the load: new buyers take one unit each until the sale answers
+// sold-out, which it may do only once the whole sale is sold. Returns the
+// units they bought.
+async function drain(sale) {
+  let units = 0;
+  // Every unit left, plus room for the retries a moving stock may ask for.
+  for (let attempt = 0; attempt < sale.stock * 2 + 64; attempt++) {
+    const response = buy(`drain-${attempt}`, 1, crypto.randomUUID());
+    if (response.status === 201) {
+      units += 1;
+      await record.sadd(CREATED, response.json('order_id'));
+    } else if (response.status === 409 && slug(response) === '/problems/sold-out') {
+      return units;
+    } else if (!(response.status === 409 && slug(response) === '/problems/lock-held')) {
+      unexpectedAnswer(response);
+    }
+  }
+  violation(`the sale never answered sold-out while ${units} more units sold`);
+  return units;
+}
+
+// Once sold out, each instance, asked directly, shows it: stock 0, and a
+// new buyer refused sold-out (the sold-out push reached every instance).
+function everyInstanceSoldOut() {
+  INSTANCE_URLS.forEach((base, index) => {
+    const sale = http.get(`${base}/seckill/${SKU}`).json();
+    if (sale.stock !== 0) violation(`${base} shows stock ${sale.stock} after the sell-out`);
+    const request = purchaseRequest(`late-${index}`, 1, crypto.randomUUID(), `late-${index}`, base);
+    const response = http.post(request.url, request.body, request.params);
+    if (response.status !== 409 || slug(response) !== '/problems/sold-out') {
+      violation(`${base} answered ${response.status} ${response.body} after the sell-out`);
+    }
+  });
+}
+
 function unexpectedAnswer(response) {
   unexpected.add(1);
   console.warn(`unexpected ${response.status}: ${response.body}`);
@@ -220,7 +307,19 @@ function allOrders() {
 }
 
 export async function teardown() {
-  const sale = http.get(`${BASE}/seckill/${SKU}`).json();
+  let sale = http.get(`${BASE}/seckill/${SKU}`).json();
+  if (SEGMENTS) {
+    if (sale.segments !== SEGMENTS) violation(`the sale has ${sale.segments} segments, not ${SEGMENTS}`);
+    const drained = await drain(sale);
+    sale = http.get(`${BASE}/seckill/${SKU}`).json();
+    // Demand has now asked for at least the stock: none may be stranded.
+    if (sale.sold !== sale.initial_stock || sale.stock !== 0) {
+      violation(`units stranded: sold ${sale.sold} of ${sale.initial_stock}, stock ${sale.stock}`);
+    }
+    everyInstanceSoldOut();
+    console.log(`sale ${SKU}: ${drained} units bought after the load until sold-out`);
+  }
+  if (sale.sold > sale.initial_stock) violation(`oversold: ${JSON.stringify(sale)}`);
   if (sale.sold + sale.stock !== sale.initial_stock) violation(`sold + stock != initial: ${JSON.stringify(sale)}`);
   if (sale.stock < 0) violation(`stock below zero: ${sale.stock}`);
   if (sale.stored !== null && sale.stored !== undefined) {
