@@ -78,6 +78,8 @@ export interface Sale {
   initial_stock: number;
   sold: number;
   per_user_limit: number;
+  /** The Redis slots its stock and records are spread over (1 unless set); every figure is the whole sale's. */
+  segments?: number;
   orders: number;
   /** Orders stored by the hand-off, and recorded but not stored yet; null when no hand-off runs. */
   stored?: number | null;

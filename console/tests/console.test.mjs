@@ -269,7 +269,7 @@ describe("the console", () => {
       method: "PUT",
       admin: true,
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ stock: 60, per_user_limit: 2 }),
+      body: JSON.stringify({ stock: 60, per_user_limit: 2, segments: 3 }),
     });
     assert.equal(reset.status, 200, await reset.text());
 
@@ -279,6 +279,8 @@ describe("the console", () => {
     const card = page.locator('[data-sku="flash"]');
     const figure = (name) => card.locator(`[data-figure="${name}"]`);
     await eventually(async () => (await figure("stock").textContent()) === "60", { what: "the full stock shown" });
+    // One sale, whatever its segments: the figures are the whole sale's.
+    assert.equal(await figure("segments").textContent(), "3");
     // A few readings before the rush, so that the chart shows the stock standing first.
     await page.waitForTimeout(1500);
 

@@ -121,6 +121,7 @@ class SaleCard {
         figure("orders", "Orders"),
         figure("orders-rate", "Orders/s"),
         figure("cap", "Per-user cap"),
+        figure("segments", "Segments"),
         figure("stored", "Stored"),
         figure("pending", "Pending"),
       ),
@@ -149,6 +150,7 @@ class SaleCard {
     show("orders", format.count(sale.orders));
     show("orders-rate", format.rate(this.history.latest("orders")));
     show("cap", format.count(sale.per_user_limit));
+    show("segments", format.count(sale.segments ?? 1));
     // Null (or absent) when no order hand-off runs.
     const handedOff = (n: number | null | undefined) => (n === null || n === undefined ? "no hand-off" : format.count(n));
     show("stored", handedOff(sale.stored));
