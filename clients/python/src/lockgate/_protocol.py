@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import ssl
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union, cast
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 from urllib.parse import quote
 
 import httpx
@@ -356,3 +358,31 @@ class LeaderTracker:
         first = not self._started and name == "snapshot"
         self._started = self._started or name == "snapshot"
         return first or self.leader != before
+
+
+def tls_context(
+    verify: Union[bool, str, ssl.SSLContext],
+    cert: Optional[Union[str, Tuple[str, str]]],
+) -> Union[bool, ssl.SSLContext]:
+    """What httpx is given to verify the gateway and present a client
+    certificate: one SSL context, made here, since httpx ignores `cert=`
+    beside a CA path (`verify=<str>`), and deprecates both."""
+    if cert is None and not isinstance(verify, str):
+        return verify
+    if isinstance(verify, ssl.SSLContext):
+        context = verify
+    elif verify is False:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif isinstance(verify, str) and os.path.isdir(verify):
+        context = ssl.create_default_context(capath=verify)
+    elif isinstance(verify, str):
+        context = ssl.create_default_context(cafile=verify)
+    else:
+        context = ssl.create_default_context()
+    if isinstance(cert, str):
+        context.load_cert_chain(cert)
+    elif cert is not None:
+        context.load_cert_chain(*cert)
+    return context

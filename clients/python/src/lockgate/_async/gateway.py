@@ -17,6 +17,7 @@ import httpx
 
 from .._api import HoldReleased, LockGrant, LockList, LockMode, ModeChange
 from .._protocol import (
+    tls_context,
     UNSENT_ERRORS,
     acquire_body,
     answer,
@@ -104,8 +105,7 @@ class AsyncGateway:
                     headers=self._headers,
                     timeout=self.timeout,
                     transport=self._transport,
-                    verify=self._verify,
-                    cert=self._cert,
+                    verify=tls_context(self._verify, self._cert),
                     # Each streamed lock keeps a connection while it is held.
                     limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
                 )
