@@ -13,13 +13,16 @@ use utoipa::openapi::schema::{Object, Schema};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{Modify, Number, ToSchema};
 
-use super::watch::LAST_EVENT_ID_PATTERN;
 use crate::locks::ListCursor;
 use crate::locks::{
     LockLimits, MAX_LIMIT, MAX_LIST, MAX_VALUE_BYTES, MIN_TTL_MS, Token, idempotency_key_pattern,
     key_pattern,
 };
 use crate::seckill::{Cursor, MAX_PAGE, MAX_QUANTITY, MAX_STOCK, name_pattern};
+
+/// What a `Last-Event-ID` may look like: a stream id (each part is also
+/// checked to fit in 64 bits).
+pub(super) const LAST_EVENT_ID_PATTERN: &str = r"^[0-9]{1,20}-[0-9]{1,20}$";
 
 /// A lock key: 1 to 200 characters of `A-Z a-z 0-9 . _ : -`, not only dots.
 #[derive(ToSchema)]

@@ -23,10 +23,6 @@ use crate::locks::{LockKey, LockSight, WatchEvent, Watches};
 /// The header an `EventSource` resends on reconnecting.
 const LAST_EVENT_ID: &str = "last-event-id";
 
-/// What a `Last-Event-ID` may look like: a stream id (each part is also
-/// checked to fit in 64 bits).
-pub(super) const LAST_EVENT_ID_PATTERN: &str = r"^[0-9]{1,20}-[0-9]{1,20}$";
-
 /// `acquired`: a holder was granted the lock.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AcquiredEvent {

@@ -1,20 +1,9 @@
 //! Typed wrappers for `batch.lua` (several locks for one token, all or none, in one step on one Redis) and `mode.lua` (a holder's upgrade or downgrade).
 
 use super::grant::{NoPlace, Waiter};
-use super::{FENCE_RETENTION_MS, LockKeys, LockKind, LockState};
+use super::{FENCE_RETENTION_MS, LockKeys, LockKind, LockState, places};
 use crate::redis::scripts::{BATCH, MODE, Reply};
 use crate::redis::{BackendError, Connection};
-
-/// A counting lock's places as the scripts take them: `<limit>`, or
-/// `<limit> <permits>` for a holder that takes more than one.
-pub fn places(kind: LockKind, permits: u32) -> String {
-    let limit = kind.limit().unwrap_or(1);
-    if permits > 1 {
-        format!("{limit} {permits}")
-    } else {
-        limit.to_string()
-    }
-}
 
 /// One lock of a batch.
 #[derive(Debug, Clone, Copy)]

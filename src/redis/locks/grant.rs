@@ -89,7 +89,7 @@ pub async fn acquire(
     invocation
         .arg(attempt.token)
         .arg(attempt.kind.mode())
-        .arg(super::batch::places(attempt.kind, attempt.permits))
+        .arg(super::places(attempt.kind, attempt.permits))
         .arg(attempt.ttl_ms)
         .arg(flag(attempt.reenter))
         .arg(FENCE_RETENTION_MS)

@@ -206,3 +206,14 @@ pub struct WaiterView {
     pub mode: String,
     pub waiting_since_ms: u64,
 }
+
+/// A counting lock's places as the scripts take them: `<limit>`, or
+/// `<limit> <permits>` for a holder that takes more than one.
+pub fn places(kind: LockKind, permits: u32) -> String {
+    let limit = kind.limit().unwrap_or(1);
+    if permits > 1 {
+        format!("{limit} {permits}")
+    } else {
+        limit.to_string()
+    }
+}
