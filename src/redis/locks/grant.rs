@@ -91,10 +91,13 @@ pub async fn acquire(
         && attempt.value.is_none()
         && attempt.idempotency.is_none()
         && attempt.session.is_none();
-    if plain && !attempt.reenter && attempt.kind == LockKind::Exclusive && attempt.permits == 1 {
-        if let Some(reply) = acquire_plain(conn, keys, attempt).await? {
-            return Ok(reply);
-        }
+    if plain
+        && !attempt.reenter
+        && attempt.kind == LockKind::Exclusive
+        && attempt.permits == 1
+        && let Some(reply) = acquire_plain(conn, keys, attempt).await?
+    {
+        return Ok(reply);
     }
     let mut invocation = ACQUIRE.call(keys, publish);
     let flag = |on: bool| if on { "1" } else { "0" };
