@@ -173,7 +173,7 @@ pub(crate) async fn script_cycles(load: ScriptCycles) -> io::Result<()> {
             while Instant::now() < deadline {
                 let token = format!("{who}-{done}");
                 let (acquire, release) = match library.as_deref() {
-                    Some(library) => lock_calls(&format!("{library}_"), "", &prefix, &key, &token),
+                    Some(library) => plain_calls(library, &prefix, &key, &token),
                     None if variant.as_str() == "plain" => floor_calls(&prefix, &key, &token),
                     None => lock_calls("floor_", &format!("_{variant}"), &prefix, &key, &token),
                 };
@@ -208,9 +208,9 @@ pub(crate) async fn script_cycles(load: ScriptCycles) -> io::Result<()> {
     Ok(())
 }
 
-/// The gateway's functions (or the floor's that take the same), with the
-/// keys and first arguments every lock function takes (lib/base.lua) and a
-/// plain try's own (acquire.lua, release.lua).
+/// The floor's steps towards the gateway's full functions, called as those
+/// are: the keys and first arguments every lock function takes
+/// (lib/base.lua) and a plain try's own (acquire.lua, release.lua).
 fn lock_calls(
     before: &str,
     after: &str,
@@ -238,6 +238,36 @@ fn lock_calls(
         .arg(0);
     let mut release = call("release");
     release.arg("one").arg(FENCE_KEEP_MS);
+    (acquire, release)
+}
+
+/// The gateway's plain try and plain release (acquire_plain.lua,
+/// release_plain.lua), with the keys and arguments the gateway gives them:
+/// what it runs for a lock nobody waits for or watches.
+fn plain_calls(library: &str, prefix: &str, key: &str, token: &str) -> (redis::Cmd, redis::Cmd) {
+    let name = |what: &str| format!("{prefix}{what}:{{{key}}}");
+    let mut acquire = redis::cmd("FCALL");
+    acquire
+        .arg(format!("{library}_acquire_plain"))
+        .arg(4)
+        .arg(name("lock"))
+        .arg(name("fence"))
+        .arg(name("queue"))
+        .arg(name("watch"))
+        .arg(token)
+        .arg(TTL_MS)
+        .arg(FENCE_KEEP_MS);
+    let mut release = redis::cmd("FCALL");
+    release
+        .arg(format!("{library}_release_plain"))
+        .arg(3)
+        .arg(name("lock"))
+        .arg(name("queue"))
+        .arg(name("watch"))
+        .arg("PUBLISH")
+        .arg(name("released"))
+        .arg(token)
+        .arg("one");
     (acquire, release)
 }
 

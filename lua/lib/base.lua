@@ -68,6 +68,15 @@ local function context(keys, args)
   return ctx
 end
 
+-- The context of a plain try (acquire_plain.lua), which has only the lock
+-- and its fence counter: enough for `now_ms` and `next_fence`.
+local function plain_context(lock, fence)
+  local ctx = run_context
+  ctx.lock, ctx.fence = lock, fence
+  ctx.seconds, ctx.micros, ctx.busy, ctx.batch = nil, nil, nil, nil
+  return ctx
+end
+
 -- The lock's channel `name` (`released`, `events`, or `granted`, which
 -- takes the instance's id after it): made when a message is sent, not for
 -- every run.

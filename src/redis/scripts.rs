@@ -221,6 +221,8 @@ macro_rules! lock_function {
 
 pub static ACQUIRE: LockFunction = lock_function!("acquire.lua");
 pub static RELEASE: LockFunction = lock_function!("release.lua");
+pub static ACQUIRE_PLAIN: LockFunction = lock_function!("acquire_plain.lua");
+pub static RELEASE_PLAIN: LockFunction = lock_function!("release_plain.lua");
 pub static EXTEND: LockFunction = lock_function!("extend.lua");
 pub static INSPECT: LockFunction = lock_function!("inspect.lua");
 pub static LEAVE: LockFunction = lock_function!("leave.lua");
@@ -234,9 +236,11 @@ pub static MODE: LockFunction = lock_function!("mode.lua");
 pub static BATCH: LockFunction = lock_function!("batch.lua");
 
 /// Every lock script: the functions of the library.
-pub static LOCK_FUNCTIONS: [&LockFunction; 13] = [
+pub static LOCK_FUNCTIONS: [&LockFunction; 15] = [
     &ACQUIRE,
     &RELEASE,
+    &ACQUIRE_PLAIN,
+    &RELEASE_PLAIN,
     &EXTEND,
     &INSPECT,
     &LEAVE,
@@ -294,6 +298,20 @@ impl LockFunction {
         let mut command = redis::cmd("FCALL");
         command.arg(self.function());
         keys.bind(&mut command, publish);
+        FunctionCall { command }
+    }
+
+    /// Starts a call that takes only some of a lock's keys (`keys`, the
+    /// names in the order the script takes them) and none of the first
+    /// arguments the others take: the plain try and release, which pay for
+    /// nothing they do not use. Add its arguments, then
+    /// [`LockFunction::run`].
+    pub fn call_with_keys(&self, keys: &[String]) -> FunctionCall {
+        let mut command = redis::cmd("FCALL");
+        command.arg(self.function()).arg(keys.len());
+        for key in keys {
+            command.arg(key.as_str());
+        }
         FunctionCall { command }
     }
 

@@ -7,7 +7,7 @@ use redis::AsyncCommands;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{RedisServer, TestApp, assert_problem};
+use crate::helpers::{RedisServer, TestApp, assert_problem, command_calls};
 
 const CLIENTS: usize = 50;
 const ROUNDS: usize = 20;
@@ -152,6 +152,43 @@ async fn the_right_token_releases_and_the_lock_is_free_again() {
 
     assert_problem(app.get("/locks/jobs:nightly").await, 404, "lock-not-found").await;
     app.take("jobs:nightly", 30_000).await;
+}
+
+/// A lock nobody waits for or watches pays only for what a plain lock needs:
+/// the plain try and release, each one call, and none of the queue's,
+/// events' or many holders' commands.
+#[tokio::test]
+async fn a_plain_cycle_runs_the_plain_functions_alone() {
+    let redis = RedisServer::start_single().await;
+    let app = TestApp::spawn(&redis).await;
+    // A first cycle, so that loading the library is not counted.
+    let grant = app.take("jobs:plain", 30_000).await;
+    app.release("jobs:plain", &grant.token).await;
+
+    let before = command_calls(&redis).await;
+    let grant = app.take("jobs:plain", 30_000).await;
+    let released = app.release("jobs:plain", &grant.token).await;
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    let after = command_calls(&redis).await;
+    let ran = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+
+    // acquire_plain.lua: EXISTS, TIME, GET + SET (the fence), HSET,
+    // PEXPIREAT; release_plain.lua: HMGET, EXISTS, DEL, PUBLISH.
+    assert_eq!(ran("fcall"), 2, "{after:?}");
+    assert_eq!(
+        (
+            ran("exists"),
+            ran("time"),
+            ran("hmget"),
+            ran("del"),
+            ran("publish")
+        ),
+        (2, 1, 1, 1, 1),
+        "{after:?}"
+    );
+    for unpaid in ["zrank", "zadd", "xadd", "hgetall", "zrangebyscore", "hget"] {
+        assert_eq!(ran(unpaid), 0, "{unpaid} ran in a plain cycle: {after:?}");
+    }
 }
 
 #[tokio::test]

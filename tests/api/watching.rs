@@ -251,6 +251,30 @@ async fn a_lock_nobody_watches_writes_no_event() {
     }
 }
 
+/// A plain lock taken before anyone watched, and watched since, is released
+/// with an event: its release leaves nobody's watch to the plain path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_started_on_a_held_plain_lock_sees_its_release() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let holder = app.take("watched-late", 30_000).await;
+    let mut watcher = watch(&app, "watched-late", None).await;
+    let snapshot = next(&mut watcher).await;
+    assert_eq!(snapshot.name, "snapshot");
+    assert_eq!(snapshot.data["held"], json!(true), "{}", snapshot.data);
+    let mut last = snapshot.id.clone().unwrap();
+
+    let released = app.release("watched-late", &holder.token).await;
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        take(&mut watcher, 1, &mut last).await,
+        [(
+            "released".to_owned(),
+            json!({"key": "watched-late", "fencing_token": holder.fencing_token})
+        )]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_lock_ends_its_holders_stream_tells_its_watchers_and_fences_the_old_holder() {
     let redis = RedisServer::start().await;

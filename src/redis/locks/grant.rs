@@ -2,7 +2,8 @@
 
 use super::{FENCE_RETENTION_MS, LockKeys, LockKind, LockState};
 use crate::redis::scripts::{
-    ACQUIRE, EXTEND, FunctionCall, LEAVE, RELEASE, REVOKE, Reply, SESSION_RELEASE, SET_VALUE,
+    ACQUIRE, ACQUIRE_PLAIN, EXTEND, FunctionCall, LEAVE, RELEASE, RELEASE_PLAIN, REVOKE, Reply,
+    SESSION_RELEASE, SET_VALUE,
 };
 use crate::redis::{BackendError, Connection};
 
@@ -75,13 +76,29 @@ pub enum AcquireReply {
     ModeConflict,
 }
 
-/// Runs `acquire.lua`.
+/// Runs `acquire.lua`; a plain try (an exclusive lock, one place, no wait,
+/// no re-entry, value, Idempotency-Key or session) runs `acquire_plain.lua`
+/// first, with the four keys and three arguments it uses, and `acquire.lua`
+/// only when that says someone waits for or watches the lock.
 pub async fn acquire(
     conn: &mut Connection,
     keys: &LockKeys,
     publish: &str,
     attempt: Attempt<'_>,
 ) -> Result<AcquireReply, BackendError> {
+    let plain = attempt.waiter.is_none()
+        && !attempt.streamed
+        && attempt.value.is_none()
+        && attempt.idempotency.is_none()
+        && attempt.session.is_none();
+    if plain
+        && !attempt.reenter
+        && attempt.kind == LockKind::Exclusive
+        && attempt.permits == 1
+        && let Some(reply) = acquire_plain(conn, keys, attempt).await?
+    {
+        return Ok(reply);
+    }
     let mut invocation = ACQUIRE.call(keys, publish);
     let flag = |on: bool| if on { "1" } else { "0" };
     let (waiter_id, instance) = attempt.waiter.map_or(("", ""), |w| (w.id, w.instance));
@@ -94,13 +111,8 @@ pub async fn acquire(
         .arg(flag(attempt.reenter))
         .arg(FENCE_RETENTION_MS)
         .arg(attempt.wait_left_ms);
-    // The rest only when one of them applies: a plain try (the common
-    // case) sends seven arguments fewer.
-    let plain = attempt.waiter.is_none()
-        && !attempt.streamed
-        && attempt.value.is_none()
-        && attempt.idempotency.is_none()
-        && attempt.session.is_none();
+    // The rest only when one of them applies: a plain try sends seven
+    // arguments fewer.
     if !plain {
         invocation
             .arg(waiter_id)
@@ -135,6 +147,35 @@ pub async fn acquire(
             limit: reply.number("limit")?,
         }),
         "mode-conflict" => Some(AcquireReply::ModeConflict),
+        _ => None,
+    })
+}
+
+/// Runs `acquire_plain.lua`: the reply, or `None` when the lock is busy
+/// (waited for, watched, or not a plain lock) and `acquire.lua` must run.
+async fn acquire_plain(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    attempt: Attempt<'_>,
+) -> Result<Option<AcquireReply>, BackendError> {
+    let mut invocation = ACQUIRE_PLAIN.call_with_keys(&[
+        keys.name("lock"),
+        keys.name("fence"),
+        keys.name("queue"),
+        keys.name("watch"),
+    ]);
+    invocation
+        .arg(attempt.token)
+        .arg(attempt.ttl_ms)
+        .arg(FENCE_RETENTION_MS);
+    let reply = ACQUIRE_PLAIN.run(&invocation, conn).await?;
+    let ttl_ms = attempt.ttl_ms;
+    ACQUIRE_PLAIN.read(&reply, |reply| match reply.code() {
+        "granted" => lock_state(reply, ttl_ms).map(|state| Some(AcquireReply::Granted(state))),
+        "held" => Some(Some(AcquireReply::Held {
+            free_in_ms: reply.number("free_in_ms")?,
+        })),
+        "busy" => Some(None),
         _ => None,
     })
 }
@@ -175,7 +216,10 @@ pub enum ReleaseReply {
 }
 
 /// Runs `release.lua`: one hold less (or all of them); a freed place goes
-/// to the head of the queue.
+/// to the head of the queue. `release_plain.lua` runs first, with the three
+/// keys and few arguments a plain holder's release uses, and `release.lua`
+/// only when that says the lock is busy (waited for, watched, not a plain
+/// lock, or a streamed one).
 pub async fn release(
     conn: &mut Connection,
     keys: &LockKeys,
@@ -183,12 +227,34 @@ pub async fn release(
     (token, fence): (&str, Option<u64>),
     holds: Holds,
 ) -> Result<ReleaseReply, BackendError> {
+    let mut invocation =
+        RELEASE_PLAIN.call_with_keys(&[keys.name("lock"), keys.name("queue"), keys.name("watch")]);
+    invocation
+        .arg(publish)
+        .arg(keys.released())
+        .arg(token)
+        .arg(holds_arg(holds));
+    if let Some(fence) = fence {
+        invocation.arg(fence);
+    }
+    let reply = RELEASE_PLAIN.run(&invocation, conn).await?;
+    if let Some(released) = RELEASE_PLAIN.read(&reply, |reply| match reply.code() {
+        "busy" => Some(None),
+        _ => release_reply(reply).map(Some),
+    })? {
+        return Ok(released);
+    }
     let mut invocation = release_of(keys, publish, token, holds);
     if let Some(fence) = fence {
         invocation.arg(fence);
     }
     let reply = RELEASE.run(&invocation, conn).await?;
-    RELEASE.read(&reply, |reply| match reply.code() {
+    RELEASE.read(&reply, release_reply)
+}
+
+/// Reads what `release.lua` (or `release_plain.lua`) did.
+fn release_reply(reply: &Reply) -> Option<ReleaseReply> {
+    match reply.code() {
         "released" => Some(ReleaseReply::Released {
             session: reply
                 .text("session")
@@ -199,7 +265,15 @@ pub async fn release(
         "not-found" => Some(ReleaseReply::NotFound),
         "not-owner" => Some(ReleaseReply::NotOwner),
         _ => None,
-    })
+    }
+}
+
+/// How release scripts name `holds`.
+fn holds_arg(holds: Holds) -> &'static str {
+    match holds {
+        Holds::One => "one",
+        Holds::All => "all",
+    }
 }
 
 /// Runs `release.lua` for every hold of many locks at once (one pipeline
@@ -224,10 +298,7 @@ fn release_of(keys: &LockKeys, publish: &str, token: &str, holds: Holds) -> Func
     let mut invocation = RELEASE.call(keys, publish);
     invocation
         .arg(token)
-        .arg(match holds {
-            Holds::One => "one",
-            Holds::All => "all",
-        })
+        .arg(holds_arg(holds))
         .arg(FENCE_RETENTION_MS);
     invocation
 }
