@@ -47,7 +47,15 @@ export CLUSTER_DIR CLUSTER_PORT=auto
 export LOCKGATE_ADMIN_TOKEN="loadtest-$RANDOM$RANDOM"
 export LOCKGATE_BUYER_JWT_SECRET="buyers-$RANDOM$RANDOM"
 trap '"$root/scripts/cluster.sh" stop; rm -rf "$CLUSTER_DIR"' EXIT
-"$root/scripts/cluster.sh" start
+# k6 reaches nginx over TLS (HTTP/2) with a CA made for the run, which k6
+# (Go) trusts by SSL_CERT_FILE; LOADTEST_TLS=0 for plain HTTP.
+tls_dir=""
+if [ "${LOADTEST_TLS:-1}" != 0 ]; then
+  tls_dir="$CLUSTER_DIR/certs"
+  "$root/scripts/make-certs.sh" "$tls_dir" >/dev/null
+  export SSL_CERT_FILE="$tls_dir/ca.pem"
+fi
+CLUSTER_TLS_DIR="$tls_dir" "$root/scripts/cluster.sh" start
 # shellcheck source=/dev/null
 source "$CLUSTER_DIR/ports.env"
 
@@ -70,7 +78,7 @@ stop_orders() {
 }
 trap 'stop_orders; "$root/scripts/cluster.sh" stop; rm -rf "$CLUSTER_DIR" "$pg_dir"' EXIT
 
-export BASE_URL="http://127.0.0.1:$CLUSTER_PORT"
+export BASE_URL="$CLUSTER_URL"
 export ADMIN_TOKEN="$LOCKGATE_ADMIN_TOKEN"
 export BUYER_JWT_SECRET="$LOCKGATE_BUYER_JWT_SECRET"
 export RECORD_REDIS="redis://127.0.0.1:$REDIS_PORT"

@@ -20,6 +20,9 @@
 #   NGINX_READ_TIMEOUT / NGINX_LOCKS_READ_TIMEOUT   how long nginx waits for
 #                  an instance's answer, and under /locks   (10s / 70s)
 #   GATEWAY_FLAGS  extra flags for every `lockgate serve`
+#   CLUSTER_TLS_DIR   nginx serves HTTPS (HTTP/2 and HTTP/1.1) with
+#                  server.pem and server-key.pem of this directory, as made
+#                  by scripts/make-certs.sh (clients trust its ca.pem)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -46,7 +49,14 @@ start() {
     if [ "${REDIS_MODE:-single}" = cluster ]; then redis_port=""; else redis_port="$(free_port_block)"; fi
   fi
   mkdir -p "$dir"/{redis,tmp/client_body,tmp/proxy,tmp/fastcgi,tmp/uwsgi,tmp/scgi}
-  printf 'CLUSTER_PORT=%s\nREDIS_PORT=%s\n' "$port" "$redis_port" >"$dir/ports.env"
+  local scheme=http listen="127.0.0.1:$port" tls_curl=()
+  if [ -n "${CLUSTER_TLS_DIR:-}" ]; then
+    scheme=https listen="127.0.0.1:$port ssl http2" tls_curl=(--cacert "$CLUSTER_TLS_DIR/ca.pem")
+    sed -e "s|@TLS_CERT@|$CLUSTER_TLS_DIR/server.pem|" -e "s|@TLS_KEY@|$CLUSTER_TLS_DIR/server-key.pem|" \
+      "$root/nginx/client-tls.conf.template" >"$dir/client-tls.conf"
+  fi
+  printf 'CLUSTER_PORT=%s\nREDIS_PORT=%s\nCLUSTER_URL=%s\n' "$port" "$redis_port" \
+    "$scheme://127.0.0.1:$port" >"$dir/ports.env"
   # nginx workers drop to an unprivileged user when started by root.
   chmod -R a+rwx "$dir/tmp"
   [ -x "$lockgate" ] || (cd "$root" && cargo build --release --locked --quiet --bin lockgate)
@@ -75,7 +85,7 @@ start() {
   done
   for n in 1 2 3; do wait_for curl -sf "http://127.0.0.1:$((port + n))/readyz"; done
 
-  sed -e "s|@RUN_DIR@|$dir|g" -e "s|@LISTEN@|127.0.0.1:$port|g" \
+  sed -e "s|@RUN_DIR@|$dir|g" -e "s|@LISTEN@|$listen|g" \
     -e "s|@UPSTREAM_1@|127.0.0.1:$((port + 1))|" \
     -e "s|@UPSTREAM_2@|127.0.0.1:$((port + 2))|" \
     -e "s|@UPSTREAM_3@|127.0.0.1:$((port + 3))|" \
@@ -83,10 +93,13 @@ start() {
     -e "s|@READ_TIMEOUT@|${NGINX_READ_TIMEOUT:-10s}|" \
     -e "s|@LOCKS_READ_TIMEOUT@|${NGINX_LOCKS_READ_TIMEOUT:-70s}|" \
     "$root/nginx/lockgate.conf.template" >"$dir/nginx.conf"
+  if [ -n "${CLUSTER_TLS_DIR:-}" ]; then
+    sed -i -e "/# @CLIENT_TLS@/r $dir/client-tls.conf" "$dir/nginx.conf"
+  fi
   "$nginx_bin" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' >>"$dir/nginx-error.log" 2>&1 &
   echo $! >"$dir/nginx-master.pid"
-  wait_for curl -sf "http://127.0.0.1:$port/readyz"
-  say "nginx on http://127.0.0.1:$port in front of gw-1..3 on ports $((port + 1))-$((port + 3)); ${redis_flags[*]}"
+  wait_for curl -sf "${tls_curl[@]}" "$scheme://127.0.0.1:$port/readyz"
+  say "nginx on $scheme://127.0.0.1:$port in front of gw-1..3 on ports $((port + 1))-$((port + 3)); ${redis_flags[*]}"
   say "admin token: $admin_token; buyer tokens: HS256 JWTs signed with $buyer_secret, sub = the buyer; logs in $dir"
 }
 

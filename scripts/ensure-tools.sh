@@ -40,10 +40,17 @@ ensure_redis() {
 }
 
 ensure_nginx() {
-  # Debian installs it under /usr/sbin, which a non-root PATH may lack.
-  command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] && return 0
-  apt_install nginx && return 0
-  say "nginx is missing: install it (Debian/Ubuntu: apt-get install nginx; macOS: brew install nginx)"
+  # Debian installs it under /usr/sbin, which a non-root PATH may lack; its
+  # stream module (nginx/lockgate-passthrough.conf.template) is a package
+  # of its own.
+  if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
+    if [ -d /usr/lib/nginx/modules ] && [ ! -f /usr/lib/nginx/modules/ngx_stream_module.so ]; then
+      apt_install libnginx-mod-stream || say "nginx's stream module is missing: apt-get install libnginx-mod-stream"
+    fi
+    return 0
+  fi
+  apt_install nginx libnginx-mod-stream && return 0
+  say "nginx is missing: install it (Debian/Ubuntu: apt-get install nginx libnginx-mod-stream; macOS: brew install nginx)"
   return 1
 }
 

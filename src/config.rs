@@ -15,6 +15,7 @@ use crate::http::{
     TrustedProxies,
 };
 use crate::locks::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, LockLimits, MIN_TTL_MS};
+use crate::redis::tls::{RedisTls, is_tls_url};
 use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
@@ -417,6 +418,25 @@ pub struct RedisArgs {
     #[arg(skip)]
     pub redis_password: Option<String>,
 
+    /// The CA (PEM) that signed the certificates of Redis, the Cluster's
+    /// nodes or the sentinels, for rediss:// URLs [default: the system's
+    /// CAs].
+    #[arg(long, env = "LOCKGATE_REDIS_TLS_CA")]
+    pub redis_tls_ca: Option<PathBuf>,
+
+    /// A client certificate (PEM) to present to Redis over rediss://, for
+    /// a Redis that requires one (tls-auth-clients); with --redis-tls-key.
+    #[arg(long, env = "LOCKGATE_REDIS_TLS_CERT", requires = "redis_tls_key")]
+    pub redis_tls_cert: Option<PathBuf>,
+
+    /// The private key of --redis-tls-cert (PEM).
+    #[arg(long, env = "LOCKGATE_REDIS_TLS_KEY", requires = "redis_tls_cert")]
+    pub redis_tls_key: Option<PathBuf>,
+
+    /// The files of --redis-tls-*, read.
+    #[arg(skip)]
+    pub redis_tls: Option<RedisTls>,
+
     /// Namespace of every Redis key the gateway writes.
     #[arg(long, env = "LOCKGATE_KEY_PREFIX", default_value = "lockgate:",
           value_parser = key_prefix)]
@@ -447,16 +467,50 @@ impl RedisArgs {
         }
     }
 
-    /// Reads the Redis password file, if one is named.
+    /// Reads the Redis password file and the Redis TLS files, if named.
     pub fn read_secret_files(&mut self) -> Result<(), String> {
         if let Some(path) = &self.redis_password_file {
             self.redis_password = Some(read_secret(path, "Redis password")?);
+        }
+        let identity = self
+            .redis_tls_cert
+            .as_deref()
+            .zip(self.redis_tls_key.as_deref());
+        if self.redis_tls_ca.is_some() || identity.is_some() {
+            let urls = if self.redis_cluster_nodes.is_empty() {
+                std::slice::from_ref(&self.redis_url)
+            } else {
+                &self.redis_cluster_nodes[..]
+            };
+            // Certificates for a plain connection would be silently unused.
+            if let Some(plain) = urls.iter().find(|url| !is_tls_url(url)) {
+                return Err(format!(
+                    "--redis-tls-ca/--redis-tls-cert need rediss:// (or rediss+sentinel://) URLs, and {} is not one",
+                    redact(plain)
+                ));
+            }
+            self.redis_tls = Some(RedisTls::from_files(
+                self.redis_tls_ca.as_deref(),
+                identity,
+            )?);
         }
         Ok(())
     }
 
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms)
+    }
+}
+
+/// `url` without its credentials, for a message.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}{}", &rest[authority_end..]),
+        None => url.to_owned(),
     }
 }
 
@@ -665,6 +719,7 @@ impl Config {
                 .and_then(|size| usize::try_from(size).ok())
                 .unwrap_or(pool.default_size()),
             timeout: self.redis.timeout(),
+            tls: self.redis.redis_tls.clone(),
             replication: (self.redis_wait_replicas > 0).then(|| Replication {
                 replicas: self.redis_wait_replicas,
                 timeout: Duration::from_millis(self.redis_wait_timeout_ms),
@@ -712,5 +767,24 @@ mod tests {
     fn the_cli_verifies() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn redis_tls_files_need_a_rediss_url() {
+        let mut config = Config::try_parse_from([
+            "lockgate",
+            "--redis-url",
+            "redis://:secret@127.0.0.1:6379",
+            "--redis-tls-ca",
+            "ca.pem",
+        ])
+        .unwrap();
+        let refused = config.read_secret_files().unwrap_err();
+        assert!(refused.contains("rediss://"), "{refused}");
+        assert!(!refused.contains("secret"), "{refused}");
+        assert!(
+            Config::try_parse_from(["lockgate", "--redis-tls-cert", "client.pem"]).is_err(),
+            "a client certificate without its key"
+        );
     }
 }

@@ -48,7 +48,7 @@ pub fn read_private_key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static
 }
 
 /// CA certificates as a trust store.
-fn roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
+pub fn roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
     for certificate in read_certificates(path, what)? {
         roots
@@ -132,19 +132,28 @@ pub fn certificate_names(certificate: &CertificateDer<'_>) -> Vec<String> {
 /// Client TLS settings: trust `ca` (else nothing: the caller must give a
 /// CA), and present `identity` (certificate and key files) when given.
 pub fn client_config(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<ClientConfig, String> {
+    let mut config = client_config_with_roots(roots(ca, "CA bundle")?, identity)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Client TLS settings trusting `roots` (no ALPN), presenting `identity`
+/// (certificate and key files) when given.
+pub fn client_config_with_roots(
+    roots: RootCertStore,
+    identity: Option<(&Path, &Path)>,
+) -> Result<ClientConfig, String> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(VERSIONS)
         .map_err(|err| err.to_string())?
-        .with_root_certificates(roots(ca, "CA bundle")?);
-    let mut config = match identity {
+        .with_root_certificates(roots);
+    match identity {
         Some((cert, key)) => builder
             .with_client_auth_cert(
                 read_certificates(cert, "client certificate")?,
                 read_private_key(key, "client key")?,
             )
-            .map_err(|err| format!("the client certificate {}: {err}", cert.display()))?,
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
+            .map_err(|err| format!("the client certificate {}: {err}", cert.display())),
+        None => Ok(builder.with_no_client_auth()),
+    }
 }

@@ -99,6 +99,7 @@ fn plain_redis(args: &RedisArgs) -> Result<Redis, String> {
         pool_size: 1,
         timeout: args.timeout(),
         replication: None,
+        tls: args.redis_tls.clone(),
     };
     Redis::new(&settings, Arc::new(Metrics::default())).map_err(|err| err.to_string())
 }

@@ -273,6 +273,13 @@ async fn connect_redis(config: &Config, metrics: &Arc<Metrics>) -> Result<Redis,
     match redis.load_scripts().await {
         Ok(()) => {}
         Err(err) if err.is_script_rejection() => return Err(StartError::Script(err)),
+        // A wrong CA or client certificate never comes right by waiting.
+        Err(err) if err.is_certificate_refusal() => {
+            return Err(StartError::Config(format!(
+                "the TLS handshake with Redis was refused for a certificate \
+                 (see --redis-tls-ca, --redis-tls-cert, --redis-tls-key): {err}"
+            )));
+        }
         Err(err) => {
             tracing::warn!(error = %err, "Redis is not ready yet; serving 503 until it is")
         }

@@ -11,6 +11,7 @@ pub mod seckill;
 pub mod segments;
 pub mod sentinel;
 pub mod sessions;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,7 @@ use crate::metrics::Metrics;
 use pool::{ClusterManager, ClusterPool, LeanManager, Pool, PoolError, SharedConnections};
 use pubsub::Subscriber;
 use sentinel::Primary;
+use tls::RedisTls;
 
 pub use connection::Connection;
 
@@ -42,6 +44,9 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// When set, writes that grant, extend or buy wait for replicas.
     pub replication: Option<Replication>,
+    /// The CA and client certificate for `rediss://` (else a `rediss://`
+    /// URL trusts the system's CAs and presents no certificate).
+    pub tls: Option<RedisTls>,
 }
 
 /// One Redis, or a Redis Cluster.
@@ -119,6 +124,17 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// Whether a TLS handshake with Redis was refused for a certificate
+    /// (an untrusted CA, a missing or unknown client certificate): a
+    /// setting at fault, which stops the start-up.
+    pub fn is_certificate_refusal(&self) -> bool {
+        match self {
+            Self::Command(err) => tls::is_certificate_refusal(err),
+            Self::Pool(err) => tls::is_certificate_refusal(err),
+            _ => false,
+        }
+    }
+
     /// Whether Redis refused a script for good: it does not compile (`ERR`)
     /// or the user may not run scripts (`NOPERM`). Anything else at start-up
     /// (refused connections, `LOADING` while Redis reads its AOF) passes.
@@ -145,6 +161,7 @@ struct RedisState {
     backend: Backend,
     timeout: Duration,
     replication: Option<Replication>,
+    tls: Option<RedisTls>,
     metrics: Arc<Metrics>,
 }
 
@@ -183,11 +200,15 @@ impl Redis {
     pub fn new(settings: &RedisSettings, metrics: Arc<Metrics>) -> Result<Self, redis::RedisError> {
         let backend = match &settings.topology {
             Topology::Single { url } => {
-                let primary = Primary::from_url(url)?;
+                let primary = Primary::from_url(url, settings.tls.as_ref())?;
                 let connections = match settings.pool {
                     PoolKind::Shared => {
                         SingleConnections::Shared(Box::new(SharedConnections::new(
-                            LeanManager::new(primary.clone(), settings.timeout),
+                            LeanManager::new(
+                                primary.clone(),
+                                settings.timeout,
+                                settings.tls.clone(),
+                            ),
                             settings.pool_size,
                         )))
                     }
@@ -200,7 +221,7 @@ impl Redis {
                 }
             }
             Topology::Cluster { nodes } => {
-                let client = cluster_client(nodes, settings.timeout).build()?;
+                let client = cluster_client(nodes, settings).build()?;
                 let confirming = settings
                     .replication
                     .map(|_| confirming_pool(nodes, settings))
@@ -217,6 +238,7 @@ impl Redis {
             backend,
             timeout: settings.timeout,
             replication: settings.replication,
+            tls: settings.tls.clone(),
             metrics,
         })))
     }
@@ -229,7 +251,7 @@ impl Redis {
         match &self.0.backend {
             Backend::Single { primary, .. } => Ok(Subscriber::start(primary.clone(), timeout)),
             Backend::Cluster { nodes, .. } => Ok(Subscriber::start_cluster(
-                cluster_client(nodes, timeout),
+                cluster_builder(nodes, timeout, self.0.tls.as_ref()),
                 timeout,
             )),
         }
@@ -394,7 +416,7 @@ impl Redis {
 }
 
 fn single_pool(primary: &Primary, settings: &RedisSettings) -> Result<Pool, redis::RedisError> {
-    let manager = LeanManager::new(primary.clone(), settings.timeout);
+    let manager = LeanManager::new(primary.clone(), settings.timeout, settings.tls.clone());
     build_pool(manager, settings.checkout_size(), settings.timeout)
 }
 
@@ -406,7 +428,7 @@ fn confirming_pool(
     nodes: &[String],
     settings: &RedisSettings,
 ) -> Result<ClusterPool, redis::RedisError> {
-    let client = cluster_client(nodes, settings.timeout).retries(0).build()?;
+    let client = cluster_client(nodes, settings).retries(0).build()?;
     let manager = ClusterManager::new(client, settings.timeout);
     build_pool(manager, settings.checkout_size(), settings.timeout)
 }
@@ -438,11 +460,26 @@ where
         })
 }
 
-/// A cluster client with the gateway's timeouts.
-fn cluster_client(nodes: &[String], timeout: Duration) -> ClusterClientBuilder {
-    ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+/// A cluster client with the gateway's timeouts and TLS settings.
+fn cluster_client(nodes: &[String], settings: &RedisSettings) -> ClusterClientBuilder {
+    cluster_builder(nodes, settings.timeout, settings.tls.as_ref())
+}
+
+/// A cluster client with `timeout` on each operation; with TLS settings,
+/// every node is reached by TLS with them (`rediss://` seeds alone: the
+/// system's CAs).
+fn cluster_builder(
+    nodes: &[String],
+    timeout: Duration,
+    tls: Option<&RedisTls>,
+) -> ClusterClientBuilder {
+    let builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
         .connection_timeout(timeout)
-        .response_timeout(timeout)
+        .response_timeout(timeout);
+    match tls {
+        Some(tls) => builder.certs(tls.certificates()),
+        None => builder,
+    }
 }
 
 /// The error for a Redis operation that ran out of time.

@@ -27,6 +27,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, ErrorKind, RedisError};
 
 use super::sentinel::Primary;
 use super::timed_out;
+use super::tls::RedisTls;
 use crate::sync::lock;
 
 /// Opens connections to one Redis and tells live ones from dead ones.
@@ -34,15 +35,17 @@ pub struct LeanManager {
     primary: Primary,
     config: AsyncConnectionConfig,
     timeout: Duration,
+    tls: Option<RedisTls>,
 }
 
 impl LeanManager {
-    pub fn new(primary: Primary, timeout: Duration) -> Self {
+    pub fn new(primary: Primary, timeout: Duration, tls: Option<RedisTls>) -> Self {
         let config = AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
         Self {
             primary,
             config,
             timeout,
+            tls,
         }
     }
 
@@ -60,6 +63,21 @@ impl LeanManager {
                     MultiplexedConnection::new_with_config(settings, stream, config).await?;
                 Ok(LiveConnection::drive(conn, driver))
             }
+            ConnectionAddr::TcpTls { host, port, .. } => {
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                stream.set_nodelay(true)?;
+                let tls = match &self.tls {
+                    Some(tls) => tls.clone(),
+                    // rediss:// with no TLS file: the system's CAs.
+                    None => RedisTls::from_files(None, None).map_err(|why| {
+                        RedisError::from((ErrorKind::InvalidClientConfig, "TLS", why))
+                    })?,
+                };
+                let stream = tls.connect(host, stream).await?;
+                let (conn, driver) =
+                    MultiplexedConnection::new_with_config(settings, stream, config).await?;
+                Ok(LiveConnection::drive(conn, driver))
+            }
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => {
                 let stream = tokio::net::UnixStream::connect(path).await?;
@@ -69,7 +87,7 @@ impl LeanManager {
             }
             _ => Err(RedisError::from((
                 ErrorKind::InvalidClientConfig,
-                "only redis:// and redis+unix:// URLs are supported",
+                "only redis://, rediss:// and redis+unix:// URLs are supported",
             ))),
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! `redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]`
 //! names the sentinels and the service (the form redis-rs and other clients
-//! use); a password is the primary's. Connections to a primary that was
+//! use); a password is the primary's. `rediss+sentinel://` speaks TLS to
+//! the sentinels and to the primary they name (see `RedisTls`). Connections to a primary that was
 //! demoted are dropped at its first `READONLY` answer (see
 //! `Connection`), and the pub/sub connection checks the sentinels' answer
 //! at every health check, so both move to the new primary.
@@ -13,6 +14,7 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, RedisResult};
 
 use super::timed_out;
+use super::tls::{self, RedisTls};
 
 /// Where the primary is.
 // Made once per pool, so the size of a client with TLS support is no cost.
@@ -27,18 +29,29 @@ pub enum Primary {
 pub struct Sentinels {
     addresses: Vec<(String, u16)>,
     service: String,
-    /// `redis://[auth@]` for the primary, to which its address is added.
+    /// `redis://[auth@]` (`rediss://` with TLS) for the primary, to which
+    /// its address is added.
     auth: String,
+    /// `redis` or `rediss`, for the sentinels.
+    scheme: &'static str,
+    tls: Option<RedisTls>,
     /// `/db`, or empty.
     db: String,
 }
 
 impl Primary {
-    pub fn from_url(url: &str) -> RedisResult<Self> {
-        match url.strip_prefix("redis+sentinel://") {
-            Some(rest) => Ok(Self::Sentinel(Arc::new(Sentinels::parse(rest)?))),
-            None => Ok(Self::Fixed(redis::Client::open(url)?)),
+    pub fn from_url(url: &str, tls: Option<&RedisTls>) -> RedisResult<Self> {
+        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            return Ok(Self::Sentinel(Arc::new(Sentinels::parse(
+                rest, "redis", tls,
+            )?)));
         }
+        if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
+            return Ok(Self::Sentinel(Arc::new(Sentinels::parse(
+                rest, "rediss", tls,
+            )?)));
+        }
+        Ok(Self::Fixed(tls::client(url, tls)?))
     }
 
     /// A client for the primary as it is now.
@@ -47,7 +60,7 @@ impl Primary {
             Self::Fixed(client) => Ok(client.clone()),
             Self::Sentinel(sentinels) => {
                 let (host, port) = sentinels.primary(timeout).await?;
-                redis::Client::open(sentinels.url_of(&host, port))
+                tls::client(&sentinels.url_of(&host, port), sentinels.tls.as_ref())
             }
         }
     }
@@ -63,7 +76,7 @@ impl Primary {
 }
 
 impl Sentinels {
-    fn parse(rest: &str) -> RedisResult<Self> {
+    fn parse(rest: &str, scheme: &'static str, tls: Option<&RedisTls>) -> RedisResult<Self> {
         let invalid = |why: &'static str| RedisError::from((ErrorKind::InvalidClientConfig, why));
         let (auth, rest) = match rest.rsplit_once('@') {
             Some((auth, rest)) => (format!("{auth}@"), rest),
@@ -123,7 +136,9 @@ impl Sentinels {
         Ok(Self {
             addresses,
             service: service.to_owned(),
-            auth: format!("redis://{auth}"),
+            auth: format!("{scheme}://{auth}"),
+            scheme,
+            tls: tls.cloned(),
             db,
         })
     }
@@ -153,7 +168,10 @@ impl Sentinels {
     }
 
     async fn ask(&self, host: &str, port: u16) -> RedisResult<Option<(String, u16)>> {
-        let client = redis::Client::open(format!("redis://{host}:{port}"))?;
+        let client = tls::client(
+            &format!("{}://{host}:{port}", self.scheme),
+            self.tls.as_ref(),
+        )?;
         let mut conn = client.get_multiplexed_async_connection().await?;
         redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
@@ -169,9 +187,11 @@ mod tests {
 
     #[test]
     fn a_sentinel_url_names_the_sentinels_the_service_and_the_primarys_password() {
-        let Primary::Sentinel(sentinels) =
-            Primary::from_url("redis+sentinel://:secret@s1:26379,s2:26380,s3/mymaster/2").unwrap()
-        else {
+        let Primary::Sentinel(sentinels) = Primary::from_url(
+            "redis+sentinel://:secret@s1:26379,s2:26380,s3/mymaster/2",
+            None,
+        )
+        .unwrap() else {
             panic!("not a sentinel URL");
         };
         assert_eq!(
@@ -196,7 +216,7 @@ mod tests {
             "redis+sentinel://s1:26379/",
             "redis+sentinel:///m",
         ] {
-            assert!(Primary::from_url(url).is_err(), "{url}");
+            assert!(Primary::from_url(url, None).is_err(), "{url}");
         }
     }
 }

@@ -256,6 +256,7 @@ async fn connect(
     let client = primary.client(timeout).await?;
     let at = match client.get_connection_info().addr() {
         redis::ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
         _ => None,
     };
     let opened = tokio::time::timeout(timeout, client.get_async_pubsub()).await;

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
@@ -19,6 +19,8 @@ pub struct Nginx {
     pub addr: SocketAddr,
     dir: TempDir,
     child: Child,
+    /// Whether clients speak TLS to it.
+    tls: bool,
 }
 
 /// Template parameters a test may set; the rest take `scripts/cluster.sh`'s defaults.
@@ -39,6 +41,21 @@ impl Default for NginxSettings {
 impl Nginx {
     /// nginx in front of the three `upstreams`.
     pub async fn start(upstreams: [SocketAddr; 3], settings: NginxSettings) -> Self {
+        Self::start_serving(upstreams, settings, None).await
+    }
+
+    /// nginx terminating TLS for clients (HTTP/2 and HTTP/1.1) with
+    /// `certs`'s `server.pem` (`scripts/make-certs.sh`), in front of the
+    /// three plain-HTTP `upstreams`.
+    pub async fn start_tls(upstreams: [SocketAddr; 3], certs: &Path) -> Self {
+        Self::start_serving(upstreams, NginxSettings::default(), Some(certs)).await
+    }
+
+    async fn start_serving(
+        upstreams: [SocketAddr; 3],
+        settings: NginxSettings,
+        tls: Option<&Path>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let run_dir = dir.path().to_str().expect("a UTF-8 temp dir").to_owned();
         for sub in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"] {
@@ -48,9 +65,19 @@ impl Nginx {
         make_open(dir.path());
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let template = include_str!("../../../nginx/lockgate.conf.template");
+        let (listen, client_tls) = match tls {
+            Some(certs) => (
+                format!("{addr} ssl http2"),
+                include_str!("../../../nginx/client-tls.conf.template")
+                    .replace("@TLS_CERT@", certs.join("server.pem").to_str().unwrap())
+                    .replace("@TLS_KEY@", certs.join("server-key.pem").to_str().unwrap()),
+            ),
+            None => (addr.to_string(), String::new()),
+        };
         let config = template
+            .replace("# @CLIENT_TLS@", &client_tls)
             .replace("@RUN_DIR@", &run_dir)
-            .replace("@LISTEN@", &addr.to_string())
+            .replace("@LISTEN@", &listen)
             .replace("@UPSTREAM_1@", &upstreams[0].to_string())
             .replace("@UPSTREAM_2@", &upstreams[1].to_string())
             .replace("@UPSTREAM_3@", &upstreams[2].to_string())
@@ -58,6 +85,32 @@ impl Nginx {
             .replace("@REQ_BURST@", "100000")
             .replace("@LOCKS_READ_TIMEOUT@", settings.locks_read_timeout)
             .replace("@READ_TIMEOUT@", settings.read_timeout);
+        Self::launch(dir, addr, &config, tls.is_some()).await
+    }
+
+    /// nginx passing TLS through (its stream module) to the three
+    /// `upstreams`, which terminate it: `nginx/lockgate-passthrough.conf.template`.
+    pub async fn start_passthrough(upstreams: [SocketAddr; 3]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let run_dir = dir.path().to_str().expect("a UTF-8 temp dir").to_owned();
+        make_open(dir.path());
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config = include_str!("../../../nginx/lockgate-passthrough.conf.template")
+            .replace("@RUN_DIR@", &run_dir)
+            .replace("@LISTEN@", &addr.to_string())
+            .replace("@UPSTREAM_1@", &upstreams[0].to_string())
+            .replace("@UPSTREAM_2@", &upstreams[1].to_string())
+            .replace("@UPSTREAM_3@", &upstreams[2].to_string())
+            .replace("@IDLE_TIMEOUT@", "70s")
+            .replace(
+                "@STREAM_MODULE@",
+                "/usr/lib/nginx/modules/ngx_stream_module.so",
+            );
+        Self::launch(dir, addr, &config, true).await
+    }
+
+    async fn launch(dir: TempDir, addr: SocketAddr, config: &str, tls: bool) -> Self {
+        let run_dir = dir.path().to_str().expect("a UTF-8 temp dir").to_owned();
         let config_path = dir.path().join("nginx.conf");
         std::fs::write(&config_path, config).unwrap();
         // In a process group of its own, so that stopping it reaches its
@@ -72,7 +125,12 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn nginx: `make test` installs it");
-        let nginx = Self { addr, dir, child };
+        let nginx = Self {
+            addr,
+            dir,
+            child,
+            tls,
+        };
         let up = eventually(Duration::from_secs(10), || async {
             tokio::net::TcpStream::connect(addr).await.is_ok()
         })
@@ -82,7 +140,8 @@ impl Nginx {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.addr, path)
     }
 
     pub fn error_log(&self) -> String {

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,8 @@ pub struct Node {
     dir: TempDir,
     args: Vec<String>,
     child: Option<Child>,
+    /// With TLS only: the directory of `scripts/make-certs.sh`'s files.
+    tls: Option<PathBuf>,
 }
 
 impl Node {
@@ -60,14 +62,40 @@ impl Node {
             dir: tempfile::tempdir().expect("temp dir"),
             args,
             child: None,
+            tls: None,
         }
+    }
+
+    /// The flags of a node that speaks TLS only, on its port, and requires
+    /// a client certificate signed by the CA.
+    fn listen_flags(&self) -> Vec<String> {
+        let port = self.port.to_string();
+        let Some(certs) = &self.tls else {
+            return vec!["--port".into(), port];
+        };
+        let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
+        vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port,
+            "--tls-cert-file".into(),
+            file("server.pem"),
+            "--tls-key-file".into(),
+            file("server-key.pem"),
+            "--tls-ca-cert-file".into(),
+            file("ca.pem"),
+            "--tls-auth-clients".into(),
+            "yes".into(),
+        ]
     }
 
     async fn spawn(&mut self) -> bool {
         let mut command = Command::new(redis_server_binary());
         command
             .args(&self.args)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(self.listen_flags())
+            .args(["--bind", "127.0.0.1"])
             .args(["--daemonize", "no"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -102,11 +130,31 @@ impl Node {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
+    /// A client of the test's own (over TLS, with the server's certificate,
+    /// which may act as a client's too).
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("redis url")
+        match &self.tls {
+            Some(certs) => redis::Client::build_with_tls(
+                self.url(),
+                redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: std::fs::read(certs.join("server.pem")).unwrap(),
+                        client_key: std::fs::read(certs.join("server-key.pem")).unwrap(),
+                    }),
+                    root_cert: Some(std::fs::read(certs.join("ca.pem")).unwrap()),
+                },
+            )
+            .expect("redis tls url"),
+            None => redis::Client::open(self.url()).expect("redis url"),
+        }
     }
 
     /// A connection to this node alone.
@@ -137,10 +185,11 @@ impl Node {
 }
 
 impl Node {
-    /// A fresh node started for a Redis Cluster, on free ports.
-    async fn cluster_node() -> Self {
+    /// A fresh node started for a Redis Cluster, on free ports; over TLS
+    /// (the cluster bus too) with `tls`'s certificates.
+    async fn cluster_node(tls: Option<&Path>) -> Self {
         loop {
-            let args = [
+            let mut args = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -154,10 +203,14 @@ impl Node {
                 "--appendonly",
                 "no",
             ];
+            if tls.is_some() {
+                args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+            }
             let mut node = Node::new(
                 cluster_port(),
                 args.iter().map(|arg| (*arg).to_owned()).collect(),
             );
+            node.tls = tls.map(Path::to_path_buf);
             if node.spawn().await {
                 return node;
             }
@@ -221,11 +274,28 @@ impl RedisServer {
         Self::single(args.iter().map(|arg| (*arg).to_owned()).collect()).await
     }
 
+    /// A single Redis that speaks TLS only and requires a client
+    /// certificate, with the files `scripts/make-certs.sh` made in `certs`
+    /// (`gateway.pem` among them, for the gateway).
+    pub async fn start_tls(certs: &Path) -> Self {
+        let args = ["--save", "", "--appendonly", "no"];
+        Self::single_with_tls(
+            args.iter().map(|arg| (*arg).to_owned()).collect(),
+            Some(certs),
+        )
+        .await
+    }
+
     async fn single(args: Vec<String>) -> Self {
+        Self::single_with_tls(args, None).await
+    }
+
+    async fn single_with_tls(args: Vec<String>, tls: Option<&Path>) -> Self {
         for _ in 0..5 {
             // Another process may take the port between choosing and binding
             // it; then try another.
             let mut node = Node::new(free_port(), args.clone());
+            node.tls = tls.map(Path::to_path_buf);
             if node.spawn().await {
                 return Self {
                     nodes: vec![node],
@@ -239,15 +309,42 @@ impl RedisServer {
     /// A Redis Cluster of `masters` masters without replicas. A master that
     /// stops takes only its own slots with it (full coverage is not required).
     pub async fn cluster(masters: usize) -> Self {
+        Self::cluster_with_tls(masters, None).await
+    }
+
+    /// [`RedisServer::cluster`] over TLS only, the cluster bus too
+    /// (`tls-cluster`), client certificates required, with the files of
+    /// [`RedisServer::start_tls`].
+    pub async fn cluster_tls(masters: usize, certs: &Path) -> Self {
+        Self::cluster_with_tls(masters, Some(certs)).await
+    }
+
+    async fn cluster_with_tls(masters: usize, tls: Option<&Path>) -> Self {
         let mut nodes = Vec::new();
         while nodes.len() < masters {
-            nodes.push(Node::cluster_node().await);
+            nodes.push(Node::cluster_node(tls).await);
         }
+        let tls_flags: Vec<String> = match tls {
+            Some(certs) => {
+                let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
+                vec![
+                    "--tls".into(),
+                    "--cacert".into(),
+                    file("ca.pem"),
+                    "--cert".into(),
+                    file("server.pem"),
+                    "--key".into(),
+                    file("server-key.pem"),
+                ]
+            }
+            None => Vec::new(),
+        };
         let addresses: Vec<String> = nodes
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port))
             .collect();
         let created = Command::new("redis-cli")
+            .args(&tls_flags)
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
@@ -269,7 +366,7 @@ impl RedisServer {
     /// Adds a replica of master `master` to the cluster, and waits until it
     /// has caught up. It joins the nodes (as the last one).
     pub async fn add_cluster_replica(&mut self, master: usize) {
-        let replica = Node::cluster_node().await;
+        let replica = Node::cluster_node(self.node(0).tls.as_deref()).await;
         let mut conn = replica.connection().await;
         let () = redis::cmd("CLUSTER")
             .arg("MEET")
@@ -394,14 +491,27 @@ impl RedisServer {
         &mut self.nodes[index]
     }
 
-    /// The flags that point a gateway at this Redis.
+    /// The flags that point a gateway at this Redis (over TLS: with the
+    /// CA and the `gateway` client certificate).
     pub fn gateway_flags(&self) -> Vec<String> {
-        if self.cluster {
+        let mut flags = if self.cluster {
             let nodes: Vec<String> = self.nodes.iter().map(Node::url).collect();
             vec!["--redis-cluster-nodes".into(), nodes.join(",")]
         } else {
             vec!["--redis-url".into(), self.url()]
+        };
+        if let Some(certs) = &self.node(0).tls {
+            let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
+            flags.extend([
+                "--redis-tls-ca".into(),
+                file("ca.pem"),
+                "--redis-tls-cert".into(),
+                file("gateway.pem"),
+                "--redis-tls-key".into(),
+                file("gateway-key.pem"),
+            ]);
         }
+        flags
     }
 
     /// Names lock `key`'s Redis keys under `namespace`, and the arguments
@@ -491,7 +601,17 @@ impl RedisServer {
     pub async fn connection(&self) -> TestConnection {
         if self.cluster {
             let urls: Vec<String> = self.nodes.iter().map(Node::url).collect();
-            let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
+            let mut builder = redis::cluster::ClusterClientBuilder::new(urls);
+            if let Some(certs) = &self.node(0).tls {
+                builder = builder.certs(redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: std::fs::read(certs.join("server.pem")).unwrap(),
+                        client_key: std::fs::read(certs.join("server-key.pem")).unwrap(),
+                    }),
+                    root_cert: Some(std::fs::read(certs.join("ca.pem")).unwrap()),
+                });
+            }
+            let client = builder.build().expect("cluster client");
             TestConnection::Cluster(
                 client
                     .get_async_connection()
