@@ -967,8 +967,9 @@ async fn a_redis_certificate_from_another_ca_or_none_of_ours_stops_serve_with_st
     }
 }
 
-#[tokio::test]
-#[ignore = "hangs: nginx terminating TLS does not answer this test yet"]
+// Multi-threaded: the curl calls block their thread, and the gateways
+// behind nginx run on this test's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_terminates_tls_for_clients_over_http2() {
     let redis = RedisServer::start_single().await;
     let dir = TempDir::new().unwrap();
@@ -1009,7 +1010,9 @@ async fn nginx_terminates_tls_for_clients_over_http2() {
     assert_eq!(released.status(), StatusCode::NO_CONTENT);
 }
 
-#[tokio::test]
+// Multi-threaded: the curl calls block their thread, and the gateways
+// behind nginx run on this test's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_passes_tls_through_to_gateways_that_check_client_certificates() {
     let redis = RedisServer::start_single().await;
     let dir = TempDir::new().unwrap();
@@ -1053,6 +1056,16 @@ async fn nginx_passes_tls_through_to_gateways_that_check_client_certificates() {
             .unwrap();
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     }
+    // HTTP/2 by ALPN with the instance itself, through the stream proxy.
+    assert_eq!(
+        curl(
+            &certs,
+            Some("ops.internal"),
+            &["--http2"],
+            &nginx.url("/healthz")
+        ),
+        (0, "2 200".into())
+    );
     // Without a certificate, no handshake.
     assert_ne!(curl(&certs, None, &[], &nginx.url("/healthz")).0, 0);
 }

@@ -587,6 +587,8 @@ async fn a_gateway_killed_while_stock_moves_leaves_every_unit_for_sale() {
     let buyers = users_of_segment(0, 3, 400);
     let doomed_url = doomed.url("/seckill/storm/orders");
     let client = doomed.http.clone();
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answered = progress.clone();
     let storm = tokio::spawn(async move {
         let mut sent = 0;
         for chunk in buyers.chunks(8) {
@@ -604,10 +606,20 @@ async fn a_gateway_killed_while_stock_moves_leaves_every_unit_for_sale() {
                 break;
             }
             sent += chunk.len();
+            answered.store(sent, std::sync::atomic::Ordering::Relaxed);
         }
         sent
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Segment 0 holds a third of the stock: past it, every purchase there
+    // first moves stock over from another segment. Killed among those.
+    let moving = crate::helpers::eventually(Duration::from_secs(30), || async {
+        progress.load(std::sync::atomic::Ordering::Relaxed) >= 120
+    })
+    .await;
+    assert!(
+        moving,
+        "the doomed gateway's buyers never got past segment 0's stock"
+    );
     send_signal(doomed.child.id(), "-KILL");
     let _ = doomed.child.wait();
     let sent = storm.await.unwrap();
