@@ -121,6 +121,7 @@ bench:
 	./loadtest/bench-sessions.sh
 	./loadtest/bench-seckill.sh
 	./loadtest/bench-segments.sh
+	./loadtest/bench-tls.sh
 
 # The peers are installed by scripts/ensure-anchors.sh (Debian, npm, PyPI).
 anchors:

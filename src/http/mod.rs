@@ -35,7 +35,7 @@ use error::Problem;
 
 use crate::locks::LockLimits;
 use crate::sync::lock;
-use schema::{Bounds, IdempotencyKeyText, LockKeyText, NameText, TokenText};
+use schema::{Bounds, IdempotencyKeyText, LockKeyText, NameText, SessionIdText, TokenText};
 
 pub use audit::record as audit;
 pub use auth::{AdminToken, ApiKeys, ClientCertificate, Permissions};
@@ -57,7 +57,7 @@ pub use streamed::StreamKeepAlive;
         license(name = "MIT"),
     ),
     components(schemas(
-        Problem, LockKeyText, TokenText, NameText, IdempotencyKeyText,
+        Problem, LockKeyText, TokenText, SessionIdText, NameText, IdempotencyKeyText,
         streamed::RenewedEvent, streamed::ReleasedEvent, streamed::LostEvent, streamed::QueuedEvent,
         lock_status::FreeLock, watch::AcquiredEvent, watch::ValueEvent, watch::EndedEvent,
         watch::ModeEvent, watch::DelayedEvent,

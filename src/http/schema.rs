@@ -34,6 +34,11 @@ pub struct LockKeyText(String);
 #[schema(value_type = String, format = Uuid)]
 pub struct TokenText(String);
 
+/// A session's id: the UUID `POST /sessions` handed out.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Uuid)]
+pub struct SessionIdText(String);
+
 /// A sku or a user id: 1 to 64 characters of `A-Z a-z 0-9 . _ -`, not only dots.
 #[derive(ToSchema)]
 #[schema(value_type = String, example = "phone-2026")]
@@ -145,6 +150,8 @@ impl Modify for Bounds {
         for (schema, field, bound) in [
             ("LockKeyText", None, Bound::Pattern(key_pattern())),
             ("TokenText", None, Bound::Pattern(Token::PATTERN.into())),
+            // `SessionId::parse` takes the same text as a token.
+            ("SessionIdText", None, Bound::Pattern(Token::PATTERN.into())),
             ("NameText", None, Bound::Pattern(name_pattern())),
             (
                 "IdempotencyKeyText",

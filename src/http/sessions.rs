@@ -20,6 +20,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, whole_number, whole_number_or};
 use super::locks::value;
 use super::responses::problem_responses;
+use super::schema::SessionIdText;
 use super::streamed::{StreamKeepAlive, WantsStream};
 use crate::locks::sessions::{DEFAULT_SESSION_TTL_MS, session_ttl};
 use crate::locks::{LockLimits, SessionError, SessionId, SessionLease, SessionTerms, Sessions};
@@ -207,7 +208,7 @@ fn grant(id: &SessionId, lease: &SessionLease) -> SessionGrant {
     path = "/sessions/{id}",
     tag = "sessions",
     security((), ("api_key" = [])),
-    params(("id" = String, Path, description = "The session's id")),
+    params(("id" = SessionIdText, Path, description = "The session's id")),
     request_body(content = Option<KeepBody>, description = "Empty, or a new `ttl_ms`"),
     responses(
         (status = 200, description = "Kept alive", body = SessionKept),
@@ -253,7 +254,7 @@ pub async fn keep(
     path = "/sessions/{id}",
     tag = "sessions",
     security((), ("api_key" = [])),
-    params(("id" = String, Path, description = "The session's id")),
+    params(("id" = SessionIdText, Path, description = "The session's id")),
     responses(
         (status = 200, description = "The session", body = SessionStatus),
         SessionProblems,
@@ -291,7 +292,7 @@ pub async fn inspect(
     path = "/sessions/{id}",
     tag = "sessions",
     security((), ("api_key" = [])),
-    params(("id" = String, Path, description = "The session's id")),
+    params(("id" = SessionIdText, Path, description = "The session's id")),
     responses(
         (status = 204, description = "Ended; its locks released"),
         SessionProblems,
