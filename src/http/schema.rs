@@ -14,6 +14,7 @@ use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::{Modify, Number, ToSchema};
 
 use crate::locks::ListCursor;
+use crate::locks::sessions::{MAX_LOCK_DELAY_MS, MIN_SESSION_TTL_MS};
 use crate::locks::{
     LockLimits, MAX_LIMIT, MAX_LIST, MAX_VALUE_BYTES, MIN_TTL_MS, Token, idempotency_key_pattern,
     key_pattern,
@@ -182,6 +183,21 @@ impl Modify for Bounds {
                 Bound::Range(0, self.0.max_wait_ms),
             ),
             ("ExtendBody", Some("ttl_ms"), Bound::Range(ttl.0, ttl.1)),
+            (
+                "SessionBody",
+                Some("ttl_ms"),
+                Bound::Range(MIN_SESSION_TTL_MS, self.0.max_ttl_ms),
+            ),
+            (
+                "SessionBody",
+                Some("lock_delay_ms"),
+                Bound::Range(0, MAX_LOCK_DELAY_MS),
+            ),
+            (
+                "KeepBody",
+                Some("ttl_ms"),
+                Bound::Range(MIN_SESSION_TTL_MS, self.0.max_ttl_ms),
+            ),
             ("SaleBody", Some("stock"), Bound::Range(0, MAX_STOCK)),
             (
                 "SaleBody",
