@@ -223,10 +223,13 @@ pub async fn keep(
     body: Bytes,
 ) -> Result<Json<SessionKept>, ApiError> {
     caller.may_use_session(|owner| id.belongs_to(owner))?;
+    // An empty body, or JSON `null`, keeps the session's lease length.
     let body: KeepBody = if body.iter().all(u8::is_ascii_whitespace) {
         KeepBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|err| ApiError::MalformedBody(err.to_string()))?
+        serde_json::from_slice::<Option<KeepBody>>(&body)
+            .map_err(|err| ApiError::MalformedBody(err.to_string()))?
+            .unwrap_or_default()
     };
     let ttl_ms = body
         .ttl_ms

@@ -710,3 +710,31 @@ async fn a_killed_gateways_wait_closes_no_cycle() {
     let body: Value = answer.json().await.unwrap();
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
+
+/// A keepalive's body may be empty, `null` or `{}` (the lease keeps its
+/// length), or name a new `ttl_ms`, as the document says.
+#[tokio::test]
+async fn a_keepalive_takes_an_empty_body_null_or_a_new_length() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let session = open(&app, json!({"ttl_ms": 5_000})).await;
+    let url = app.url(&format!("/sessions/{}", session["id"].as_str().unwrap()));
+    for (body, ttl_ms) in [
+        ("", 5_000),
+        ("null", 5_000),
+        ("{}", 5_000),
+        (r#"{"ttl_ms": 8000}"#, 8_000),
+    ] {
+        let kept = app
+            .http
+            .put(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(kept.status(), StatusCode::OK, "body {body:?}");
+        let kept: Value = kept.json().await.unwrap();
+        assert_eq!(kept["ttl_ms"], ttl_ms, "body {body:?}");
+    }
+}
