@@ -2,11 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, HasDiscoveries, Model, Path};
+use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 
 use crate::properties;
 use crate::scenario::{Fixes, Scenario};
 use crate::state::State;
+use crate::step::Notes;
 use crate::system::{Action, LockModel};
 use crate::trace;
 
@@ -188,4 +189,34 @@ pub fn shortest(
     let mut events = trace::events(&model, &best);
     events.extend(trace::outcome(&model, best.last_state()));
     Some(Counterexample { events, shortest })
+}
+
+// The checker's view of the model: its states, actions and properties
+// (kept here, beside the search, so that the system knows nothing of them).
+impl Model for LockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State::new(&self.scenario)]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        let urgent = self.possible(state, actions);
+        if !urgent && state.now < self.scenario.horizon {
+            actions.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, state: &State, action: Action) -> Option<State> {
+        Some(self.apply(state, action, &mut Notes::default()))
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let mut all = properties::all();
+        if let Some(only) = self.only {
+            all.retain(|property| property.name == only);
+        }
+        all
+    }
 }

@@ -5,10 +5,7 @@
 //! ended, a renewal due, a guard's script, a sweep, a search): what runs,
 //! runs in time; only a pause, a stall or a crash delays it.
 
-use stateright::{Model, Property};
-
 use crate::deadlock;
-use crate::properties;
 use crate::scenario::{Fixes, Gw, Hold, Key, Mutant, Req, STARTS, Scenario, Sess};
 use crate::sessions;
 use crate::state::{Gateway, Life, Phase, Search, Standing, State};
@@ -117,7 +114,7 @@ impl LockModel {
     }
 
     /// Every step possible from `state`; true if one of them is urgent.
-    fn possible(&self, s: &State, actions: &mut Vec<Action>) -> bool {
+    pub(crate) fn possible(&self, s: &State, actions: &mut Vec<Action>) -> bool {
         let mut urgent = false;
         let mut offer = |action, now: bool| {
             actions.push(action);
@@ -623,33 +620,5 @@ impl Step<'_> {
     fn resume_redis(&mut self) {
         self.s.redis.stalled_since = None;
         self.say(|| "redis resumes (its clock went on)".into());
-    }
-}
-
-impl Model for LockModel {
-    type State = State;
-    type Action = Action;
-
-    fn init_states(&self) -> Vec<State> {
-        vec![State::new(&self.scenario)]
-    }
-
-    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        let urgent = self.possible(state, actions);
-        if !urgent && state.now < self.scenario.horizon {
-            actions.push(Action::Tick);
-        }
-    }
-
-    fn next_state(&self, state: &State, action: Action) -> Option<State> {
-        Some(self.apply(state, action, &mut Notes::default()))
-    }
-
-    fn properties(&self) -> Vec<Property<Self>> {
-        let mut all = properties::all();
-        if let Some(only) = self.only {
-            all.retain(|property| property.name == only);
-        }
-        all
     }
 }
