@@ -306,3 +306,29 @@ pub async fn change_mode(
         holds: changed.state.holds,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    /// A batch or an upgrade that waits keeps its handler's future for the
+    /// whole wait: its Redis round trips are boxed so that their state is
+    /// not part of it (see the same bound for `POST /locks`).
+    #[test]
+    fn waiting_batches_and_upgrades_keep_small_futures() {
+        fn four<A, B, C, D, F>(_: fn(A, B, C, D) -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        fn six<A, B, C, D, E, G, F>(_: fn(A, B, C, D, E, G) -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let batch = four(super::acquire_batch as fn(_, _, _, _) -> _);
+        let upgrade = six(super::change_mode as fn(_, _, _, _, _, _) -> _);
+        assert!(
+            batch <= 6 * 1024,
+            "the batch handler's future is {batch} bytes"
+        );
+        assert!(
+            upgrade <= 6 * 1024,
+            "the mode handler's future is {upgrade} bytes"
+        );
+    }
+}

@@ -538,3 +538,25 @@ pub(super) fn wait(field: Option<&Number>, limits: LockLimits) -> Result<WaitTim
         range,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// What a request waiting for a lock keeps in memory is mostly its
+    /// handler's future (axum boxes one per request): every state of it is
+    /// as large as its largest, so a Redis round trip awaited inline in the
+    /// acquire path (some 11 KB of redis-rs state) made each of 10 000
+    /// waiters cost that much more. Round trips there are boxed; this bound
+    /// (a debug build's future is larger than a release build's) catches
+    /// one that is not.
+    #[test]
+    fn a_waiting_acquires_future_stays_small() {
+        fn future_size<A, B, C, D, E, G, H, F>(_: fn(A, B, C, D, E, G, H) -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let size = future_size(super::acquire as fn(_, _, _, _, _, _, _) -> _);
+        assert!(
+            size <= 6 * 1024,
+            "the acquire handler's future is {size} bytes"
+        );
+    }
+}

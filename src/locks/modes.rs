@@ -51,13 +51,13 @@ impl Locks {
     ) -> Result<ModeChanged, LockError> {
         let keys = self.keys(key);
         let deadline = Instant::now() + wait.as_duration();
-        let free_in_ms = match self
-            .mode_attempt(&keys, key, token, mode, None, deadline)
-            .await?
-        {
-            ModeOutcome::Changed(changed) => return Ok(changed),
-            ModeOutcome::Waiting { free_in_ms } => free_in_ms,
-        };
+        // Round trips are boxed (see `Acquisition::run`): inline, their
+        // state would be part of every waiting upgrade's.
+        let free_in_ms =
+            match Box::pin(self.mode_attempt(&keys, key, token, mode, None, deadline)).await? {
+                ModeOutcome::Changed(changed) => return Ok(changed),
+                ModeOutcome::Waiting { free_in_ms } => free_in_ms,
+            };
         if wait.is_zero() || Instant::now() >= deadline {
             return Err(LockError::Held {
                 key: key.clone(),
@@ -69,10 +69,7 @@ impl Locks {
         let _ = tokio::time::timeout_at(deadline.into(), ticket.subscribed()).await;
         let closing = ticket.closing();
         loop {
-            match self
-                .mode_attempt(&keys, key, token, mode, Some(&id), deadline)
-                .await?
-            {
+            match Box::pin(self.mode_attempt(&keys, key, token, mode, Some(&id), deadline)).await? {
                 ModeOutcome::Changed(changed) => return Ok(changed),
                 ModeOutcome::Waiting { free_in_ms } => {
                     self.waiting().due(&keys, Duration::from_millis(free_in_ms));
@@ -84,10 +81,10 @@ impl Locks {
                 let standing = tokio::select! {
                     standing = ticket.changed() => standing,
                     () = tokio::time::sleep_until(deadline.into()) => {
-                        return self.stop_upgrading(&keys, key, token, &id).await;
+                        return Box::pin(self.stop_upgrading(&keys, key, token, &id)).await;
                     }
                     () = closing.cancelled() => {
-                        let _ = self.leave_queue(key, &id, token, IfGranted::Keep).await;
+                        let _ = Box::pin(self.leave_queue(key, &id, token, IfGranted::Keep)).await;
                         return Err(WaitRefused::ShuttingDown.into());
                     }
                 };

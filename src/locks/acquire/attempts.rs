@@ -136,10 +136,16 @@ impl<'a> Acquisition<'a> {
         let waited = !self.terms.request.wait.is_zero();
         let acquired = self.run().await;
         if waited {
-            let session_keys = SessionKeys::new(locks.prefix(), session.as_str());
-            if let Ok(mut conn) = locks.redis().connection().await {
-                let _ = session_keys::note_wait(&mut conn, &session_keys, keys.key(), None).await;
-            }
+            // Boxed, like every round trip here: inline, the round trip's
+            // state (some 11 KB) would be part of every waiting request's.
+            Box::pin(async {
+                let session_keys = SessionKeys::new(locks.prefix(), session.as_str());
+                if let Ok(mut conn) = locks.redis().connection().await {
+                    let _ =
+                        session_keys::note_wait(&mut conn, &session_keys, keys.key(), None).await;
+                }
+            })
+            .await;
         }
         acquired
     }
