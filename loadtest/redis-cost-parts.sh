@@ -51,6 +51,29 @@ redis.register_function('get_set_px', function(KEYS, ARGV)
   redis.call('SET', KEYS[2], text, 'PX', 86430000)
   return text
 end)
+redis.register_function('set_get_px', function(KEYS, ARGV)
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local text = string.format('%d', now_us)
+  local last = tonumber(redis.call('SET', KEYS[2], text, 'PX', 86430000, 'GET') or '0')
+  if last >= now_us then
+    text = string.format('%d', last + 1)
+    redis.call('SET', KEYS[2], text, 'PX', 86430000)
+  end
+  return text
+end)
+redis.register_function('pexpire_pexpiretime', function(KEYS, ARGV)
+  redis.call('PEXPIRE', KEYS[1], 30000)
+  return redis.call('PEXPIRETIME', KEYS[1])
+end)
+redis.register_function('time_pexpireat', function(KEYS, ARGV)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return redis.call('PEXPIREAT', KEYS[1], now + 30000)
+end)
+redis.register_function('hget_owner', function(KEYS, ARGV)
+  return redis.call('HGET', KEYS[1], 'owner')
+end)
 redis.register_function('exists_two', function(KEYS, ARGV)
   return redis.call('EXISTS', KEYS[1] .. 'q', KEYS[1] .. 'w')
 end)
@@ -101,6 +124,6 @@ empty="$(per_call empty empty "${two_keys[@]}")"
 echo "| part | Redis instructions per call above an empty FCALL (${empty} with 2 keys, 3 arguments) |"
 echo "|---|---|"
 echo "| the gateway's 8 keys and 10 arguments instead of 2 and 3 (empty function) | $(( $(per_call empty8 empty "${eight_keys[@]}") - empty )) |"
-for part in time incr_pexpire get_set_px exists_two hmget3 hmget7 hmget7_table context16 match_places channel_format; do
+for part in time incr_pexpire get_set_px set_get_px time_pexpireat pexpire_pexpiretime hget_owner exists_two hmget3 hmget7 hmget7_table context16 match_places channel_format; do
   echo "| $part | $(( $(per_call "$part" "$part" "${two_keys[@]}") - empty )) |"
 done

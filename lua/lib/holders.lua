@@ -172,12 +172,20 @@ end
 -- key has expired, so the counter need not be kept forever; the counter
 -- keeps them increasing if the clock steps back while it lives. Returns the
 -- token as a number and as text (%d: tostring would print 1.7e+15).
+-- Usually the clock is ahead of the last token, so one SET ... GET writes
+-- the clock's reading and reads back the last token in one call; only when
+-- the last token is not below it (two grants in one microsecond, or the
+-- clock stepped back) is the counter written again, one above the last.
 local function next_fence(ctx, keep_ms)
   local seconds, micros = clock(ctx)
   local now_us = seconds * 1000000 + micros
-  local last = tonumber(redis.call('GET', ctx.fence) or '0')
-  local fence = math.max(last + 1, now_us)
-  local text = string.format('%d', fence)
+  local text = string.format('%d', now_us)
+  local last = tonumber(redis.call('SET', ctx.fence, text, 'PX', keep_ms, 'GET') or '0')
+  if last < now_us then
+    return now_us, text
+  end
+  local fence = last + 1
+  text = string.format('%d', fence)
   redis.call('SET', ctx.fence, text, 'PX', keep_ms)
   return fence, text
 end
