@@ -87,7 +87,13 @@ async fn main() -> ExitCode {
         }
         Command::Acl(AclCommand::Check { file }) => match lockgate::acl::Acl::load(&file) {
             Ok(acl) => {
-                println!("{}: {} principals", file.display(), acl.principals());
+                let count = acl.principals();
+                let noun = if count == 1 {
+                    "principal"
+                } else {
+                    "principals"
+                };
+                println!("{}: {count} {noun}", file.display());
                 ExitCode::SUCCESS
             }
             Err(err) => {

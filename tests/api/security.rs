@@ -244,7 +244,12 @@ async fn acl_hash_and_check() {
             .output()
             .unwrap()
     };
-    assert!(check(&good).status.success());
+    let out = check(&good);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).ends_with(": 2 principals\n"),
+        "{out:?}"
+    );
     let bad = write(
         dir.path(),
         "bad.toml",
