@@ -11,9 +11,10 @@
 # gateway's, and beside the three ways to reach Redis), contention (plain,
 # read-write and counting locks), waiters' memory, and how many streamed
 # locks one gateway keeps renewed; and last round's gateway beside this
-# one: its uncontended cycles, contention and hand-off across three
-# instances, built from BENCH_BASELINE (a commit; default 7072f5d, the last
-# of the round before the fair queue; empty skips it).
+# one: its uncontended cycles (throughput, its CPU and Redis's per
+# request), contention, hand-off across three instances and 10 000 waiters'
+# memory, built from BENCH_BASELINE (a commit; default 58f8e1a, the last
+# before sessions, batches, permissions and TLS; empty skips it).
 # The gateway, the floor and last round's gateway run the uncontended load
 # in turn, BENCH_ROUNDS times (default 3); each figure is the median of the
 # rounds, each ratio the median of the rounds' own ratios.
@@ -24,7 +25,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${BENCH_SECONDS:-10}"
 rounds="${BENCH_ROUNDS:-3}"
 work="$(mktemp -d)"
-baseline_rev="${BENCH_BASELINE-7072f5d}"
+baseline_rev="${BENCH_BASELINE-58f8e1a}"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -150,8 +151,9 @@ row("uncontended lock cycles/s, beside the floor (loadtest/floor.rs: axum, hyper
 row("server CPU per uncontended request (µs), beside the floor", "cpu_us", "floor", "floor", "; target at most 1.25", "{:.1f}")
 row("Redis CPU per uncontended request (µs), beside the floor's", "redis_us", "floor", "floor", "; target at most 1.1", "{:.1f}")
 if rounds[0]["last"]:
-    row("uncontended lock cycles/s, beside last round's gateway", "per_second", "last", f"last round ({sys.argv[2]})", "")
-    row("server CPU per uncontended request (µs), beside last round's gateway", "cpu_us", "last", f"last round ({sys.argv[2]})", "", "{:.1f}")
+    row("uncontended lock cycles/s, beside last round's gateway", "per_second", "last", f"last round ({sys.argv[2]})", "; target at least 0.97")
+    row("server CPU per uncontended request (µs), beside last round's gateway", "cpu_us", "last", f"last round ({sys.argv[2]})", "; target at most 1.03", "{:.1f}")
+    row("Redis CPU per uncontended request (µs), beside last round's gateway's", "redis_us", "last", f"last round ({sys.argv[2]})", "; target at most 1.03", "{:.1f}")
 PY
 paired_rows="$(cat "$work/paired.md")"
 echo "the ways to reach Redis (${seconds}s each)..." >&2
@@ -268,6 +270,15 @@ floor_waiters="$("$lockbench" waiters --url "http://127.0.0.1:$port" --clients 1
 kill "$floor_pid"; wait "$floor_pid" 2>/dev/null || true
 floor_rss_waiting="$(python3 -c "print(round($(field "$floor_waiters" rss_waiting_kib) / 1024, 1))")"
 waiters_ratio="$(python3 -c "print(f'{$rss_waiting / $floor_rss_waiting:.2f}')")"
+baseline_waiters_row=""
+if [ -n "$baseline" ]; then
+  echo "10 000 waiters on last round's gateway..." >&2
+  start_gateways "$baseline" 1
+  baseline_waiters="$("$lockbench" waiters --url "$urls" --clients 10000 --pid "${started[0]}")"
+  stop_gateways
+  baseline_rss_waiting="$(python3 -c "print(round($(field "$baseline_waiters" rss_waiting_kib) / 1024, 1))")"
+  baseline_waiters_row="| RSS with 10 000 waiting requests (MiB), beside last round's gateway | $rss_waiting | last round ($baseline_rev): $baseline_rss_waiting | $(python3 -c "print(f'{$rss_waiting / $baseline_rss_waiting:.2f}')"); target at most 1.03 |"$'\n'
+fi
 
 echo "streamed locks, ttl_ms 3000 (${seconds}s each)..." >&2
 # Each count against a fresh gateway, so one run's memory is not the next's.
@@ -318,7 +329,7 @@ $paired_rows
 $handoff_row
 $baseline_rows
 | RSS with 10 000 waiting requests (MiB; idle: $rss_idle) | $rss_waiting | axum's own serve, a handler that only waits: $floor_rss_waiting | $waiters_ratio; target at most 0.75 |
-| CPU per uncontended request (µs), one run: gateway / Redis / load generator | $gateway_us / $redis_us / $(python3 -c "print(round($(field "$cycles" generator_cpu_ms_per_request) * 1000))") | | |
+$baseline_waiters_row| CPU per uncontended request (µs), one run: gateway / Redis / load generator | $gateway_us / $redis_us / $(python3 -c "print(round($(field "$cycles" generator_cpu_ms_per_request) * 1000))") | | |
 
 Streamed locks (ttl_ms 3000, renewed every second by one gateway; held ${seconds}s once all
 are granted): the most kept renewed on time, with nothing lost, is $kept.
