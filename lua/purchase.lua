@@ -15,6 +15,16 @@
 --          this instance believes sold out: it buys nothing new), else "buy"
 -- ARGV[6]  the sale's epoch as the gateway knows its segments, or '' (any):
 --          a segment reset since (or not yet) answers stale-layout
+-- With the buyer's lock, where one Redis holds it and the sale (a Redis
+-- Cluster keeps it in a slot of its own): released here, by
+-- lib/plain_release.lua (put before this file), once the answer is final,
+-- instead of by a call of its own after the answer.
+-- KEYS[6..8]  the lock's lock, queue and watch keys (lib/base.lua's)
+-- ARGV[7]  PUBLISH
+-- ARGV[8]  the lock's release channel, <prefix>released:{<key>}
+-- ARGV[9]  the holder's token
+-- ARGV[10] "1" when sold-out is a final answer (a sale of one segment;
+--          with more, the caller moves stock over and runs this again)
 --
 -- Returns {code, field, value, ...}, by code:
 --   ordered         stock and the user's count updated, order recorded:
@@ -28,6 +38,11 @@
 --   key-reused      the key was used before for a different user or quantity
 --   not-recorded    "replay", and no order is recorded under the key
 --   stale-layout    ARGV[6] is not this segment's epoch: epoch
+-- With the lock's keys, a final answer (any but no-sale, stale-layout, and
+-- sold-out unless ARGV[10]) ends with field lock: release_plain.lua's code
+-- (released or holds-left: the hold is given up; not-owner or busy:
+-- nothing was done to the lock, and the caller releases it as it would
+-- have).
 -- Every check and change is this one script, so no interleaving of
 -- requests on any number of gateways can oversell, exceed a cap, or record
 -- an order twice.
@@ -35,6 +50,16 @@
 local sale, users, idem, orders, by_user = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local user, quantity, key, order_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local replay_only = ARGV[5] == 'replay'
+
+-- The reply, after the buyer's lock is released where it is final.
+local function final(reply)
+  if KEYS[6] then
+    local released = plain_release(KEYS[6], KEYS[7], KEYS[8], ARGV[7], ARGV[8], ARGV[9], false, nil)
+    reply[#reply + 1] = 'lock'
+    reply[#reply + 1] = released[1]
+  end
+  return reply
+end
 
 local state = redis.call('HMGET', sale, 'stock', 'per_user_limit', 'epoch')
 if not state[1] then
@@ -53,22 +78,23 @@ if key ~= '' then
       -- Written again, unchanged: a write that replicates after the order
       -- it replays, so confirming this one (WAIT) confirms the order too.
       redis.call('HSET', idem, key, recorded)
-      return {'replayed', 'order_id', id, 'quantity', tonumber(qty), 'stock_left', tonumber(left),
-        'epoch', epoch}
+      return final({'replayed', 'order_id', id, 'quantity', tonumber(qty),
+        'stock_left', tonumber(left), 'epoch', epoch})
     end
-    return {'key-reused'}
+    return final({'key-reused'})
   end
 end
 if replay_only then
-  return {'not-recorded'}
+  return final({'not-recorded'})
 end
 
 if stock < quantity then
-  return {'sold-out', 'stock', stock, 'epoch', epoch}
+  local reply = {'sold-out', 'stock', stock, 'epoch', epoch}
+  return ARGV[10] == '1' and final(reply) or reply
 end
 local bought = tonumber(redis.call('HGET', users, user) or '0')
 if bought + quantity > limit then
-  return {'limit-exceeded'}
+  return final({'limit-exceeded'})
 end
 
 local left = redis.call('HINCRBY', sale, 'stock', -quantity)
@@ -83,4 +109,5 @@ redis.call('HSET', by_user, user, (mine and mine .. ',' or '') .. order_id .. ':
 if key ~= '' then
   redis.call('HSET', idem, key, order_id .. '|' .. user .. '|' .. quantity .. '|' .. left)
 end
-return {'ordered', 'order_id', order_id, 'quantity', quantity, 'stock_left', left, 'epoch', epoch}
+return final({'ordered', 'order_id', order_id, 'quantity', quantity, 'stock_left', left,
+  'epoch', epoch})

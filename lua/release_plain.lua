@@ -2,7 +2,8 @@
 -- streamed) that nobody waits for or watches, with only the keys and
 -- arguments it uses; anything else is left to release.lua, which the
 -- caller runs when told `busy`.
--- (After the lock libraries; its keys are three of lib/base.lua's.)
+-- (After the lock libraries; its keys are three of lib/base.lua's. The
+-- release itself is lib/plain_release.lua's, which purchase.lua runs too.)
 --
 -- KEYS[1]  lock     <prefix>lock:{<key>}
 -- KEYS[2]  queue    <prefix>queue:{<key>}
@@ -23,27 +24,5 @@
 --               holders of another kind, or none), a streamed holder, or
 --               somebody waits for or watches the lock: run release.lua
 
-local lock, token = KEYS[1], ARGV[3]
-local place = redis.call('HMGET', lock, 'owner', 'fence', 'holds', 'streamed', 'session')
-if not place[1] or place[4] then
-  return {'busy'}
-end
-if place[1] ~= token then
-  return {'not-owner'}
-end
-local fence = tonumber(ARGV[5] or '')
-if fence and tonumber(place[2]) ~= fence then
-  return {'not-owner'}
-end
-if ARGV[4] ~= 'all' and tonumber(place[3]) > 1 then
-  return {'holds-left', 'holds', redis.call('HINCRBY', lock, 'holds', -1)}
-end
--- Waiters are served and watchers told by release.lua, before anything
--- changes here.
-if redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
-  return {'busy'}
-end
-redis.call('DEL', lock)
--- The fence is kept as %d text already: the message release.lua sends.
-redis.call(ARGV[1], ARGV[2], place[2])
-return {'released', 'session', place[5] and string.match(place[5], '^(%S+)') or ''}
+return plain_release(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4] == 'all',
+  tonumber(ARGV[5] or ''))

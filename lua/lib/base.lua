@@ -1,7 +1,7 @@
 -- lib/base.lua: what every lock script starts from. The lock scripts are
--- this file, then lib/events.lua, lib/holders.lua, lib/modes.lua and
--- lib/queue.lua, then the script's own file, concatenated when the gateway
--- loads them.
+-- this file, then lib/plain_release.lua, lib/events.lua, lib/holders.lua,
+-- lib/modes.lua and lib/queue.lua, then the script's own file,
+-- concatenated when the gateway loads them.
 --
 -- Every lock script takes the same keys, all of one lock (so all in one
 -- Redis Cluster slot, by the hash tag {<key>}), and the same first three

@@ -6,7 +6,12 @@
 //! a worker that dies before the commit leaves its entries pending (it, or
 //! another after `claim_idle`, stores them later); one that dies after the
 //! commit and before the acknowledgement has them stored again as nothing
-//! new. On start a worker first reads its own pending entries. Entries
+//! new. While new entries come in full batches, a batch's acknowledgement
+//! is sent while the next batch is inserted (and the one after is read), so
+//! only the insert is on the worker's path; what is stored and not yet
+//! acknowledged is acknowledged before the worker reads its own pending
+//! entries, drops a stream, or stops, and at once when no full batch
+//! follows. On start a worker first reads its own pending entries. Entries
 //! whose stream entry is gone are counted and logged as lost; an entry that
 //! cannot be stored after `max_deliveries` deliveries goes to the sale's
 //! dead-letter stream. StreamedLocks are trimmed once stored, never below the
@@ -74,6 +79,9 @@ struct StreamState {
     own_pending: bool,
     /// New entries read while the last batch was stored, handled next.
     read_ahead: Option<Result<Vec<Delivery>, BackendError>>,
+    /// Entries stored (committed) and not yet acknowledged: acknowledged
+    /// while the next batch is inserted, or at once when none follows.
+    unacknowledged: Vec<String>,
 }
 
 /// A worker, run until it is told to stop.
@@ -167,6 +175,14 @@ impl Handoff {
                 }
             }
         }
+        // What was stored and not acknowledged yet is acknowledged now, not
+        // left to be stored again (as nothing new) at the next start.
+        let names: Vec<String> = self.streams.keys().cloned().collect();
+        for stream in names {
+            if let Err(err) = self.acknowledge_stored(&stream).await {
+                tracing::warn!(%stream, error = %err, "could not acknowledge stored orders while stopping; the next start stores them again, as nothing new");
+            }
+        }
         tracing::info!(consumer = %self.settings.consumer, "order hand-off stopped");
     }
 
@@ -209,6 +225,20 @@ impl Handoff {
         }
         // A stream still known keeps its state (whether its own pending
         // entries are still to be read again); a new one starts with them.
+        // One no longer found (renamed by a reset, drained and deleted) has
+        // what it stored acknowledged first, where it can still be.
+        let dropped: Vec<String> = self
+            .streams
+            .keys()
+            .filter(|stream| !found.contains_key(*stream))
+            .cloned()
+            .collect();
+        for stream in &dropped {
+            if let Err(err) = self.acknowledge_stored(stream).await {
+                // Left pending: stored again, as nothing new, once claimed.
+                tracing::debug!(%stream, error = %err, "could not acknowledge the stored orders of a stream no longer read");
+            }
+        }
         self.streams.retain(|stream, _| found.contains_key(stream));
         for (stream, (sku, keys, current, epoch)) in found {
             let state = self.streams.entry(stream).or_insert(StreamState {
@@ -218,6 +248,7 @@ impl Handoff {
                 epoch,
                 own_pending: true,
                 read_ahead: None,
+                unacknowledged: Vec::new(),
             });
             state.epoch = epoch;
         }
@@ -233,16 +264,17 @@ impl Handoff {
             let Some(state) = self.streams.get_mut(&stream) else {
                 continue;
             };
-            let (read, from) = match state.read_ahead.take() {
+            let (read_ahead, own_pending) = (state.read_ahead.take(), state.own_pending);
+            let (read, from) = match read_ahead {
                 Some(read) => (read, ReadFrom::New),
-                None => {
-                    let from = if state.own_pending {
-                        ReadFrom::OwnPending
-                    } else {
-                        ReadFrom::New
-                    };
+                None if own_pending => {
+                    // What was stored is acknowledged first: the read
+                    // would give it again.
+                    self.acknowledge_stored(&stream).await?;
+                    let from = ReadFrom::OwnPending;
                     (self.read(&stream, from).await, from)
                 }
+                None => (self.read(&stream, ReadFrom::New).await, ReadFrom::New),
             };
             let deliveries = match read {
                 Err(err) if no_group(&err) => {
@@ -253,6 +285,14 @@ impl Handoff {
                 }
                 read => read?,
             };
+            // A full batch of new entries: more are likely waiting, so the
+            // next batch is read, and the last one acknowledged, while this
+            // one is stored.
+            let pipelined = from == ReadFrom::New && deliveries.len() >= self.settings.batch;
+            if !pipelined {
+                // No batch follows at once to go with.
+                self.acknowledge_stored(&stream).await?;
+            }
             if deliveries.is_empty() {
                 // Only a read of its own pending entries that finds none
                 // says they are all stored.
@@ -264,18 +304,28 @@ impl Handoff {
                 continue;
             }
             worked += deliveries.len();
-            if from == ReadFrom::New && deliveries.len() >= self.settings.batch {
-                // A full batch of new entries: more are likely waiting, so
-                // the next batch is read while this one is stored. Read, it
-                // is this worker's pending entries until stored, like any.
+            if pipelined {
+                // Read, the next batch is this worker's pending entries
+                // until stored, like any. The last batch was committed
+                // before this one is inserted: acknowledging it meanwhile
+                // changes nothing a crash could see but the timing (its
+                // entries are pending until then, and stored again as
+                // nothing new after a crash).
                 let next = self.read(&stream, ReadFrom::New);
-                let (handled, next) = tokio::join!(self.handle(&stream, deliveries, stop), next);
+                let last = self
+                    .streams
+                    .get_mut(&stream)
+                    .map_or_else(Vec::new, |state| std::mem::take(&mut state.unacknowledged));
+                let acknowledge = self.acknowledge(&stream, last);
+                let (stored, next, acknowledged) =
+                    tokio::join!(self.store(&stream, deliveries, stop), next, acknowledge);
                 // Kept even when storing failed: what was read is handled
                 // at the next round, not left to a claim.
                 if let Some(state) = self.streams.get_mut(&stream) {
                     state.read_ahead = Some(next);
                 }
-                handled?;
+                self.acknowledged(&stream, acknowledged)?;
+                stored?;
             } else {
                 self.handle(&stream, deliveries, stop).await?;
             }
@@ -353,15 +403,23 @@ impl Handoff {
         deliveries: Vec<Delivery>,
         stop: &CancellationToken,
     ) -> Result<(), BackendError> {
+        self.store(stream, deliveries, stop).await?;
+        self.acknowledge_stored(stream).await
+    }
+
+    /// Stores what was read (the ids stored then wait in the stream's
+    /// `unacknowledged`), and deals with entries that are gone or cannot be
+    /// stored.
+    async fn store(
+        &mut self,
+        stream: &str,
+        deliveries: Vec<Delivery>,
+        stop: &CancellationToken,
+    ) -> Result<(), BackendError> {
         let Some(state) = self.streams.get(stream) else {
             return Ok(());
         };
-        let (sku, keys, current, epoch) = (
-            state.sku.clone(),
-            state.keys.clone(),
-            state.current,
-            state.epoch,
-        );
+        let (sku, keys, epoch) = (state.sku.clone(), state.keys.clone(), state.epoch);
         let mut rows = Vec::with_capacity(deliveries.len());
         let mut gone = Vec::new();
         let mut failed = Vec::new();
@@ -392,9 +450,13 @@ impl Handoff {
                 Err(reason) => failed.push((id, fields, reason)),
             }
         }
+        if let Some(state) = self.streams.get_mut(stream) {
+            state.unacknowledged.extend(stored_ids);
+        }
+        if failed.is_empty() {
+            return Ok(());
+        }
         let mut conn = self.redis.connection().await?;
-        let acked = streams::acknowledge(&mut conn, stream, &keys, current, &stored_ids).await?;
-        self.metrics.orders_stored(&sku, acked);
         for (id, fields, reason) in failed {
             let delivered = streams::deliveries(&mut conn, stream, &id).await?;
             if delivered >= self.settings.max_deliveries {
@@ -410,6 +472,67 @@ impl Handoff {
             }
         }
         Ok(())
+    }
+
+    /// Acknowledges what `stream` stored and has not acknowledged yet.
+    async fn acknowledge_stored(&mut self, stream: &str) -> Result<(), BackendError> {
+        let ids = match self.streams.get_mut(stream) {
+            Some(state) if !state.unacknowledged.is_empty() => {
+                std::mem::take(&mut state.unacknowledged)
+            }
+            _ => return Ok(()),
+        };
+        let acknowledged = self.acknowledge(stream, ids).await;
+        self.acknowledged(stream, acknowledged)
+    }
+
+    /// Acknowledges `ids` of `stream`, stored (counted as the sale's stored
+    /// orders where it is the sale's current stream), and gives them back
+    /// with the outcome, so that a failed acknowledgement is tried again.
+    fn acknowledge(
+        &self,
+        stream: &str,
+        ids: Vec<String>,
+    ) -> impl Future<Output = (Vec<String>, Result<u64, BackendError>)> + use<> {
+        let redis = self.redis.clone();
+        let target = self
+            .streams
+            .get(stream)
+            .filter(|_| !ids.is_empty())
+            .map(|state| (stream.to_owned(), state.keys.clone(), state.current));
+        async move {
+            let Some((stream, keys, current)) = target else {
+                return (ids, Ok(0));
+            };
+            let acked = async {
+                let mut conn = redis.connection().await?;
+                streams::acknowledge(&mut conn, &stream, &keys, current, &ids).await
+            }
+            .await;
+            (ids, acked)
+        }
+    }
+
+    /// Counts what an acknowledgement acknowledged; the ids of one that
+    /// failed wait to be acknowledged with the next.
+    fn acknowledged(
+        &mut self,
+        stream: &str,
+        (ids, acked): (Vec<String>, Result<u64, BackendError>),
+    ) -> Result<(), BackendError> {
+        let Some(state) = self.streams.get_mut(stream) else {
+            return acked.map(drop);
+        };
+        match acked {
+            Ok(acked) => {
+                self.metrics.orders_stored(&state.sku, acked);
+                Ok(())
+            }
+            Err(err) => {
+                state.unacknowledged.extend(ids);
+                Err(err)
+            }
+        }
     }
 
     /// Stores the rows in one transaction, waiting out a database that is

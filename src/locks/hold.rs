@@ -1,15 +1,16 @@
 //! Changing a hold its holder's token names: release (one hold, or all), extend the lease, replace the public value; and revocation, which ends holds by the operator's word.
 
+use super::acquire::Lease;
 use super::error::LockError;
 use super::inputs::{LockKey, LockValue, Token, Ttl};
 use super::sessions::SessionHandle;
 use super::shared::Locks;
 use crate::metrics::LockOutcome;
-use crate::redis::locks::LockState;
 use crate::redis::locks::grant::{
     self as scripts, ExtendReply, Holds, IfGranted, LeaveReply, NoPlace, ReleaseReply,
     SetValueReply,
 };
+use crate::redis::locks::{LockState, PlainRelease};
 
 /// What releasing one hold left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +42,34 @@ impl Locks {
     /// Gives up every hold of `token` at once, freeing its place.
     pub async fn release_all(&self, key: &LockKey, token: &Token) -> Result<Released, LockError> {
         self.release_holds(key, token, Holds::All, None).await
+    }
+
+    /// What a script of another domain needs to give up `lease`'s hold in
+    /// its own call, as `release_plain.lua` would: on one Redis (or
+    /// Sentinel's primary), whose scripts may touch keys of any slot; `None`
+    /// on a Redis Cluster, where the lock's keys have a slot of their own.
+    /// A script that did ([`Locks::released_within`]) saves the release's
+    /// call; one that could not leaves the lease to [`Locks::release`].
+    pub fn plain_release_of(&self, lease: &Lease) -> Option<PlainRelease> {
+        if self.redis().is_cluster() {
+            return None;
+        }
+        let keys = self.keys(&lease.key);
+        Some(PlainRelease {
+            keys: keys.plain_release(),
+            publish: self.publish(),
+            channel: keys.released(),
+            token: lease.token.expose(),
+        })
+    }
+
+    /// `lease`'s hold was given up by a script ([`Locks::plain_release_of`]):
+    /// its grant is done with, and it counts as released.
+    pub fn released_within(&self, mut lease: Lease) {
+        if let Some(guard) = lease.guard.take() {
+            guard.complete();
+        }
+        self.metrics().lock(LockOutcome::Released);
     }
 
     async fn release_holds(

@@ -157,7 +157,14 @@ macro_rules! lua_script {
     };
 }
 
-pub static PURCHASE: LuaScript = lua_script!("purchase.lua");
+/// After the plain release, with which it releases the buyer's lock.
+pub static PURCHASE: LuaScript = LuaScript::new(
+    "purchase.lua",
+    concat!(
+        include_str!("../../lua/lib/plain_release.lua"),
+        include_str!("../../lua/purchase.lua")
+    ),
+);
 pub static RESET_SALE: LuaScript = lua_script!("reset_sale.lua");
 pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
 pub static ORDERS_ACK: LuaScript = lua_script!("orders_ack.lua");
@@ -194,6 +201,7 @@ pub static SCRIPTS: [&LuaScript; 14] = [
 /// each other.
 const LOCK_LIBRARIES: &str = concat!(
     include_str!("../../lua/lib/base.lua"),
+    include_str!("../../lua/lib/plain_release.lua"),
     include_str!("../../lua/lib/events.lua"),
     include_str!("../../lua/lib/holders.lua"),
     include_str!("../../lua/lib/modes.lua"),

@@ -2,6 +2,7 @@
 
 use redis::ScriptInvocation;
 
+use super::locks::PlainRelease;
 use super::scripts::{PURCHASE, RATE_LIMIT, RESET_SALE, Reply};
 use super::{BackendError, Connection};
 
@@ -78,6 +79,15 @@ pub enum PurchaseMode {
     Buy,
     /// Only replay: nothing new is bought.
     ReplayOnly,
+}
+
+/// The buyer's lock, for `purchase.lua` to release once its answer is
+/// final, as `release_plain.lua` would (`lua/lib/plain_release.lua`).
+#[derive(Debug, Clone, Copy)]
+pub struct BuyerLock<'a> {
+    pub release: &'a PlainRelease,
+    /// Whether `sold-out` is a final answer (a sale of one segment).
+    pub sold_out_is_final: bool,
 }
 
 /// What `purchase.lua` did.
@@ -183,7 +193,10 @@ pub struct RateReply {
 }
 
 /// Runs `purchase.lua` in `mode`, in the segment `keys` names, placed by
-/// the sale's `epoch` (`None`: whatever the segment's).
+/// the sale's `epoch` (`None`: whatever the segment's), releasing the
+/// buyer's lock with a final answer where given one. Returns the reply,
+/// and whether the lock's hold was given up (when not, the caller
+/// releases it as it would have).
 pub async fn purchase(
     conn: &mut Connection,
     keys: &SaleKeys,
@@ -191,23 +204,33 @@ pub async fn purchase(
     quantity: u64,
     idempotency_key: Option<&str>,
     order_id: &str,
-    (mode, epoch): (PurchaseMode, Option<u64>),
-) -> Result<PurchaseReply, BackendError> {
-    let reply = PURCHASE
-        .run(
-            keys.bind(&mut PURCHASE.prepare())
-                .arg(user_id)
-                .arg(quantity)
-                .arg(idempotency_key.unwrap_or(""))
-                .arg(order_id)
-                .arg(match mode {
-                    PurchaseMode::Buy => "buy",
-                    PurchaseMode::ReplayOnly => "replay",
-                })
-                .arg(epoch.map(|epoch| epoch.to_string()).unwrap_or_default()),
-            conn,
-        )
-        .await?;
+    (mode, epoch, lock): (PurchaseMode, Option<u64>, Option<BuyerLock<'_>>),
+) -> Result<(PurchaseReply, bool), BackendError> {
+    let mut invocation = PURCHASE.prepare();
+    keys.bind(&mut invocation)
+        .arg(user_id)
+        .arg(quantity)
+        .arg(idempotency_key.unwrap_or(""))
+        .arg(order_id)
+        .arg(match mode {
+            PurchaseMode::Buy => "buy",
+            PurchaseMode::ReplayOnly => "replay",
+        })
+        .arg(epoch.map(|epoch| epoch.to_string()).unwrap_or_default());
+    if let Some(lock) = lock {
+        for key in &lock.release.keys {
+            invocation.key(key);
+        }
+        invocation
+            .arg(lock.release.publish)
+            .arg(&lock.release.channel)
+            .arg(&lock.release.token)
+            .arg(if lock.sold_out_is_final { "1" } else { "0" });
+    }
+    let reply = PURCHASE.run(&invocation, conn).await?;
+    // released or holds-left: the hold is given up; not-owner, busy, or
+    // none (not a final answer): nothing was done to the lock.
+    let released = matches!(reply.text("lock"), Some("released" | "holds-left"));
     let order = |reply: &Reply| {
         Some(RecordedOrder {
             order_id: reply.text("order_id")?.to_owned(),
@@ -216,7 +239,7 @@ pub async fn purchase(
             epoch: reply.number("epoch")?,
         })
     };
-    PURCHASE.read(&reply, |reply| match reply.code() {
+    let reply = PURCHASE.read(&reply, |reply| match reply.code() {
         "ordered" => order(reply).map(PurchaseReply::Ordered),
         "replayed" => order(reply).map(PurchaseReply::Replayed),
         "not-recorded" => Some(PurchaseReply::NotRecorded),
@@ -229,7 +252,8 @@ pub async fn purchase(
         "no-sale" => Some(PurchaseReply::NoSale),
         "key-reused" => Some(PurchaseReply::KeyReused),
         _ => None,
-    })
+    })?;
+    Ok((reply, released))
 }
 
 /// What `reset_sale.lua` sets one segment of a sale to (the whole sale,

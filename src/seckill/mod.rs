@@ -4,7 +4,8 @@
 //! stock is gone) → rate limit (GCRA in Redis, per user and optionally per
 //! client address) → the per-(sku, user) lock, taken like `POST /locks` →
 //! `purchase.lua`, which checks the idempotency key, stock and cap,
-//! decrements and records the order in one atomic step → release. The
+//! decrements and records the order in one atomic step → release (by the
+//! same script where one Redis holds the lock and the sale). The
 //! script alone makes overselling impossible; the lock keeps one user's
 //! concurrent requests from racing each other for the rate limit and cap.
 //!
@@ -54,8 +55,11 @@ use crate::locks::{
 };
 use crate::metrics::Metrics;
 use crate::redis::handoff;
+use crate::redis::locks::PlainRelease;
 use crate::redis::pubsub::Subscriber;
-use crate::redis::seckill::{self as scripts, PurchaseMode, PurchaseReply, Refused, SaleKeys};
+use crate::redis::seckill::{
+    self as scripts, BuyerLock, PurchaseMode, PurchaseReply, Refused, SaleKeys,
+};
 use crate::redis::{BackendError, Redis};
 // Read from Redis as they are and handed on unchanged: one type each, not a
 // domain copy joined to the Redis one field by field.
@@ -321,7 +325,9 @@ impl Sales {
             ControlFlow::Continue(rate) => rate,
             ControlFlow::Break(refused) => return refused,
         };
-        let result = self.run_purchase_script(order, PurchaseMode::Buy).await;
+        let (result, _) = self
+            .run_purchase_script(order, PurchaseMode::Buy, None)
+            .await;
         PurchaseAnswer { result, rate }
     }
 
@@ -333,7 +339,11 @@ impl Sales {
     /// waits for the lock: its attempt is dropped, and a grant it got is
     /// released (the guard's guarantee). Nothing reads the sale between
     /// the purchase and the release, so answering first changes no outcome;
-    /// the user's next request waits for that release like any waiter.
+    /// the user's next request waits for that release like any waiter. On
+    /// one Redis the purchase script releases the lock itself when nobody
+    /// waits for or watches it (`lua/lib/plain_release.lua`, the lock's own
+    /// plain release), in the same atomic step as the purchase: a third
+    /// call saved, and nothing can come between the two either way.
     async fn under_user_lock(
         &self,
         order: &OrderRequest,
@@ -360,19 +370,43 @@ impl Sales {
             Ok(lease) => lease,
             Err(err) => return PurchaseAnswer::refused(err.into(), rate),
         };
-        let result = self.run_purchase_script(order, PurchaseMode::Buy).await;
-        self.give_back_later(Some(lease));
+        let release = self.locks.plain_release_of(&lease);
+        let (result, released) = self
+            .run_purchase_script(order, PurchaseMode::Buy, release.as_ref())
+            .await;
+        if released {
+            self.locks.released_within(lease);
+        } else {
+            self.give_back_later(Some(lease));
+        }
         PurchaseAnswer { result, rate }
     }
 
     /// Runs `purchase.lua` in the buyer's segment and maps its reply to
     /// the purchase or the refusal. A segment without the stock asked for
     /// first has stock moved over from the others; the buyer is refused
-    /// `sold-out` only when the whole sale lacks it.
+    /// `sold-out` only when the whole sale lacks it. With the buyer's lock
+    /// (`lock`), the script releases it with its final answer where it can;
+    /// the flag says whether it did.
     async fn run_purchase_script(
         &self,
         order: &OrderRequest,
         mode: PurchaseMode,
+        lock: Option<&PlainRelease>,
+    ) -> (Result<Purchase, SaleError>, bool) {
+        let mut released = false;
+        let result = self.purchase_rounds(order, mode, lock, &mut released).await;
+        (result, released)
+    }
+
+    /// [`Sales::run_purchase_script`]'s rounds; `released` is set once the
+    /// script gave up the buyer's lock.
+    async fn purchase_rounds(
+        &self,
+        order: &OrderRequest,
+        mode: PurchaseMode,
+        lock: Option<&PlainRelease>,
+        released: &mut bool,
     ) -> Result<Purchase, SaleError> {
         let order_id = uuid::Uuid::new_v4().to_string();
         let sku = &order.sku;
@@ -383,9 +417,17 @@ impl Sales {
             };
             let segment = layout.buyer_segment(order.user.as_str());
             let keys = &layout.segments[segment];
-            let reply = self
-                .purchase_in(order, mode, &order_id, keys, layout.epoch)
-                .await?;
+            // Released only with an answer this loop returns: sold-out is
+            // one where no other segment can move stock over.
+            let lock = lock.filter(|_| !*released).map(|release| BuyerLock {
+                release,
+                sold_out_is_final: layout.count() == 1,
+            });
+            let (reply, lock_released) = self
+                .purchase_in(order, mode, &order_id, keys, (layout.epoch, lock))
+                .await;
+            *released |= lock_released;
+            let reply = reply?;
             match reply {
                 PurchaseReply::StaleLayout | PurchaseReply::NoSale if round == 0 => {
                     // Reset since this instance read the segments (or the
@@ -425,21 +467,21 @@ impl Sales {
     }
 
     /// Runs `purchase.lua` in one segment, confirmed by replicas when they
-    /// must confirm.
+    /// must confirm; and whether it released the buyer's lock.
     async fn purchase_in(
         &self,
         order: &OrderRequest,
         mode: PurchaseMode,
         order_id: &str,
         keys: &SaleKeys,
-        epoch: u64,
-    ) -> Result<PurchaseReply, SaleError> {
+        (epoch, lock): (u64, Option<BuyerLock<'_>>),
+    ) -> (Result<PurchaseReply, SaleError>, bool) {
         let idempotency_key = order.idempotency_key.as_ref().map(IdempotencyKey::as_str);
         // A replay is confirmed too: the script wrote its record again,
         // after the order, so the replicas that have that write have the
         // order (a client retrying after `not-replicated` must not be told
         // 200 for an order only the primary holds).
-        let (reply, confirmed) = self
+        let written = self
             .redis
             .write(
                 &keys.sale,
@@ -452,25 +494,29 @@ impl Sales {
                         order.quantity.get(),
                         idempotency_key,
                         order_id,
-                        (mode, Some(epoch)),
+                        (mode, Some(epoch), lock),
                     )
                     .await
                 },
-                |reply| {
+                |(reply, _)| {
                     matches!(
                         reply,
                         PurchaseReply::Ordered(_) | PurchaseReply::Replayed(_)
                     )
                 },
             )
-            .await?;
+            .await;
+        let ((reply, released), confirmed) = match written {
+            Ok(written) => written,
+            Err(err) => return (Err(err.into()), false),
+        };
         if !confirmed {
-            return Err(Refusal::NotReplicated {
+            let refused = Refusal::NotReplicated {
                 sku: order.sku.clone(),
-            }
-            .into());
+            };
+            return (Err(refused.into()), released);
         }
-        Ok(reply)
+        (Ok(reply), released)
     }
 
     /// What a purchase script's reply means for the order, noting a sale
@@ -554,8 +600,9 @@ impl Sales {
             }
             .into());
         }
-        self.run_purchase_script(order, PurchaseMode::ReplayOnly)
+        self.run_purchase_script(order, PurchaseMode::ReplayOnly, None)
             .await
+            .0
     }
 
     /// Takes one of the sale's own locks (a reset's, or a purchase's

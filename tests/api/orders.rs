@@ -280,6 +280,58 @@ async fn a_worker_killed_after_its_commit_stores_nothing_twice() {
     app.stop().await;
 }
 
+/// A worker stopped (SIGTERM) in the middle of a long stream, while each
+/// batch's acknowledgement goes out with the next batch's insert: it
+/// acknowledges every batch it committed before it exits, so the sale's
+/// `stored` is exactly the rows in the database; the next worker stores the
+/// rest, and the count ends exact.
+#[tokio::test]
+async fn a_worker_stopped_mid_stream_acknowledges_every_batch_it_stored() {
+    let redis = RedisServer::start_single().await;
+    let (_dir, database) = sqlite();
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("phone", 10_000, 1).await;
+    // A backlog much longer than the few batches stored before the stop,
+    // so that every batch is a full one and pipelined.
+    let orders: i64 = 1000;
+    let users: Vec<String> = (0..orders).map(|n| format!("u-{n}")).collect();
+    for chunk in users.chunks(100) {
+        futures_util::future::join_all(chunk.iter().map(|user| app.bought("phone", user, 1, None)))
+            .await;
+    }
+    let mut worker = Worker::spawn(&redis, &database, "solo", &["--batch", "1"]);
+    let conn = redis.connection().await;
+    let stored = || {
+        let mut conn = conn.clone();
+        async move {
+            conn.hget::<_, _, Option<i64>>("lockgate:sale:{phone}", "stored")
+                .await
+                .unwrap()
+                .unwrap_or(0)
+        }
+    };
+    let started = eventually(Duration::from_secs(10), || async { stored().await >= 20 }).await;
+    assert!(started, "the worker stored nothing:\n{}", worker.logs());
+    worker.stop();
+    let counted = stored().await;
+    let inserted = rows(&database, "phone").await.rows;
+    assert!(
+        counted < orders,
+        "stopped after the whole stream: {counted}"
+    );
+    assert_eq!(
+        counted,
+        inserted,
+        "the stored count is not the rows committed:\n{}",
+        worker.logs()
+    );
+    let _next = Worker::spawn(&redis, &database, "solo", &["--batch", "1"]);
+    let sale = all_stored(&app, "phone", Duration::from_secs(30)).await;
+    assert_eq!(sale["stored"], orders, "{sale}");
+    assert_eq!(rows(&database, "phone").await, rows_of(&sale));
+    app.stop().await;
+}
+
 /// PostgreSQL stopped at once (`pg_ctl stop -m immediate`) and started
 /// again while orders come in: the worker waits it out, says so once, and
 /// every order is stored once.

@@ -482,6 +482,84 @@ async fn a_purchase_waits_for_its_users_lock_and_proceeds_when_it_is_released() 
     assert_eq!(app.sale("desk").await["sold"], 2);
 }
 
+/// On one Redis the purchase script gives up the user's lock itself, as
+/// the lock's plain release would (the lock gone when the answer comes, its
+/// release channel told): a purchase is the rate check with the lock's
+/// try, and the script; no call of its own for the release.
+#[tokio::test]
+async fn on_one_redis_the_purchase_script_releases_the_users_lock() {
+    use futures_util::StreamExt;
+
+    let redis = RedisServer::start_single().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    app.reset_sale("desk", 10, 5).await;
+    // A first purchase, so that loading the scripts is not counted.
+    app.bought("desk", "bob", 1, None).await;
+    let mut released = redis.node(0).client().get_async_pubsub().await.unwrap();
+    released
+        .subscribe(format!("{SALE_LOCKS}released:{{seckill:desk:ada}}"))
+        .await
+        .unwrap();
+
+    let before = command_calls(&redis).await;
+    app.bought("desk", "ada", 1, None).await;
+    let held: bool = redis::cmd("EXISTS")
+        .arg(format!("{SALE_LOCKS}lock:{{seckill:desk:ada}}"))
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    assert!(!held, "the user's lock outlived the answer");
+    let told = tokio::time::timeout(Duration::from_secs(2), released.on_message().next()).await;
+    assert!(
+        matches!(told, Ok(Some(_))),
+        "the lock's release channel was not told"
+    );
+    // Long enough for a release after the answer to have been counted.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = command_calls(&redis).await;
+    let ran = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+    assert_eq!(ran("fcall"), 1, "only the lock's try: {after:?}");
+    assert_eq!(app.sale("desk").await["sold"], 2);
+}
+
+/// A user's purchases queued for the lock: each purchase script finds the
+/// next one waiting and leaves the release to the lock's own, which grants
+/// the lock to the waiter; every purchase goes through.
+#[tokio::test]
+async fn purchases_queued_for_their_users_lock_each_get_it_in_turn() {
+    let redis = RedisServer::start().await;
+    let app = Arc::new(
+        TestApp::spawn_sale(
+            &redis,
+            &["--seckill-rate", "10000", "--seckill-burst", "10000"],
+        )
+        .await,
+    );
+    app.reset_sale("desk", 10, 5).await;
+    let held = redis
+        .take_lock(SALE_LOCKS, "seckill:desk:ada", 30_000)
+        .await;
+    let buyers: Vec<_> = (0..3)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { app.buy("desk", "ada", 1, None).await.status() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.sale("desk").await["sold"], 0, "a purchase did not wait");
+    redis
+        .release_lock(SALE_LOCKS, "seckill:desk:ada", &held)
+        .await;
+    for buyer in buyers {
+        let status = tokio::time::timeout(Duration::from_secs(5), buyer)
+            .await
+            .expect("a queued purchase never got the lock")
+            .unwrap();
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    assert_eq!(app.sale("desk").await["sold"], 3);
+}
+
 #[tokio::test]
 async fn a_purchase_whose_lock_stays_held_answers_lock_held() {
     let redis = RedisServer::start().await;

@@ -227,8 +227,7 @@ pub async fn release(
     (token, fence): (&str, Option<u64>),
     holds: Holds,
 ) -> Result<ReleaseReply, BackendError> {
-    let mut invocation =
-        RELEASE_PLAIN.call_with_keys(&[keys.name("lock"), keys.name("queue"), keys.name("watch")]);
+    let mut invocation = RELEASE_PLAIN.call_with_keys(&keys.plain_release());
     invocation
         .arg(publish)
         .arg(keys.released())

@@ -32,6 +32,20 @@ pub struct LockKeys {
     key: String,
 }
 
+/// What a script of another domain needs to release a plain holder's hold
+/// in its own call, as `release_plain.lua` does (`lua/lib/plain_release.lua`).
+#[derive(Debug, Clone)]
+pub struct PlainRelease {
+    /// The lock's lock, queue and watch keys.
+    pub keys: [String; 3],
+    /// `PUBLISH` (or `SPUBLISH`).
+    pub publish: &'static str,
+    /// The lock's release channel.
+    pub channel: String,
+    /// The holder's token.
+    pub token: String,
+}
+
 /// The lock's Redis keys, in the order every lock script takes them
 /// (`lua/lib/base.lua`): `lock` (a hash, the lock and its holders; its TTL
 /// the latest lease), `fence` (the last fencing token issued), `holders`
@@ -68,6 +82,12 @@ impl LockKeys {
     /// The queue (waiter id -> ticket) and what each waiter asked for.
     pub fn queue(&self) -> (String, String) {
         (self.name("queue"), self.name("waiters"))
+    }
+
+    /// The keys a plain holder's release uses (`lib/plain_release.lua`):
+    /// the lock, its queue and its watch key.
+    pub fn plain_release(&self) -> [String; 3] {
+        [self.name("lock"), self.name("queue"), self.name("watch")]
     }
 
     /// The channel on which a holder's place freed is told (its fencing

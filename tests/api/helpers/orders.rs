@@ -45,6 +45,13 @@ impl Worker {
         let _ = self.child.wait();
     }
 
+    /// Stops the worker as an operator would (SIGTERM), and waits until it
+    /// has exited.
+    pub fn stop(&mut self) {
+        send_signal(self.child.id(), "-TERM");
+        let _ = self.child.wait();
+    }
+
     pub fn logs(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
