@@ -6,7 +6,7 @@
 //! field by its name, so no field is read in a place that means something
 //! else for another code.
 //!
-//! The lock scripts share four libraries (`lua/lib/`). Run by `EVALSHA`,
+//! The lock scripts share the libraries in `lua/lib/`. Run by `EVALSHA`,
 //! every call would define their forty-odd functions again before doing
 //! anything (about 5 µs of Redis time a call, measured); loaded once as a
 //! function library (`FUNCTION LOAD`, Redis 7) and run by `FCALL`, they

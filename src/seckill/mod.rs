@@ -514,7 +514,11 @@ impl Sales {
             let refused = Refusal::NotReplicated {
                 sku: order.sku.clone(),
             };
-            return (Err(refused.into()), released);
+            // A release made by the script is as unconfirmed as the
+            // purchase, and a failover could lose it with the order: the
+            // caller gives the lock back again (by its token, so a repeat
+            // of a release that did stand changes nothing).
+            return (Err(refused.into()), false);
         }
         (Ok(reply), released)
     }
@@ -625,9 +629,15 @@ impl Sales {
     /// Releases a sale lock; if that fails, its short lease ends it.
     async fn give_back(&self, mut lease: Lease) {
         let guard = lease.guard.take();
-        if let Err(err) = self.locks.release(&lease.key, &lease.token).await {
-            let key = &lease.key;
-            tracing::warn!(%key, error = %err, "could not release a sale lock; its lease will expire");
+        match self.locks.release(&lease.key, &lease.token).await {
+            Ok(_) => {}
+            // Already gone: its lease ended, or the purchase script
+            // released it in a write that was not confirmed.
+            Err(LockError::NotFound { .. }) => {}
+            Err(err) => {
+                let key = &lease.key;
+                tracing::warn!(%key, error = %err, "could not release a sale lock; its lease will expire");
+            }
         }
         if let Some(guard) = guard {
             guard.complete();
