@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union, cast
 
 from .. import _forks
 from .._api import BatchGrant
@@ -37,10 +37,7 @@ from .._protocol import (
 from ..errors import GatewayUnavailable, LockgateError, LockLost, NotOwner
 from ..models import HeldLock
 from ._concurrency import Body, Deadline, LostFlag, Renewer, call_on_lost, shielded
-
-if TYPE_CHECKING:
-    from .gateway import AsyncGateway
-    from .session import AsyncSession
+from ._interfaces import AsyncGatewayInterface, AsyncSessionInterface
 
 __all__ = ["AsyncLockSet"]
 
@@ -61,13 +58,13 @@ class AsyncLockSet:
 
     def __init__(
         self,
-        gateway: "AsyncGateway",
+        gateway: AsyncGatewayInterface,
         locks: Sequence[Union[str, Mapping[str, Any]]],
         *,
         ttl: float,
         wait: float,
         value: Optional[str] = None,
-        session: Optional["AsyncSession"] = None,
+        session: Optional[AsyncSessionInterface] = None,
         on_lost: Optional[Callable[["AsyncLockSet"], Any]] = None,
     ) -> None:
         self.gateway = gateway

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Optional, Type, cast
+from typing import Any, AsyncIterator, Callable, Dict, Optional, Type, cast
 
 import httpx
 
@@ -45,10 +45,7 @@ from .._protocol import (
 from ..errors import GatewayUnavailable, LockgateError, LockLost, NotOwner
 from ..sse import Event, EventStreamParser
 from ._concurrency import Body, Deadline, LostFlag, StreamReader, call_on_lost, close_quietly, shielded
-
-if TYPE_CHECKING:
-    from .gateway import AsyncGateway
-    from .session import AsyncSession
+from ._interfaces import AsyncGatewayInterface, AsyncSessionInterface
 
 __all__ = ["AsyncLock", "stream_events"]
 
@@ -83,7 +80,7 @@ class AsyncLock:
 
     def __init__(
         self,
-        gateway: "AsyncGateway",
+        gateway: AsyncGatewayInterface,
         key: str,
         *,
         ttl: float,
@@ -93,7 +90,7 @@ class AsyncLock:
         permits: Optional[int] = None,
         value: Optional[str] = None,
         on_lost: Optional[Callable[["AsyncLock"], Any]] = None,
-        session: Optional["AsyncSession"] = None,
+        session: Optional[AsyncSessionInterface] = None,
     ) -> None:
         self.gateway = gateway
         self.key = key

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Mapping, Optional, Sequence, Set, Type, Union, cast
+from typing import Any, AsyncIterator, Callable, Mapping, Optional, Sequence, Set, Type, Union, cast
 from urllib.parse import quote
 
 import httpx
@@ -43,11 +43,9 @@ from .._protocol import (
 from ..errors import GatewayUnavailable, LockgateError, LockLost, SessionNotFound
 from ..sse import Event
 from ._concurrency import Deadline, LostFlag, StreamReader, call_on_lost, close_quietly, shielded
+from ._interfaces import AsyncGatewayInterface, AsyncSessionMember
+from .batch import AsyncLockSet
 from .lock import AsyncLock, stream_events
-
-if TYPE_CHECKING:
-    from .batch import AsyncLockSet
-    from .gateway import AsyncGateway
 
 __all__ = ["AsyncSession"]
 
@@ -73,7 +71,7 @@ class AsyncSession:
 
     def __init__(
         self,
-        gateway: "AsyncGateway",
+        gateway: AsyncGatewayInterface,
         *,
         ttl: float,
         lock_delay: float,
@@ -96,7 +94,7 @@ class AsyncSession:
         # Reentrant: `lost` is made under it, also by code that holds it.
         self._guard = threading.RLock()
         self._clock: Optional[LeaseClock] = None
-        self._locks: Set[Union[AsyncLock, "AsyncLockSet"]] = set()
+        self._locks: Set[AsyncSessionMember] = set()
         self._reader = StreamReader()
         self._deadline = Deadline(functools.partial(self._lose, "lease-expired"), "lockgate-session-watchdog")
         #: Why the session's stream ended: the reason of its `ended` event,
@@ -157,14 +155,12 @@ class AsyncSession:
         *,
         wait: float = 0.0,
         value: Optional[str] = None,
-        on_lost: Optional[Callable[["AsyncLockSet"], Any]] = None,
-    ) -> "AsyncLockSet":
+        on_lost: Optional[Callable[[AsyncLockSet], Any]] = None,
+    ) -> AsyncLockSet:
         """Several locks taken together in this session, all or none, as
         `gateway.lock_all` takes them; they live as long as the session,
         unless released first. A wait that closes a cycle with another
         session's raises `Deadlock`."""
-        from .batch import AsyncLockSet
-
         return AsyncLockSet(self.gateway, locks, ttl=self.ttl, wait=wait, value=value, session=self, on_lost=on_lost)
 
     # -- opening ---------------------------------------------------------
@@ -289,7 +285,7 @@ class AsyncSession:
         if self.lost_reason is None and clock is not None and time.monotonic() >= clock.deadline:
             self._lose("lease-expired")
 
-    def _attach(self, lock: Union[AsyncLock, "AsyncLockSet"]) -> None:
+    def _attach(self, lock: AsyncSessionMember) -> None:
         """A lock was granted in the session: its loss is the lock's."""
         with self._guard:
             lost = self.lost_reason is not None
@@ -298,7 +294,7 @@ class AsyncSession:
         if lost:
             lock._lose("session-ended")
 
-    def _detach(self, lock: Union[AsyncLock, "AsyncLockSet"]) -> None:
+    def _detach(self, lock: AsyncSessionMember) -> None:
         with self._guard:
             self._locks.discard(lock)
 

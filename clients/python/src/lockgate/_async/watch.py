@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 import httpx
 
@@ -27,10 +27,8 @@ from ..errors import GatewayUnavailable, InvalidRequest, LockgateError, LockHeld
 from ..models import Leader, LockEvent
 from ..sse import Event
 from ._concurrency import abort_stream, close_quietly, sleep
+from ._interfaces import AsyncGatewayInterface
 from .lock import AsyncLock, stream_events
-
-if TYPE_CHECKING:
-    from .gateway import AsyncGateway
 
 __all__ = ["AsyncWatcher", "AsyncElection", "AsyncLeadership", "AsyncLeaderObserver"]
 
@@ -51,7 +49,7 @@ class AsyncWatcher:
 
     def __init__(
         self,
-        gateway: "AsyncGateway",
+        gateway: AsyncGatewayInterface,
         key: str,
         *,
         last_event_id: Optional[str] = None,
@@ -220,7 +218,7 @@ class AsyncElection:
     """Leader election on one lock key: the holder of the streamed lock
     leads, publishing `value`; the other candidates wait in line."""
 
-    def __init__(self, gateway: "AsyncGateway", key: str, *, value: Optional[str] = None, ttl: float = 10.0) -> None:
+    def __init__(self, gateway: AsyncGatewayInterface, key: str, *, value: Optional[str] = None, ttl: float = 10.0) -> None:
         self.gateway = gateway
         self.key = key
         self.value = value
@@ -245,7 +243,7 @@ class AsyncElection:
     def observe(self, **watch_options: Any) -> "AsyncLeaderObserver":
         """The leader now, then again at every change (None while there is
         none), as an iterator; `watch_options` as for `watch`."""
-        return AsyncLeaderObserver(self.gateway.watch(self.key, **watch_options))
+        return AsyncLeaderObserver(AsyncWatcher(self.gateway, self.key, **watch_options))
 
 
 class AsyncLeaderObserver:

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Iterator, Callable, Dict, Optional, Type, cast
+from typing import Any, Iterator, Callable, Dict, Optional, Type, cast
 
 import httpx
 
@@ -45,10 +45,7 @@ from .._protocol import (
 from ..errors import GatewayUnavailable, LockgateError, LockLost, NotOwner
 from ..sse import Event, EventStreamParser
 from ._concurrency import Body, Deadline, LostFlag, StreamReader, call_on_lost, close_quietly, shielded
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
-    from .session import Session
+from ._interfaces import GatewayInterface, SessionInterface
 
 __all__ = ["Lock", "stream_events"]
 
@@ -83,7 +80,7 @@ class Lock:
 
     def __init__(
         self,
-        gateway: "Gateway",
+        gateway: GatewayInterface,
         key: str,
         *,
         ttl: float,
@@ -93,7 +90,7 @@ class Lock:
         permits: Optional[int] = None,
         value: Optional[str] = None,
         on_lost: Optional[Callable[["Lock"], Any]] = None,
-        session: Optional["Session"] = None,
+        session: Optional[SessionInterface] = None,
     ) -> None:
         self.gateway = gateway
         self.key = key

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Callable, Optional
+from typing import Any, Iterator, Callable, Optional
 
 import httpx
 
@@ -27,10 +27,8 @@ from ..errors import GatewayUnavailable, InvalidRequest, LockgateError, LockHeld
 from ..models import Leader, LockEvent
 from ..sse import Event
 from ._concurrency import abort_stream, close_quietly, sleep
+from ._interfaces import GatewayInterface
 from .lock import Lock, stream_events
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
 
 __all__ = ["Watcher", "Election", "Leadership", "LeaderObserver"]
 
@@ -51,7 +49,7 @@ class Watcher:
 
     def __init__(
         self,
-        gateway: "Gateway",
+        gateway: GatewayInterface,
         key: str,
         *,
         last_event_id: Optional[str] = None,
@@ -220,7 +218,7 @@ class Election:
     """Leader election on one lock key: the holder of the streamed lock
     leads, publishing `value`; the other candidates wait in line."""
 
-    def __init__(self, gateway: "Gateway", key: str, *, value: Optional[str] = None, ttl: float = 10.0) -> None:
+    def __init__(self, gateway: GatewayInterface, key: str, *, value: Optional[str] = None, ttl: float = 10.0) -> None:
         self.gateway = gateway
         self.key = key
         self.value = value
@@ -245,7 +243,7 @@ class Election:
     def observe(self, **watch_options: Any) -> "LeaderObserver":
         """The leader now, then again at every change (None while there is
         none), as an iterator; `watch_options` as for `watch`."""
-        return LeaderObserver(self.gateway.watch(self.key, **watch_options))
+        return LeaderObserver(Watcher(self.gateway, self.key, **watch_options))
 
 
 class LeaderObserver:

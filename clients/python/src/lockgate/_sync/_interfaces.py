@@ -1,0 +1,91 @@
+# Written by scripts/unasync.py from lockgate/_async/_interfaces.py: edit that file, not this one.
+"""What locks, lock sets, sessions and watchers ask of their gateway and of
+the session they live in, as protocols: `GatewayInterface`,
+`SessionInterface`.
+
+The gateway and the session make those objects, so the modules that define
+them name their gateway and session by these protocols instead of importing
+gateway.py and session.py back (httpcore's `interfaces` do the same).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Protocol, Tuple
+
+import httpx
+
+from .._api import LockMode, ModeChange
+from .._protocol import LeaseClock
+from ..models import LockInfo
+
+__all__ = ["GatewayInterface", "RenewedLease", "SessionInterface", "SessionMember"]
+
+
+class RenewedLease(Protocol):
+    """A lease as `extend` returns it: when it now ends."""
+
+    @property
+    def expires_at_ms(self) -> Optional[int]: ...
+
+
+class GatewayInterface(Protocol):
+    """The gateway (`Gateway`) as its locks, lock sets, sessions and
+    watchers use it: the sending of requests and the plain-lock calls."""
+
+    @property
+    def timeout(self) -> float: ...
+
+    def _http(self) -> httpx.Client: ...
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        headers: Optional[Mapping[str, str]] = None,
+        params: Optional[Mapping[str, Any]] = None,
+        extra_time: float = 0.0,
+        retry_unanswered: bool = True,
+        stream: bool = False,
+    ) -> Tuple[httpx.Response, float]: ...
+
+    def _request(self, method: str, path: str, **options: Any) -> httpx.Response: ...
+
+    def extend(self, key: str, token: str, ttl: float) -> RenewedLease: ...
+
+    def change_mode(self, key: str, token: str, mode: LockMode, *, wait: float = 0.0) -> ModeChange: ...
+
+    def release(self, key: str, token: str) -> int: ...
+
+    def inspect(self, key: str) -> Optional[LockInfo]: ...
+
+
+class SessionMember(Protocol):
+    """A lock or lock set held in a session: the session's loss is its loss,
+    and ending the session releases it."""
+
+    def _lose(self, reason: str) -> None: ...
+
+    def _ends_with_session(self) -> bool: ...
+
+    def _stop_following(self) -> None: ...
+
+
+class SessionInterface(Protocol):
+    """The session (`Session`) as the locks and lock sets taken in it
+    use it: its id, its lease clock, and the bookkeeping of its members."""
+
+    @property
+    def lost_reason(self) -> Optional[str]: ...
+
+    def _id_for_lock(self) -> str: ...
+
+    @property
+    def _lease_clock(self) -> LeaseClock: ...
+
+    def _expire_if_due(self) -> None: ...
+
+    def _attach(self, lock: SessionMember) -> None: ...
+
+    def _detach(self, lock: SessionMember) -> None: ...
