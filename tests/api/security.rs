@@ -901,63 +901,40 @@ async fn a_redis_certificate_from_another_ca_or_none_of_ours_stops_serve_with_st
     let pem = |certs: &Path, name: &str| certs.join(name).to_string_lossy().into_owned();
     let url = redis.url();
     let plain_url = url.replace("rediss://", "redis://");
-    let cases: Vec<(Vec<String>, &str)> = vec![
+    // Serve's flags for Redis at `url`, trusting the CA file `ca`, with the
+    // gateway's certificate from the folder `client` when there is one.
+    let flags = |url: &str, ca: String, client: Option<&Path>| {
+        let mut flags = vec![
+            "--redis-url".to_string(),
+            url.to_string(),
+            "--redis-tls-ca".to_string(),
+            ca,
+        ];
+        if let Some(client) = client {
+            flags.extend([
+                "--redis-tls-cert".to_string(),
+                pem(client, "gateway.pem"),
+                "--redis-tls-key".to_string(),
+                pem(client, "gateway-key.pem"),
+            ]);
+        }
+        flags
+    };
+    let cases = [
         // Redis's certificate is not signed by the CA we trust.
         (
-            vec![
-                "--redis-url".into(),
-                url.clone(),
-                "--redis-tls-ca".into(),
-                pem(&other_certs, "ca.pem"),
-                "--redis-tls-cert".into(),
-                pem(&certs, "gateway.pem"),
-                "--redis-tls-key".into(),
-                pem(&certs, "gateway-key.pem"),
-            ],
+            flags(&url, pem(&other_certs, "ca.pem"), Some(&certs)),
             "certificate",
         ),
         // Ours is not signed by the CA Redis trusts.
         (
-            vec![
-                "--redis-url".into(),
-                url.clone(),
-                "--redis-tls-ca".into(),
-                pem(&certs, "ca.pem"),
-                "--redis-tls-cert".into(),
-                pem(&other_certs, "gateway.pem"),
-                "--redis-tls-key".into(),
-                pem(&other_certs, "gateway-key.pem"),
-            ],
+            flags(&url, pem(&certs, "ca.pem"), Some(&other_certs)),
             "certificate",
         ),
         // None at all, to a Redis that requires one.
-        (
-            vec![
-                "--redis-url".into(),
-                url.clone(),
-                "--redis-tls-ca".into(),
-                pem(&certs, "ca.pem"),
-            ],
-            "certificate",
-        ),
-        (
-            vec![
-                "--redis-url".into(),
-                plain_url,
-                "--redis-tls-ca".into(),
-                pem(&certs, "ca.pem"),
-            ],
-            "rediss://",
-        ),
-        (
-            vec![
-                "--redis-url".into(),
-                url.clone(),
-                "--redis-tls-ca".into(),
-                pem(&certs, "missing.pem"),
-            ],
-            "missing.pem",
-        ),
+        (flags(&url, pem(&certs, "ca.pem"), None), "certificate"),
+        (flags(&plain_url, pem(&certs, "ca.pem"), None), "rediss://"),
+        (flags(&url, pem(&certs, "missing.pem"), None), "missing.pem"),
     ];
     for (flags, reason) in cases {
         let out = Command::new(env!("CARGO_BIN_EXE_lockgate"))
