@@ -28,17 +28,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${BENCH_SECONDS:-10}"
 rounds="${BENCH_ROUNDS:-3}"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
+scratch
 say() { printf 'bench-redis-cost: %s\n' "$*" >&2; }
 
 "$root/scripts/ensure-tools.sh" rust redis curl

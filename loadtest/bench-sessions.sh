@@ -35,18 +35,12 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${BENCH_SECONDS:-10}"
 rounds="${BENCH_ROUNDS:-3}"
 random_seconds="${BENCH_RANDOM_SECONDS:-60}"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [ -d "$work/redis-cluster" ] && "$root/scripts/redis-cluster.sh" stop "$work/redis-cluster"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
+scratch
+scratch_extra() {
+  if [ -d "$work/redis-cluster" ]; then "$root/scripts/redis-cluster.sh" stop "$work/redis-cluster"; fi
+}
 say() { printf 'bench-sessions: %s\n' "$*" >&2; }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 

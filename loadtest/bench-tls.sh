@@ -23,14 +23,7 @@ fi
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+scratch
 
 "$root/scripts/make-certs.sh" "$work/certs" >/dev/null
 redis_port="$(free_port)"

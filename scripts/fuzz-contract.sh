@@ -18,16 +18,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/ensure-tools.sh" rust redis schemathesis
 (cd "$root" && cargo build --release --locked --quiet --bin lockgate)
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
+scratch
 
 redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \

@@ -2,6 +2,22 @@
 
 lib_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+# scratch: a fresh directory in $work and an empty $pids for the script's
+# background processes; at exit every process in pids is killed and waited
+# for, then the script's own scratch_extra (if it defines one) runs, and the
+# directory goes.
+scratch() {
+  work="$(mktemp -d)"
+  pids=()
+  trap scratch_cleanup EXIT
+}
+scratch_cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if declare -F scratch_extra >/dev/null; then scratch_extra; fi
+  rm -rf "$work"
+}
+
 # wait_for CMD...: retries CMD quietly for up to 20 s.
 wait_for() {
   for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
