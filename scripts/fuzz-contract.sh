@@ -54,9 +54,19 @@ for phases in examples coverage fuzzing stateful; do
     exit 1
   fi
   # A warning that the document lets through what the gateway refuses is
-  # a failure of the document.
-  if grep -q "Schema validation mismatch" "$out"; then
-    echo "contract fuzzing FAILED: the document lets through requests the gateway refuses" >&2
+  # a failure of the document, for every operation but one. A batch names
+  # each key once, and each lock's permits fit its limit: JSON Schema can
+  # say neither (the document's descriptions say both, and
+  # tests/api/batch.rs's bad_batches_are_refused_and_hold_nothing checks
+  # both refusals), so a seed that draws many batches breaking them warns
+  # about POST /locks/batch, and only that warning is let pass.
+  mismatched="$(awk '
+    /Schema validation mismatch:/ { listing = 1; next }
+    listing && /^  - / { print substr($0, 5); next }
+    listing && NF > 0 { listing = 0 }' "$out" | grep -vx 'POST /locks/batch' || true)"
+  if [ -n "$mismatched" ]; then
+    echo "contract fuzzing FAILED: the document lets through requests the gateway refuses:" >&2
+    echo "$mismatched" >&2
     exit 1
   fi
 done
