@@ -5,7 +5,9 @@
 //! (routes, outcomes, Redis operations) are `&'static str`, interned once,
 //! so counting a request allocates nothing.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -48,7 +50,8 @@ fn histogram() -> Histogram {
 /// (route templates, methods, Redis operations, event kinds) come from a
 /// small, fixed set, each kept once for the life of the process.
 fn interned(value: &str) -> &'static str {
-    static VALUES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    static VALUES: OnceLock<Mutex<HashSet<&'static str, BuildHasherDefault<Fnv>>>> =
+        OnceLock::new();
     let mut values = lock(VALUES.get_or_init(Mutex::default));
     match values.get(value) {
         Some(kept) => kept,
@@ -57,6 +60,28 @@ fn interned(value: &str) -> &'static str {
             values.insert(kept);
             kept
         }
+    }
+}
+
+/// FNV-1a, for [`interned`]'s few short values, each looked up several times
+/// per request: the standard SipHash costs more than the lookup saves.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -392,10 +417,10 @@ impl Metrics {
     }
 
     /// A finished request: its route template (or `unmatched`), method and status.
-    pub fn request(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
+    pub fn request(&self, route: &str, method: &'static str, status: u16, elapsed: Duration) {
         let labels = RequestLabels {
             route: interned(route),
-            method: interned(method),
+            method,
             status,
         };
         self.requests
@@ -462,8 +487,11 @@ impl Metrics {
     }
 
     /// A Redis command (or script, by its name) and how long it took.
-    pub fn redis_command(&self, operation: &str, elapsed: Duration) {
-        let operation = interned(operation);
+    pub fn redis_command(&self, operation: Cow<'static, str>, elapsed: Duration) {
+        let operation = match operation {
+            Cow::Borrowed(operation) => operation,
+            Cow::Owned(operation) => interned(&operation),
+        };
         self.redis_commands
             .get_or_create(&OperationLabel { operation })
             .observe(elapsed.as_secs_f64());

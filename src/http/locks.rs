@@ -214,7 +214,7 @@ problem_responses!(
         AcquireProblems,
     )
 )]
-pub async fn acquire(
+pub fn acquire(
     caller: Caller,
     State(locks): State<Locks>,
     State(streamed_locks): State<StreamedLocks>,
@@ -222,7 +222,32 @@ pub async fn acquire(
     State(keep_alive): State<StreamKeepAlive>,
     headers: AcquireHeaders,
     JsonBody(body): JsonBody<AcquireBody>,
-) -> Result<Response, ApiError> {
+) -> impl Future<Output = Result<Response, ApiError>> + Send {
+    // Read before the future starts, not in an async fn: an async fn's
+    // future keeps room for every argument (the body, the headers) for as
+    // long as it lives, and a waiting request's future lives for the wait.
+    let request = acquire_request(&caller, headers, body, limits);
+    async move {
+        match request {
+            Err(refused) => Err(refused),
+            // Boxed: a streamed lock's state would otherwise enlarge every
+            // plain request waiting for a lock.
+            Ok((request, true)) => {
+                Box::pin(streamed::respond(streamed_locks, request, keep_alive)).await
+            }
+            Ok((request, false)) => granted(locks.acquire(request).await?),
+        }
+    }
+}
+
+/// The request `POST /locks` makes of its body and headers, and whether it
+/// asks for a streamed lock.
+fn acquire_request(
+    caller: &Caller,
+    headers: AcquireHeaders,
+    body: AcquireBody,
+    limits: LockLimits,
+) -> Result<(AcquireRequest, bool), ApiError> {
     let AcquireHeaders {
         streamed,
         idempotency_key,
@@ -255,12 +280,7 @@ pub async fn acquire(
         ));
     }
     request.idempotency_key = idempotency_key;
-    if streamed {
-        // Boxed: a streamed lock's state would otherwise enlarge every
-        // plain request waiting for a lock.
-        return Box::pin(streamed::respond(streamed_locks, request, keep_alive)).await;
-    }
-    granted(locks.acquire(request).await?)
+    Ok((request, streamed))
 }
 
 /// What `POST /locks` reads from its headers: whether it asks for a

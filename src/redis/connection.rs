@@ -119,7 +119,7 @@ impl Connection {
             .route_command(cmd.clone(), routing)
             .await
             .and_then(Value::extract_error);
-        self.note(&operation(cmd), started, &result);
+        self.note(operation(cmd), started, &result);
         Ok(redis::from_redis_value(result?)?)
     }
 
@@ -169,11 +169,16 @@ impl Connection {
             .route_command(cmd.clone(), routing)
             .await
             .and_then(Value::extract_error);
-        self.note(&operation(cmd), started, &result);
+        self.note(operation(cmd), started, &result);
         Ok(redis::from_redis_value(result?)?)
     }
 
-    fn note<T>(&mut self, operation: &str, started: Instant, result: &Result<T, RedisError>) {
+    fn note<T>(
+        &mut self,
+        operation: Cow<'static, str>,
+        started: Instant,
+        result: &Result<T, RedisError>,
+    ) {
         self.metrics.redis_command(operation, started.elapsed());
         let Err(err) = result else {
             return;
@@ -216,7 +221,7 @@ impl ConnectionLike for Connection {
         Box::pin(async move {
             let started = Instant::now();
             let result = self.inner().req_packed_command(cmd).await;
-            self.note(&operation(cmd), started, &result);
+            self.note(operation(cmd), started, &result);
             result
         })
     }
@@ -230,7 +235,7 @@ impl ConnectionLike for Connection {
         Box::pin(async move {
             let started = Instant::now();
             let result = self.inner().req_packed_commands(cmd, offset, count).await;
-            self.note("pipeline", started, &result);
+            self.note(Cow::Borrowed("pipeline"), started, &result);
             result
         })
     }

@@ -447,11 +447,12 @@ pub async fn load_lock_library(conn: &mut Connection) -> Result<(), BackendError
 /// The script a SHA names, or the lock script an `FCALL`'s function
 /// names, for labelling metrics.
 pub fn name_of(sha_or_function: &[u8]) -> Option<&'static str> {
-    if let Some(function) = sha_or_function.strip_prefix(LOCK_LIBRARY.name.as_bytes()) {
-        let function = function.strip_prefix(b"_")?;
+    if sha_or_function.starts_with(LOCK_LIBRARY.name.as_bytes()) {
+        // Against each function's name as kept: two lock calls per request
+        // are named here, so nothing is trimmed or built for it.
         return LOCK_FUNCTIONS
             .iter()
-            .find(|lock| lock.base_name().as_bytes() == function)
+            .find(|lock| lock.function().as_bytes() == sha_or_function)
             .map(|lock| lock.name);
     }
     SCRIPTS

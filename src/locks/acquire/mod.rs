@@ -9,6 +9,8 @@ mod guard;
 
 use std::time::{Duration, Instant};
 
+use futures_util::future::Either;
+
 use attempts::{AcquireTerms, Acquisition, Granted, NoGrant};
 pub use guard::GrantGuard;
 
@@ -135,79 +137,92 @@ impl Locks {
     /// waiting) or the lease is dropped before the guard completes, the
     /// grant is released, so a client that went away holds nothing (unless
     /// it sent an Idempotency-Key: its retry gets the grant).
-    pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, LockError> {
-        if let Some(token) = request.token {
+    ///
+    /// Not an async fn: one would keep a copy of `request` beside the
+    /// future it hands it to, for as long as the request waits.
+    pub fn acquire(
+        &self,
+        request: AcquireRequest,
+    ) -> impl Future<Output = Result<Lease, LockError>> + Send + '_ {
+        match request.token {
             // Boxed, like every round trip here: see `Acquisition::run`.
-            return Box::pin(self.reenter(request, token)).await;
+            Some(token) => Either::Left(Box::pin(self.reenter(request, token))),
+            None => Either::Right(self.acquire_as(request, Token::generate())),
         }
-        self.acquire_as(request, Token::generate()).await
     }
 
     /// Takes the lock for a new holder with `token` (a batch's locks share
     /// one), as [`Locks::acquire`].
-    pub(super) async fn acquire_as(
+    ///
+    /// Not an async fn, for the same reason as [`Locks::acquire`]: the
+    /// block below works on `request` and `token` where they were moved.
+    // An async fn would keep its own copy of both (clippy suggests one).
+    #[allow(clippy::manual_async_fn)]
+    pub(super) fn acquire_as(
         &self,
         mut request: AcquireRequest,
         token: Token,
-    ) -> Result<Lease, LockError> {
-        let started = Instant::now();
-        let keys = self.keys(&request.key);
-        // A session's lock joins it before any grant; its lease is the
-        // session's length until it is attached.
-        let session = match &request.session {
-            Some(id) => Some(Box::pin(self.join_session(&request, id, &token)).await?),
-            None => None,
-        };
-        if let Some(joined) = &session {
-            request.ttl = Ttl::fixed(Duration::from_millis(joined.lease.ttl_ms));
-        }
-        let keep_if_left = request.idempotency_key.is_some();
-        let mut guard = GrantGuard::new(self.clone(), request.key.clone(), token, keep_if_left);
-        let request_hash = match &request.idempotency_key {
-            Some(idempotency_key) => {
-                // Boxed, like every round trip here: see `Acquisition::run`.
-                Box::pin(self.claim_idempotency_key(&request, idempotency_key)).await?;
-                request.request_hash()
+    ) -> impl Future<Output = Result<Lease, LockError>> + Send + '_ {
+        async move {
+            let started = Instant::now();
+            let keys = self.keys(&request.key);
+            // A session's lock joins it before any grant; its lease is the
+            // session's length until it is attached.
+            let session = match &request.session {
+                Some(id) => Some(Box::pin(self.join_session(&request, id, &token)).await?),
+                None => None,
+            };
+            if let Some(joined) = &session {
+                request.ttl = Ttl::fixed(Duration::from_millis(joined.lease.ttl_ms));
             }
-            None => String::new(),
-        };
-        // Named up front, so that a request dropped while it waits (its
-        // client left) leaves the queue by it.
-        let waiter_id = if request.wait.is_zero() {
-            String::new()
-        } else {
-            let id = uuid::Uuid::new_v4().to_string();
-            guard.queued_as(Some(&id));
-            id
-        };
-        let watch = session
-            .as_ref()
-            .map(|joined| self.sessions().watch(&joined.handle));
-        let terms = AcquireTerms {
-            keys: &keys,
-            request: &request,
-            request_hash: &request_hash,
-            waiter_id: &waiter_id,
-            deadline: started + request.wait.as_duration(),
-            session: session.as_ref().map(|joined| joined.record.as_str()),
-            session_handle: session.as_ref().map(|joined| &joined.handle),
-            session_ended: watch.as_ref().map(|watch| watch.ended()),
-        };
-        let acquisition = Acquisition::new(self, terms, &token);
-        let acquired = acquisition.run_noting_waits().await;
-        match acquired {
-            Ok(mut granted) => {
-                if let (Some(id), None) = (&request.session, &granted.replayed_token) {
-                    granted.state = Box::pin(self.attach(&request, id, &token, granted.state))
-                        .await
-                        .inspect_err(|_| guard.queued_as(None))?;
+            let keep_if_left = request.idempotency_key.is_some();
+            let mut guard = GrantGuard::new(self.clone(), request.key.clone(), token, keep_if_left);
+            let request_hash = match &request.idempotency_key {
+                Some(idempotency_key) => {
+                    // Boxed, like every round trip here: see `Acquisition::run`.
+                    Box::pin(self.claim_idempotency_key(&request, idempotency_key)).await?;
+                    request.request_hash()
                 }
-                Ok(self.lease(request.key, token, granted, guard))
-            }
-            Err(refused) => {
-                let waited = (!request.wait.is_zero()).then(|| started.elapsed());
-                let grant = (request.key, token, guard);
-                Err(self.not_granted(refused, grant, waited).await)
+                None => String::new(),
+            };
+            // Named up front, so that a request dropped while it waits (its
+            // client left) leaves the queue by it.
+            let waiter_id = if request.wait.is_zero() {
+                String::new()
+            } else {
+                let id = uuid::Uuid::new_v4().to_string();
+                guard.queued_as(Some(&id));
+                id
+            };
+            let watch = session
+                .as_ref()
+                .map(|joined| self.sessions().watch(&joined.handle));
+            let terms = AcquireTerms {
+                keys: &keys,
+                request: &request,
+                request_hash: &request_hash,
+                waiter_id: &waiter_id,
+                deadline: started + request.wait.as_duration(),
+                session: session.as_ref().map(|joined| joined.record.as_str()),
+                session_handle: session.as_ref().map(|joined| &joined.handle),
+                session_ended: watch.as_ref().map(|watch| watch.ended()),
+            };
+            let acquisition = Acquisition::new(self, terms, &token);
+            let acquired = acquisition.run_noting_waits().await;
+            match acquired {
+                Ok(mut granted) => {
+                    if let (Some(id), None) = (&request.session, &granted.replayed_token) {
+                        granted.state = Box::pin(self.attach(&request, id, &token, granted.state))
+                            .await
+                            .inspect_err(|_| guard.queued_as(None))?;
+                    }
+                    Ok(self.lease(request.key, token, granted, guard))
+                }
+                Err(refused) => {
+                    let waited = (!request.wait.is_zero()).then(|| started.elapsed());
+                    let grant = (request.key, token, guard);
+                    Err(self.not_granted(refused, grant, waited).await)
+                }
             }
         }
     }
