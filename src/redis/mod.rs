@@ -294,19 +294,23 @@ impl Redis {
                     .await
                     .map(|live| Connection::shared(live, metrics))
                     .map_err(BackendError::from),
-                SingleConnections::Checkout => checkout
-                    .get()
+                // Boxed: deadpool's checkout is some 11 KB of state, which
+                // every Redis call's future would otherwise carry.
+                SingleConnections::Checkout => Box::pin(checkout.get())
                     .await
                     .map(|object| Connection::pooled(object, metrics))
                     .map_err(BackendError::from),
             },
             Backend::Cluster {
                 client, connection, ..
-            } => connection
-                .get_or_try_init(|| client.get_async_connection())
-                .await
-                .map(|shared| Connection::cluster(shared.clone(), metrics))
-                .map_err(BackendError::from),
+            } => match connection.get() {
+                Some(shared) => Ok(Connection::cluster(shared.clone(), metrics)),
+                // Boxed, as above: only the first call connects.
+                None => Box::pin(connection.get_or_try_init(|| client.get_async_connection()))
+                    .await
+                    .map(|shared| Connection::cluster(shared.clone(), metrics))
+                    .map_err(BackendError::from),
+            },
         };
         if opened.is_err() {
             self.0.metrics.redis_error("pool");
@@ -324,15 +328,14 @@ impl Redis {
         }
         let metrics = self.0.metrics.clone();
         let leased = match &self.0.backend {
-            Backend::Single { checkout, .. } => checkout
-                .get()
+            // Boxed, as in `connection`.
+            Backend::Single { checkout, .. } => Box::pin(checkout.get())
                 .await
                 .map(|object| Connection::pooled(object, metrics)),
             Backend::Cluster {
                 confirming: Some(pool),
                 ..
-            } => pool
-                .get()
+            } => Box::pin(pool.get())
                 .await
                 .map(|object| Connection::cluster_leased(object, metrics)),
             Backend::Cluster {
@@ -497,6 +500,27 @@ mod tests {
             ErrorKind::Server(kind),
             "from Redis",
         )))
+    }
+
+    /// Every Redis call awaits a connection, inline, in the future of the
+    /// request that makes it: opening one (or checking one out of
+    /// deadpool's pool, some 11 KB of state) is boxed, so that taking an
+    /// open one costs those futures (and every copy of them, and each of
+    /// 10 000 waiting requests) almost nothing. This bound (a debug
+    /// build's future is larger than a release build's) catches an
+    /// opening awaited inline again.
+    #[test]
+    fn taking_a_connection_keeps_a_small_future() {
+        fn future_size<F>(_: fn(&'static Redis) -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        for (call, size) in [
+            ("connection", future_size(Redis::connection)),
+            ("confirming_connection", future_size(Redis::confirming_connection)),
+        ] {
+            println!("{call}: {size} bytes");
+            assert!(size <= 512, "Redis::{call}'s future is {size} bytes");
+        }
     }
 
     #[test]

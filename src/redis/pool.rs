@@ -181,6 +181,14 @@ impl SharedConnections {
         if let Some(live) = slot.live() {
             return Ok(live);
         }
+        // Boxed: opening a connection takes kilobytes of state, which every
+        // Redis call's future would otherwise carry though it is open.
+        Box::pin(self.open(slot)).await
+    }
+
+    /// Opens `slot`'s connection, unless a request that picked it too did
+    /// meanwhile.
+    async fn open(&self, slot: &Slot) -> Result<LiveConnection, RedisError> {
         let timeout = self.manager.timeout;
         let _opening = tokio::time::timeout(timeout, slot.opening.lock())
             .await
