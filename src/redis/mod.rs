@@ -516,7 +516,10 @@ mod tests {
         }
         for (call, size) in [
             ("connection", future_size(Redis::connection)),
-            ("confirming_connection", future_size(Redis::confirming_connection)),
+            (
+                "confirming_connection",
+                future_size(Redis::confirming_connection),
+            ),
         ] {
             println!("{call}: {size} bytes");
             assert!(size <= 512, "Redis::{call}'s future is {size} bytes");

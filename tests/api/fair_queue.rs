@@ -764,3 +764,49 @@ async fn a_waiter_that_queued_again_is_found_missing_again() {
         resumed.elapsed()
     );
 }
+
+/// Waiters whose clients went away while Redis was down leave its queue
+/// once it is back (the gateway tries their leave again until their wait
+/// ends), so they do not stand before the waiters still there, each holding
+/// them up for an offer's length once the lock frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_gone_while_redis_was_down_leave_its_queue_once_it_is_back() {
+    const WAITERS: usize = 8;
+    let mut redis = RedisServer::start_with_aof().await;
+    let app = TestApp::spawn(&redis).await;
+    let key = "gone-in-outage";
+    let holder = app.take(key, 60_000).await;
+    let body = json!({"key": key, "wait_ms": 30_000, "ttl_ms": 30_000});
+    let mut waiting = Vec::new();
+    for n in 0..WAITERS {
+        waiting.push(wait_on(&app, body.clone()));
+        queue_reaches(&app, key, n + 1).await;
+    }
+
+    redis.kill();
+    // Every other client goes away while Redis is down.
+    let (gone, staying): (Vec<_>, Vec<_>) = waiting
+        .into_iter()
+        .enumerate()
+        .partition(|(n, _)| n % 2 == 0);
+    for (_, waiter) in &gone {
+        waiter.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.restart().await;
+    queue_reaches(&app, key, WAITERS / 2).await;
+
+    let mut released = Instant::now();
+    app.release(key, &holder.token).await;
+    for (n, waiter) in staying {
+        let (answered, status, grant) = waiter.await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "waiter {n}: {grant}");
+        assert!(
+            answered.saturating_duration_since(released) < Duration::from_millis(800),
+            "waiter {n} was granted {:?} after the lock freed",
+            answered.saturating_duration_since(released)
+        );
+        released = Instant::now();
+        app.release(key, grant["token"].as_str().unwrap()).await;
+    }
+}

@@ -1,6 +1,7 @@
 //! The guard of a new grant until its client has it: a grant whose client went away is released (and its place in the queue left), not left held.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use crate::locks::inputs::{LockKey, Token};
 use crate::locks::shared::Locks;
@@ -21,8 +22,9 @@ use crate::redis::locks::grant::{IfGranted, LeaveReply};
 pub struct GrantGuard {
     armed: Option<(Locks, LockKey, Token)>,
     keep_if_left: bool,
-    /// The request's id in the lock's queue, while it waits there.
-    queued_as: Option<String>,
+    /// The request's id in the lock's queue, and the end of its wait,
+    /// while it waits there.
+    queued_as: Option<(String, Instant)>,
 }
 
 impl GrantGuard {
@@ -45,9 +47,10 @@ impl GrantGuard {
         self.armed = None;
     }
 
-    /// The request waits in the lock's queue as `id` (until `None`).
-    pub(in crate::locks) fn queued_as(&mut self, id: Option<&str>) {
-        self.queued_as = id.map(str::to_owned);
+    /// The request waits in the lock's queue as `id` until `deadline` (or
+    /// no longer: `None`).
+    pub(in crate::locks) fn queued_as(&mut self, waiting: Option<(&str, Instant)>) {
+        self.queued_as = waiting.map(|(id, deadline)| (id.to_owned(), deadline));
     }
 }
 
@@ -67,13 +70,29 @@ impl Drop for GrantGuard {
             tracing::debug!(%key, "the client left before receiving its grant; undoing it");
         }
         runtime.spawn(async move {
-            if let Some(id) = queued_as {
+            if let Some((id, deadline)) = queued_as {
                 let if_granted = if keep { IfGranted::Keep } else { IfGranted::GiveBack };
-                match locks.leave_queue(&key, &id, &token, if_granted).await {
-                    // Left holding nothing, or gave back what it was granted.
-                    Ok(LeaveReply::Left { .. } | LeaveReply::Gone { .. } | LeaveReply::GivenBack) => return,
-                    Ok(LeaveReply::Granted { .. }) => {}
-                    Err(err) => tracing::debug!(%key, error = %err, "could not leave a lock's queue; the waiter's wait will end it"),
+                let mut pause = Duration::from_millis(100);
+                loop {
+                    match locks.leave_queue(&key, &id, &token, if_granted).await {
+                        // Left holding nothing, or gave back what it was granted.
+                        Ok(LeaveReply::Left { .. } | LeaveReply::Gone { .. } | LeaveReply::GivenBack) => return,
+                        Ok(LeaveReply::Granted { .. }) => break,
+                        // Redis unreachable (down, restarting): the place
+                        // would stand until the wait's end, and each time
+                        // it reached the head it would hold the live
+                        // waiters behind it for an offer's length. Tried
+                        // again until it is left or its wait is over.
+                        Err(err) if Instant::now() + pause < deadline => {
+                            tracing::debug!(%key, error = %err, "could not leave a lock's queue yet; trying again");
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_secs(1));
+                        }
+                        Err(err) => {
+                            tracing::debug!(%key, error = %err, "could not leave a lock's queue; the waiter's wait ends it");
+                            break;
+                        }
+                    }
                 }
             }
             if !keep && let Err(err) = locks.release_all(&key, &token).await {

@@ -191,7 +191,7 @@ impl Locks {
                 String::new()
             } else {
                 let id = uuid::Uuid::new_v4().to_string();
-                guard.queued_as(Some(&id));
+                guard.queued_as(Some((&id, started + request.wait.as_duration())));
                 id
             };
             let watch = session

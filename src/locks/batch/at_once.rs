@@ -64,7 +64,7 @@ impl Locks {
         }
         let id = uuid::Uuid::new_v4().to_string();
         for guard in &mut guards {
-            guard.queued_as(Some(&id));
+            guard.queued_as(Some((&id, terms.deadline)));
         }
         let waited = Box::pin(self.batch_wait(terms, &keys, &id)).await;
         match waited {
