@@ -117,6 +117,7 @@ loadtest:
 
 bench:
 	./loadtest/bench-locks.sh
+	./loadtest/gateway-cost.sh
 	./loadtest/bench-redis-cost.sh
 	./loadtest/bench-sessions.sh
 	./loadtest/bench-seckill.sh
