@@ -47,7 +47,7 @@ fn histogram() -> Histogram {
 }
 
 /// The same `&'static str` for equal label values: the hot path's labels
-/// (route templates, methods, Redis operations, event kinds) come from a
+/// (route templates, Redis commands, event kinds) come from a
 /// small, fixed set, each kept once for the life of the process.
 fn interned(value: &str) -> &'static str {
     static VALUES: OnceLock<Mutex<HashSet<&'static str, BuildHasherDefault<Fnv>>>> =
