@@ -348,7 +348,9 @@ describe("the console", () => {
     }
     // Both read again: the list shows a new lock, the event stream (resumed) its grant.
     const grant = await gateway.acquire({ key: watched, ttl_ms: 30_000 });
-    await list.locator(`[data-key="${watched}"]`).waitFor({ timeout: 2000 });
+    // A tick after a slow read waits up to three times that read (poll.ts),
+    // and the first reads after the restart can be slow on a busy machine.
+    await list.locator(`[data-key="${watched}"]`).waitFor({ timeout: 5000 });
     await lockPage.locator('.timeline [data-event="acquired"]').getByText(`#${grant.fencing_token}`).waitFor({ timeout: 10_000 });
     await closePages();
     await gateway.release(watched, grant.token);
