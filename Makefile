@@ -69,7 +69,7 @@ model:
 # The lock, lock-kind, fair-queue, watch, idempotent-acquire, flash-sale and
 # streamed-lock suites again, each test against its own three-master Redis Cluster.
 cluster-suite:
-	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams:: orders:: sessions:: batch::
+	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams:: orders:: sessions:: batch:: modes::
 
 # schemathesis against the served OpenAPI document of a running gateway.
 fuzz:
