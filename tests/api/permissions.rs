@@ -222,3 +222,60 @@ async fn acl_hash_and_check() {
         "{out:?}"
     );
 }
+
+/// An Idempotency-Key is its principal's: another principal sending the
+/// same key and body is a new request of its own (refused while the lock
+/// is held), never the first principal's grant answered again.
+#[tokio::test]
+async fn an_idempotency_key_is_scoped_to_its_principal() {
+    let redis = RedisServer::start().await;
+    let dir = TempDir::new().unwrap();
+    let acl = write(dir.path(), "acl.toml", &two_services());
+    let one = TestApp::spawn_with(&redis, &["--acl-file", acl.to_str().unwrap()]).await;
+    let two = TestApp::spawn_with(&redis, &["--acl-file", acl.to_str().unwrap()]).await;
+    let body = json!({"key": "billing:7", "ttl_ms": 30_000});
+    let acquire = |app: &TestApp| {
+        app.http
+            .post(app.url("/locks"))
+            .header("Idempotency-Key", "b7f6c1d2-retry-me")
+            .json(&body)
+    };
+    let granted = as_(BILLING_KEY, acquire(&one)).await;
+    assert_eq!(granted.status(), StatusCode::CREATED);
+    let grant: Value = granted.json().await.unwrap();
+
+    // Its own retry, through either gateway, is answered the grant again.
+    let replayed = as_(BILLING_KEY, acquire(&two)).await;
+    assert_eq!(replayed.status(), StatusCode::CREATED);
+    assert_eq!(replayed.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        replayed.json::<Value>().await.unwrap()["token"],
+        grant["token"]
+    );
+
+    // Another principal with the same key and body gets no token of it.
+    for app in [&one, &two] {
+        let other = as_(OPS_KEY, acquire(app)).await;
+        let problem = assert_problem(other, 409, "lock-held").await;
+        assert!(
+            !problem
+                .to_string()
+                .contains(grant["token"].as_str().unwrap())
+        );
+    }
+    // And once the lock is free, the same key is a grant of its own for it.
+    let released = one
+        .http
+        .delete(one.url("/locks/billing:7"))
+        .header("Lock-Token", grant["token"].as_str().unwrap())
+        .bearer_auth(BILLING_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    let own = as_(OPS_KEY, acquire(&one)).await;
+    assert_eq!(own.status(), StatusCode::CREATED);
+    assert!(own.headers().get("idempotent-replayed").is_none());
+    one.stop().await;
+    two.stop().await;
+}
