@@ -738,3 +738,53 @@ async fn a_keepalive_takes_an_empty_body_null_or_a_new_length() {
         assert_eq!(kept["ttl_ms"], ttl_ms, "body {body:?}");
     }
 }
+
+/// A lock of a session that an operator revokes is no longer the
+/// session's: not listed, not counted, whoever holds it next.
+#[tokio::test]
+async fn a_revoked_lock_leaves_its_session() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    let session = open(&app, json!({"ttl_ms": 30_000})).await;
+    let id = session["id"].as_str().unwrap();
+    let shared = take_in(&app, "rev:shared", id, json!({"mode": "shared"})).await;
+    take_in(&app, "rev:plain", id, json!({})).await;
+    take_in(&app, "rev:kept", id, json!({})).await;
+    for key in ["rev:plain", "rev:shared"] {
+        let revoked = app
+            .http
+            .delete(app.url(&format!("/locks/{key}?force=true")))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(revoked.status(), StatusCode::NO_CONTENT, "revoking {key}");
+    }
+    // Another holder takes one of them.
+    let next = app.take("rev:plain", 30_000).await;
+    assert!(next.fencing_token > shared["fencing_token"].as_u64().unwrap());
+
+    let view: Value = app
+        .get(&format!("/sessions/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = view["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|lock| lock["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["rev:kept"], "{view}");
+    let kept: Value = app
+        .http
+        .put(app.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(kept["locks"], 1, "{kept}");
+}
