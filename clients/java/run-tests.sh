@@ -43,9 +43,12 @@ javac --release 17 -Xlint:all,-exports,-try -Werror -encoding UTF-8 -cp "$build/
 # Each test makes its own keys (and, where it breaks them, its own Redis and
 # gateway), so classes and methods run concurrently; most of their time is
 # spent waiting on leases.
+# Without arguments, every test class; with them, what they select.
+select=(--scan-class-path)
+[[ $# -gt 0 ]] && select=()
 set +e
-java -Dlockgate.repository="$repo" -jar "$junit" \
-  --class-path "$build/classes:$build/test-classes" --scan-class-path \
+java -Dlockgate.repository="$repo" -Dlockgate.classpath="$build/classes:$build/test-classes" -jar "$junit" \
+  --class-path "$build/classes:$build/test-classes" "${select[@]}" \
   --disable-banner --disable-ansi-colors --details=tree --reports-dir "$build/reports" \
   --config=junit.jupiter.execution.parallel.enabled=true \
   --config=junit.jupiter.execution.parallel.mode.default=concurrent \
@@ -55,7 +58,11 @@ java -Dlockgate.repository="$repo" -jar "$junit" \
   "$@" | tee "$build/output.txt"
 status=${PIPESTATUS[0]}
 set -e
-count() { sed -nE "s/.*\[ *([0-9]+) tests $1 *\].*/\1/p" "$build/output.txt" | tail -1; }
+count() {
+  local n
+  n="$(sed -nE "s/.*\[ *([0-9]+) tests $1 *\].*/\1/p" "$build/output.txt" | tail -1)"
+  echo "${n:-0}"
+}
 # A test whose assumption does not hold (a gateway without a feature) is "aborted": counted as skipped.
 echo "java: $(count successful) passed, $(count failed) failed, $(( $(count skipped) + $(count aborted) )) skipped"
 exit "$status"
