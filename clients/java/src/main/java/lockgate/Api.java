@@ -1,7 +1,6 @@
 package lockgate;
 
 import java.util.List;
-import java.util.Map;
 import lockgate.Wire.Nullable;
 import lockgate.Wire.Schema;
 
@@ -149,9 +148,4 @@ final class Api {
             SessionRenewedEvent.class, SessionEndedEvent.class, BatchBody.class, BatchLockBody.class,
             BatchGrant.class, BatchGrantLock.class, AcquiredEvent.class, ValueEvent.class, ModeEvent.class,
             EndedEvent.class, DelayedEvent.class, ProblemDocument.class);
-
-    /** A parsed JSON object's members, for the few places that read a document before knowing its kind. */
-    static Map<String, Object> members(String text) {
-        return Json.parseObject(text);
-    }
 }

@@ -2,6 +2,7 @@ package lockgate;
 
 import java.io.IOException;
 import java.net.URI;
+import java.net.http.HttpClient;
 import java.net.http.HttpTimeoutException;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -51,15 +52,32 @@ public final class Gateway {
     private final URI uri;
     private final String apiKey;
     private final Duration timeout;
-    private final SSLContext tls;
+    private final Connections connections;
     private final AtomicLong maxWaitMs;
     private volatile Transport transport;
 
-    private Gateway(URI uri, String apiKey, Duration timeout, SSLContext tls, AtomicLong maxWaitMs) {
+    /** The HTTP client, made at the first request; shared by the copies that differ only in key or timeout. */
+    private static final class Connections {
+        final SSLContext tls;
+        private HttpClient client;
+
+        Connections(SSLContext tls) {
+            this.tls = tls;
+        }
+
+        synchronized HttpClient client() {
+            if (client == null) {
+                client = Transport.client(tls);
+            }
+            return client;
+        }
+    }
+
+    private Gateway(URI uri, String apiKey, Duration timeout, Connections connections, AtomicLong maxWaitMs) {
         this.uri = uri;
         this.apiKey = apiKey;
         this.timeout = timeout;
-        this.tls = tls;
+        this.connections = connections;
         this.maxWaitMs = maxWaitMs;
     }
 
@@ -69,7 +87,7 @@ public final class Gateway {
         if (!"http".equals(uri.getScheme()) && !"https".equals(uri.getScheme())) {
             throw new IllegalArgumentException("not an http or https URI: " + uri);
         }
-        return new Gateway(uri, null, DEFAULT_TIMEOUT, null, new AtomicLong(DEFAULT_MAX_WAIT_MS));
+        return new Gateway(uri, null, DEFAULT_TIMEOUT, new Connections(null), new AtomicLong(DEFAULT_MAX_WAIT_MS));
     }
 
     /** {@link #create(URI)} of a URI in text. */
@@ -82,7 +100,7 @@ public final class Gateway {
      * an API key of a gateway that has them, or its admin token (for {@link #revoke}).
      */
     public Gateway apiKey(String key) {
-        return new Gateway(uri, Objects.requireNonNull(key, "key"), timeout, tls, maxWaitMs);
+        return new Gateway(uri, Objects.requireNonNull(key, "key"), timeout, connections, maxWaitMs);
     }
 
     /**
@@ -104,7 +122,8 @@ public final class Gateway {
 
     /** This gateway over TLS with a context of your own (a key store, a trust store, a provider). */
     public Gateway sslContext(SSLContext context) {
-        return new Gateway(uri, apiKey, timeout, Objects.requireNonNull(context, "context"), maxWaitMs);
+        return new Gateway(uri, apiKey, timeout, new Connections(Objects.requireNonNull(context, "context")),
+                maxWaitMs);
     }
 
     /** This gateway waiting at most {@code timeout} for any answer, on top of the wait a call asks for (default 10 s). */
@@ -112,7 +131,7 @@ public final class Gateway {
         if (timeout.isNegative() || timeout.isZero()) {
             throw new IllegalArgumentException("timeout must be positive");
         }
-        return new Gateway(uri, apiKey, timeout, tls, maxWaitMs);
+        return new Gateway(uri, apiKey, timeout, connections, maxWaitMs);
     }
 
     /** The gateway's address. */
@@ -125,7 +144,7 @@ public final class Gateway {
         if (t == null) {
             synchronized (this) {
                 if (transport == null) {
-                    transport = new Transport(uri, apiKey, timeout, tls);
+                    transport = new Transport(uri, apiKey, timeout, connections.client());
                 }
                 t = transport;
             }

@@ -31,7 +31,10 @@ public enum LossReason implements Wire.Named {
     RELEASED_ELSEWHERE("released-elsewhere"),
     /** The stream to the gateway broke (the gateway died, or the network between), so nothing renews the lease. */
     CONNECTION_LOST("connection-lost"),
-    /** No renewal came a safety margin before the lease could have ended, by this process's clock (a frozen gateway). */
+    /**
+     * No renewal (for a {@link Lease}, no extension) came a safety margin before the lease could have ended, by
+     * this process's clock (a frozen gateway, a network gone silent).
+     */
     LEASE_EXPIRED("lease-expired"),
     /** A reason this client does not know (a newer gateway's); {@link LockLostException#reasonCode()} names it. */
     OTHER("other");
@@ -76,7 +79,7 @@ public enum LossReason implements Wire.Named {
             case DELETED: return "it was ended with its id by someone else";
             case RELEASED_ELSEWHERE: return "it was released with its token by someone else";
             case CONNECTION_LOST: return "the stream to the gateway broke, so nothing renews the lease";
-            case LEASE_EXPIRED: return "no renewal came before the lease could have ended";
+            case LEASE_EXPIRED: return "no renewal (or extension) came a safety margin before the lease could end";
             default: return "the gateway gave a reason this client does not know";
         }
     }

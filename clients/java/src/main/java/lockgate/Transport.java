@@ -42,19 +42,24 @@ final class Transport {
         }
     }
 
-    Transport(URI base, String apiKey, Duration timeout, SSLContext tls) {
+    Transport(URI base, String apiKey, Duration timeout, HttpClient client) {
         String text = base.toString();
         this.base = text.endsWith("/") ? text.substring(0, text.length() - 1) : text;
         this.apiKey = apiKey;
         this.timeout = timeout;
+        this.client = client;
+    }
+
+    /** The HTTP client of a gateway's connections: HTTP/1.1, no redirects, the TLS context if any. */
+    static HttpClient client(SSLContext tls) {
         HttpClient.Builder builder = HttpClient.newBuilder()
                 .version(HttpClient.Version.HTTP_1_1)
-                .connectTimeout(timeout)
+                .connectTimeout(Gateway.DEFAULT_TIMEOUT)
                 .followRedirects(HttpClient.Redirect.NEVER);
         if (tls != null) {
             builder.sslContext(tls);
         }
-        this.client = builder.build();
+        return builder.build();
     }
 
     String base() {

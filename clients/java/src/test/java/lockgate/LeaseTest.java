@@ -19,11 +19,12 @@ class LeaseTest {
     @Test
     void a_lease_is_extended_reentered_and_released_hold_by_hold(TestInfo info) throws Exception {
         String key = Servers.key(info.getDisplayName());
-        Lease lease = gw.lease(key, LockOptions.ttl(Duration.ofSeconds(2)));
+        // A 3 s lease counts as lost 1 s early (its margin): extended after 1 s, it lasts past 2 s.
+        Lease lease = gw.lease(key, LockOptions.ttl(Duration.ofSeconds(3)));
         assertFalse(lease.replayed());
-        Thread.sleep(1200);
-        lease.extend(Duration.ofSeconds(2));
-        Thread.sleep(1200);
+        Thread.sleep(1000);
+        lease.extend(Duration.ofSeconds(3));
+        Thread.sleep(1500);
         assertTrue(lease.isHeld(), "the extension moved its end");
         assertEquals(2, lease.reenter());
         assertEquals(lease.fencingToken(), gw.inspect(key).orElseThrow().fencingToken(), "re-entry keeps it");
@@ -39,7 +40,6 @@ class LeaseTest {
         String key = Servers.key(info.getDisplayName());
         Lease lease = gw.lease(key, LockOptions.ttl(Duration.ofMillis(1500)));
         assertEquals(LossReason.LEASE_EXPIRED, lease.lost().get(5, TimeUnit.SECONDS));
-        assertTrue(gw.inspect(key).isPresent() || true);
         assertThrows(LockLostException.class, () -> lease.extend(Duration.ofSeconds(1)));
     }
 
