@@ -232,6 +232,24 @@ public final class Gateway {
         return withLock(key, LockOptions.defaults(), held -> work.call());
     }
 
+    /**
+     * {@link #withLock(String, LockOptions, LockedWork)} for work that returns
+     * nothing (as Spring's {@code executeWithoutResult} beside {@code execute}):
+     * {@code gw.runWithLock(key, options, held -> write(row, held.fencingToken()))}.
+     */
+    public <E extends Exception> void runWithLock(String key, LockOptions options, LockedAction<E> work)
+            throws E, InterruptedException {
+        withLock(key, options, held -> {
+            work.run(held);
+            return null;
+        });
+    }
+
+    /** {@link #runWithLock(String, LockOptions, LockedAction)} with the default options. */
+    public <E extends Exception> void runWithLock(String key, LockedAction<E> work) throws E, InterruptedException {
+        runWithLock(key, LockOptions.defaults(), work);
+    }
+
     // ---- Several locks at once
 
     /**

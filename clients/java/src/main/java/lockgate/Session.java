@@ -51,7 +51,7 @@ public final class Session implements Held {
         try {
             return openOnce(gateway, options);
         } catch (GatewayUnavailableException e) {
-            if (e.status() != 0) {
+            if (!Gateway.unsent(e)) {
                 throw e;
             }
             return openOnce(gateway, options);

@@ -87,6 +87,19 @@ class LossTest {
     }
 
     @Test
+    void work_that_returns_nothing_runs_under_the_lock_too(TestInfo info) throws Exception {
+        String key = Servers.key(info.getDisplayName());
+        long[] fence = new long[1];
+        gw.runWithLock(key, held -> fence[0] = held.fencingToken());
+        assertTrue(fence[0] > 0);
+        LockLostException e = assertThrows(LockLostException.class, () -> gw.runWithLock(key, held -> {
+            stack.admin().revoke(key);
+            Thread.sleep(10_000);
+        }));
+        assertEquals(LossReason.REVOKED, e.reason());
+    }
+
+    @Test
     void work_that_fails_on_its_own_keeps_its_exception(TestInfo info) {
         String key = Servers.key(info.getDisplayName());
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> gw.withLock(key, held -> {

@@ -9,6 +9,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
@@ -25,6 +26,11 @@ class TlsTest {
 
     @BeforeAll
     static void start() throws Exception {
+        Process help = new ProcessBuilder(Servers.binary().toString(), "serve", "--help").redirectErrorStream(true)
+                .start();
+        String text = new String(help.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        help.waitFor(30, TimeUnit.SECONDS);
+        Assumptions.assumeTrue(text.contains("--tls-cert"), "the gateway binary has no serve --tls-cert");
         certs = makeCertificates("certs", "java-client");
         otherCa = makeCertificates("other-ca");
         stack = Servers.own("--tls-cert", certs.resolve("server.pem").toString(),
