@@ -17,12 +17,13 @@ use super::extract::{JsonBody, KeyPath, one_token, token_header, whole_number_or
 use super::grant::guarded_body;
 use super::locks::{kind, permits, ttl, value, wait};
 use super::responses::problem_responses;
-use super::schema::{LockKeyText, LockModeText, TokenText};
+use super::schema::{LockKeyText, LockModeText, LockStreamEvent, TokenText};
+use super::streamed::{self, StreamKeepAlive, WantsStream};
 use crate::acl::Permission;
 use crate::duration::millis;
 use crate::locks::{
     BatchLease, BatchLock, BatchRequest, HoldMode, LockKey, LockLimits, Locks, MAX_BATCH,
-    SessionId, Token, WaitTime,
+    SessionId, StreamedLocks, Token, WaitTime,
 };
 
 /// `POST /locks/batch`: the locks, and what they share.
@@ -105,23 +106,70 @@ problem_responses!(
 /// back on refusal. `wait_ms` bounds the whole batch; batches that name
 /// the same keys in any order never wait for each other in a circle. Each
 /// lock then is an ordinary hold of the token.
+///
+/// With `Accept: text/event-stream` the batch is held for as long as the
+/// response stays open, as a streamed lock is: the gateway renews every
+/// lock of it each `ttl_ms / 3` and releases them all the moment the
+/// client closes the connection. The answer is `200` with Server-Sent
+/// Events: `acquired` (the grant, as a `201` body), `renewed`
+/// (`RenewedEvent`: the earliest lease end, once every lock is renewed),
+/// and last `released` (`ReleasedEvent`: one lock was released with
+/// `DELETE` and the token) or `lost` (`LostEvent`, naming the lock), after
+/// which the gateway releases the others. In a session the locks hang on
+/// its lease (no `renewed`), and the stream ends with the session.
+/// Refusals are the ordinary answers.
 #[utoipa::path(
     post,
     path = "/locks/batch",
     tag = "locks",
     security((), ("api_key" = [])),
+    params(
+        ("Accept" = Option<String>, Header, description = "`text/event-stream` for a streamed batch"),
+    ),
     request_body = BatchBody,
     responses(
         (status = 201, description = "Every lock taken", body = BatchGrant),
+        (status = 200, description = "With `Accept: text/event-stream`, the event stream of a streamed batch",
+            content(
+                (LockStreamEvent = "text/event-stream", example = json!(
+                    "event: acquired\ndata: {\"token\":\"5c0f4e1e-3c4e-4d8b-9a51-0e6c1f2d7a90\",\"ttl_ms\":3000,\
+                    \"expires_at_ms\":1795331977189,\"waited_ms\":0,\"locks\":[{\"key\":\"acct:1\",\
+                    \"mode\":\"exclusive\",\"fencing_token\":1795331974189167,\"expires_at_ms\":1795331977189}]}\n\n\
+                    event: renewed\ndata: {\"expires_at_ms\":1795331978190}\n\n\
+                    event: lost\ndata: {\"reason\":\"revoked\",\"key\":\"acct:1\"}\n\n"
+                )),
+            )),
         BatchProblems,
     )
 )]
-pub async fn acquire_batch(
+pub fn acquire_batch(
     caller: Caller,
     State(locks): State<Locks>,
+    State(streamed_locks): State<StreamedLocks>,
     State(limits): State<LockLimits>,
+    State(keep_alive): State<StreamKeepAlive>,
+    WantsStream(streamed): WantsStream,
     JsonBody(body): JsonBody<BatchBody>,
-) -> Result<Response, ApiError> {
+) -> impl Future<Output = Result<Response, ApiError>> + Send {
+    // Read before the future starts (see `POST /locks`): a waiting batch's
+    // future keeps nothing of the body.
+    let request = permitted_batch(&caller, body, limits);
+    async move {
+        let request = request?;
+        if streamed {
+            // Boxed: a stream's state would otherwise enlarge every waiting batch.
+            return Box::pin(streamed::respond_batch(streamed_locks, request, keep_alive)).await;
+        }
+        batch_granted(locks.acquire_batch(request).await?)
+    }
+}
+
+/// The batch a caller asks for, once it may take every lock of it.
+fn permitted_batch(
+    caller: &Caller,
+    body: BatchBody,
+    limits: LockLimits,
+) -> Result<BatchRequest, ApiError> {
     let request = batch_request(body, limits)?;
     for lock in &request.locks {
         caller.may(Permission::Lock, lock.key.as_str())?;
@@ -129,8 +177,7 @@ pub async fn acquire_batch(
     if let Some(session) = &request.session {
         caller.may_use_session(|owner| session.belongs_to(owner))?;
     }
-    let lease = locks.acquire_batch(request).await?;
-    batch_granted(lease)
+    Ok(request)
 }
 
 fn batch_request(body: BatchBody, limits: LockLimits) -> Result<BatchRequest, ApiError> {
@@ -171,27 +218,7 @@ fn batch_request(body: BatchBody, limits: LockLimits) -> Result<BatchRequest, Ap
 /// `201` with the batch; its guards complete when the body is written (a
 /// client gone before then holds nothing).
 fn batch_granted(lease: BatchLease) -> Result<Response, ApiError> {
-    let grant = BatchGrant {
-        token: lease.token.expose(),
-        ttl_ms: lease.ttl_ms,
-        expires_at_ms: lease.expires_at_ms,
-        waited_ms: millis(lease.waited),
-        locks: lease
-            .locks
-            .iter()
-            .map(|hold| BatchGrantLock {
-                key: hold.key.to_string(),
-                mode: if hold.kind.is_shared() {
-                    "shared"
-                } else {
-                    "exclusive"
-                },
-                fencing_token: hold.fencing_token,
-                expires_at_ms: hold.expires_at_ms,
-            })
-            .collect(),
-    };
-    let json = serde_json::to_vec(&grant).map_err(|_| ApiError::Internal)?;
+    let json = serde_json::to_vec(&BatchGrant::from(&lease)).map_err(|_| ApiError::Internal)?;
     let body: Body = guarded_body(json, lease.guards);
     Ok((
         StatusCode::CREATED,
@@ -202,6 +229,31 @@ fn batch_granted(lease: BatchLease) -> Result<Response, ApiError> {
         body,
     )
         .into_response())
+}
+
+impl From<&BatchLease> for BatchGrant {
+    fn from(lease: &BatchLease) -> Self {
+        Self {
+            token: lease.token.expose(),
+            ttl_ms: lease.ttl_ms,
+            expires_at_ms: lease.expires_at_ms,
+            waited_ms: millis(lease.waited),
+            locks: lease
+                .locks
+                .iter()
+                .map(|hold| BatchGrantLock {
+                    key: hold.key.to_string(),
+                    mode: if hold.kind.is_shared() {
+                        "shared"
+                    } else {
+                        "exclusive"
+                    },
+                    fencing_token: hold.fencing_token,
+                    expires_at_ms: hold.expires_at_ms,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// `PUT /locks/{key}/mode`: the holder's token, the mode it asks for, and
@@ -314,13 +366,13 @@ mod tests {
     /// not part of it (see the same bound for `POST /locks`).
     #[test]
     fn waiting_batches_and_upgrades_keep_small_futures() {
-        fn four<A, B, C, D, F>(_: fn(A, B, C, D) -> F) -> usize {
-            std::mem::size_of::<F>()
-        }
         fn six<A, B, C, D, E, G, F>(_: fn(A, B, C, D, E, G) -> F) -> usize {
             std::mem::size_of::<F>()
         }
-        let batch = four(super::acquire_batch as fn(_, _, _, _) -> _);
+        fn seven<A, B, C, D, E, G, H, F>(_: fn(A, B, C, D, E, G, H) -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let batch = seven(super::acquire_batch as fn(_, _, _, _, _, _, _) -> _);
         let upgrade = six(super::change_mode as fn(_, _, _, _, _, _) -> _);
         assert!(
             batch <= 6 * 1024,

@@ -1,4 +1,4 @@
-//! Streamed locks over HTTP: `POST /locks` with `Accept: text/event-stream` answers Server-Sent Events, and the lock is held while the response stays open.
+//! Streamed locks over HTTP: `POST /locks` (and `POST /locks/batch`) with `Accept: text/event-stream` answers Server-Sent Events, and the lock (every lock of the batch) is held while the response stays open.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -14,11 +14,13 @@ use serde::Serialize;
 use tokio::sync::watch;
 use utoipa::ToSchema;
 
+use super::batch::BatchGrant;
 use super::error::ApiError;
 use super::grant::LockGrant;
 use super::schema::LostReasonText;
 use crate::locks::{
-    AcquireRequest, LockError, StreamEnd, StreamEvent, StreamedLock, StreamedLocks,
+    AcquireRequest, BatchRequest, LockError, LockKey, LostReason, StreamEnd, StreamEvent,
+    StreamedLock, StreamedLocks,
 };
 
 /// How often an idle event stream gets a comment, so that proxies keep it
@@ -50,6 +52,11 @@ pub struct LostEvent {
     /// instance released it as it stopped).
     #[schema(example = "lock-gone", value_type = LostReasonText)]
     reason: &'static str,
+    /// The lock that was lost (of a batch, the first one); absent for
+    /// `shutting-down`, which ends every lock alike.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "orders:42")]
+    key: Option<String>,
 }
 
 /// Whether the client asks for a streamed lock (`Accept: text/event-stream`).
@@ -133,9 +140,43 @@ pub async fn respond(
         let (event, next) = advance(phase).await?;
         Some((Ok::<_, Infallible>(event), next))
     });
+    Ok(event_stream(events, keep_alive))
+}
+
+/// Takes every lock of the batch and answers its event stream: `acquired`
+/// with the grant, `renewed` after each renewal of all its locks, and at
+/// last `released` or `lost`, naming the lock that ended it. The batch
+/// waits (as a plain one does) before its answer begins: a refusal is a
+/// plain problem response.
+pub async fn respond_batch(
+    streamed: StreamedLocks,
+    request: BatchRequest,
+    keep_alive: StreamKeepAlive,
+) -> Result<Response, ApiError> {
+    let batch = streamed.hold_batch(request).await?;
+    let acquired = json_event("acquired", &BatchGrant::from(batch.lease()));
+    let events = stream::unfold((batch, Some(acquired)), |(mut batch, first)| async move {
+        if let Some(acquired) = first {
+            return Some((Ok::<_, Infallible>(acquired), (batch, None)));
+        }
+        let next = batch.next().await?;
+        let key = batch
+            .ended_by()
+            .or_else(|| batch.lease().locks.first().map(|hold| &hold.key));
+        let event = event(key?, next)?;
+        Some((Ok(event), (batch, None)))
+    });
+    Ok(event_stream(events, keep_alive))
+}
+
+/// The response of an event stream, kept alive by comments.
+fn event_stream(
+    events: impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
+    keep_alive: StreamKeepAlive,
+) -> Response {
     let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive.0));
     // nginx would otherwise buffer the stream and hold the events back.
-    Ok(([("x-accel-buffering", "no")], sse).into_response())
+    ([("x-accel-buffering", "no")], sse).into_response()
 }
 
 /// The next event of a streamed lock's stream, and where that leaves it.
@@ -170,7 +211,7 @@ async fn advance(phase: Phase) -> Option<(Event, Phase)> {
         Phase::Granted(lock) => Some((acquired(&lock), Phase::Holding(lock))),
         Phase::Holding(mut lock) => {
             let next = lock.next().await?;
-            let event = event(&lock, next)?;
+            let event = event(&lock.lease().key, next)?;
             Some((event, Phase::Holding(lock)))
         }
         Phase::Done => None,
@@ -204,8 +245,9 @@ fn json_event(name: &str, data: &impl Serialize) -> Event {
         .data(serde_json::to_string(data).unwrap_or_default())
 }
 
-/// The SSE event for `event`; none for the end nobody hears (the client left).
-fn event(lock: &StreamedLock, event: StreamEvent) -> Option<Event> {
+/// The SSE event for `event` of the stream of lock `key` (of a batch, the
+/// lock that ended it); none for the end nobody hears (the client left).
+fn event(key: &LockKey, event: StreamEvent) -> Option<Event> {
     let (name, data) = match event {
         StreamEvent::Renewed { expires_at_ms } => (
             "renewed",
@@ -214,13 +256,14 @@ fn event(lock: &StreamedLock, event: StreamEvent) -> Option<Event> {
         StreamEvent::Ended(StreamEnd::Released) => (
             "released",
             serde_json::to_string(&ReleasedEvent {
-                key: lock.lease().key.to_string(),
+                key: key.to_string(),
             }),
         ),
         StreamEvent::Ended(StreamEnd::Lost(reason)) => (
             "lost",
             serde_json::to_string(&LostEvent {
                 reason: reason.as_str(),
+                key: (reason != LostReason::ShuttingDown).then(|| key.to_string()),
             }),
         ),
         StreamEvent::Ended(StreamEnd::Left) => return None,

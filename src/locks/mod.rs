@@ -14,7 +14,7 @@
 //! per kind of operation: `acquire/` (new grants, re-entry, the guard of a grant
 //! to the client), `batch/` (several locks at once), `hold` (release,
 //! extend, value, revoke), `modes` (upgrade, downgrade), `reading`
-//! (inspect, listing), `sessions/` and `streamed/` (streamed locks).
+//! (inspect, listing), `sessions/` and `streamed/` (streamed locks and batches).
 
 mod acquire;
 mod batch;
@@ -45,7 +45,9 @@ pub use sessions::{
     SessionError, SessionHandle, SessionId, SessionLease, SessionTerms, SessionView, Sessions,
 };
 pub use shared::Locks;
-pub use streamed::{LostReason, StreamEnd, StreamEvent, StreamedLock, StreamedLocks};
+pub use streamed::{
+    LostReason, StreamEnd, StreamEvent, StreamedBatch, StreamedLock, StreamedLocks,
+};
 pub use waiting::{WaitRefused, Waiting};
 pub use watch::{WatchEvent, Watcher, Watches};
 

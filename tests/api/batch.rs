@@ -637,3 +637,147 @@ async fn a_batch_in_a_session_ends_with_it() {
         assert!(!held(&app, key).await, "{key} outlived its session");
     }
 }
+
+/// A streamed batch of `keys` (exclusive), its stream and its grant.
+async fn streamed_batch(app: &TestApp, keys: &[&str], extra: Value) -> (EventStream, Value) {
+    let locks: Vec<Value> = keys.iter().map(|key| json!({"key": key})).collect();
+    let mut body = json!({"locks": locks, "ttl_ms": 300});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    let response = app.stream_batch(body).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut stream = EventStream::of(response);
+    let acquired = stream.next(Duration::from_secs(5)).await.expect("an event");
+    assert_eq!(acquired.name, "acquired", "{acquired:?}");
+    (stream, acquired.data)
+}
+
+/// Whether `key` is freed within a second.
+async fn freed(app: &TestApp, key: &str) -> bool {
+    crate::helpers::eventually(Duration::from_secs(1), || async { !held(app, key).await }).await
+}
+
+#[tokio::test]
+async fn a_streamed_batch_is_renewed_by_the_gateway_and_released_when_its_client_leaves() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let (mut stream, grant) = streamed_batch(&app, &["acct:1", "acct:2"], json!({})).await;
+    assert!(uuid::Uuid::parse_str(grant["token"].as_str().unwrap()).is_ok());
+    assert_eq!(grant["locks"].as_array().map(Vec::len), Some(2), "{grant}");
+
+    // Renewed as one, every third of the 300 ms lease, well past it.
+    let mut last_end = grant["expires_at_ms"].as_u64().unwrap();
+    for _ in 0..6 {
+        let renewed = stream.next(Duration::from_secs(2)).await.unwrap();
+        assert_eq!(renewed.name, "renewed", "{renewed:?}");
+        let end = renewed.data["expires_at_ms"].as_u64().unwrap();
+        assert!(
+            end > last_end,
+            "the leases did not move: {end} after {last_end}"
+        );
+        last_end = end;
+    }
+    for (index, key) in ["acct:1", "acct:2"].iter().enumerate() {
+        let state: Value = app
+            .get(&format!("/locks/{key}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            state["fencing_token"], grant["locks"][index]["fencing_token"],
+            "{state}"
+        );
+    }
+
+    // The client leaves: every lock of it is released at once.
+    drop(stream);
+    assert!(freed(&app, "acct:1").await && freed(&app, "acct:2").await);
+}
+
+#[tokio::test]
+async fn releasing_one_lock_of_a_streamed_batch_ends_it_and_gives_back_the_others() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let (mut stream, grant) = streamed_batch(&app, &["seat:9", "pay:9"], json!({})).await;
+    let token = grant["token"].as_str().unwrap();
+    assert_eq!(
+        app.release("seat:9", token).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let released = stream.until("released", Duration::from_secs(2)).await;
+    assert_eq!(released.data, json!({"key": "seat:9"}));
+    assert!(
+        stream.next(Duration::from_millis(300)).await.is_none(),
+        "the stream ended"
+    );
+    // Held while the stream is open, but not as a part of a batch.
+    assert!(freed(&app, "pay:9").await, "the other lock was given back");
+}
+
+#[tokio::test]
+async fn a_revoked_lock_of_a_streamed_batch_ends_it_with_lost_naming_that_lock() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    let (mut stream, _) = streamed_batch(&app, &["a:1", "b:1"], json!({})).await;
+    let revoked = app
+        .http
+        .delete(app.url("/locks/b:1?force=true"))
+        .bearer_auth(crate::helpers::ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    let lost = stream.until("lost", Duration::from_secs(2)).await;
+    assert_eq!(lost.data, json!({"reason": "revoked", "key": "b:1"}));
+    assert!(freed(&app, "a:1").await, "the other lock was given back");
+}
+
+#[tokio::test]
+async fn a_streamed_batch_in_a_session_is_not_renewed_and_ends_with_the_session() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let opened: Value = app
+        .post_json("/sessions", &json!({"ttl_ms": 5000}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = opened["id"].as_str().unwrap();
+    let (mut stream, grant) = streamed_batch(&app, &["x:1", "y:1"], json!({"session": id})).await;
+    assert_eq!(
+        grant["expires_at_ms"], opened["expires_at_ms"],
+        "the session's lease"
+    );
+    // The session's lease holds them: nothing to renew.
+    let quiet = stream.read_for(Duration::from_millis(400)).await;
+    assert!(quiet.is_empty(), "{quiet:?}");
+    let ended = app
+        .http
+        .delete(app.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), StatusCode::NO_CONTENT);
+    let lost = stream.until("lost", Duration::from_secs(2)).await;
+    assert_eq!(lost.data["reason"], "session-ended", "{lost:?}");
+    assert!(freed(&app, "x:1").await && freed(&app, "y:1").await);
+}
+
+#[tokio::test]
+async fn a_streamed_batch_is_refused_with_the_ordinary_answers() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let holder = app.take("held:1", 10_000).await;
+    let refused = app
+        .stream_batch(json!({"locks": [{"key": "free:1"}, {"key": "held:1"}], "wait_ms": 100}))
+        .await;
+    let problem = assert_problem(refused, 409, "lock-held").await;
+    assert_eq!(problem["key"], "held:1");
+    assert!(!held(&app, "free:1").await, "a refused batch holds nothing");
+    assert_eq!(
+        app.release("held:1", &holder.token).await.status(),
+        StatusCode::NO_CONTENT
+    );
+}

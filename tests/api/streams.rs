@@ -344,7 +344,7 @@ async fn a_lock_deleted_in_redis_is_lost_at_the_next_renewal() {
         .unwrap();
     let lost = stream.until("lost", Duration::from_secs(2)).await;
 
-    assert_eq!(lost.data, json!({"reason": "lock-gone"}));
+    assert_eq!(lost.data, json!({"reason": "lock-gone", "key": "deleted"}));
     assert!(stream.next(Duration::from_secs(2)).await.is_none());
 }
 
@@ -373,7 +373,10 @@ async fn a_lease_that_runs_out_while_redis_is_frozen_is_lost_then() {
     let after = frozen.elapsed();
     redis.resume();
 
-    assert_eq!(lost.data, json!({"reason": "backend-unavailable"}));
+    assert_eq!(
+        lost.data,
+        json!({"reason": "backend-unavailable", "key": "frozen"})
+    );
     // Before the lease's end by the Redis clock (the same machine's): the
     // client hears it while no one else can have been granted the lock.
     assert!(

@@ -319,7 +319,7 @@ async fn a_revoked_lock_ends_its_holders_stream_tells_its_watchers_and_fences_th
     }
     assert_eq!(
         (lost.name.as_str(), &lost.data),
-        ("lost", &json!({"reason": "revoked"}))
+        ("lost", &json!({"reason": "revoked", "key": "stuck"}))
     );
     assert!(revoked_at.elapsed() < Duration::from_millis(500));
     let told = take(&mut watcher, 1, &mut last).await;

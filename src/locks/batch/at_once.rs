@@ -38,11 +38,15 @@ impl Locks {
             .iter()
             .map(|lock| GrantGuard::new(self.clone(), lock.key.clone(), terms.token, false))
             .collect();
-        match Box::pin(self.batch_attempt(terms, &keys, None)).await? {
+        let (reply, sent) = Box::pin(self.batch_attempt(terms, &keys, None)).await?;
+        match reply {
             BatchReply::Granted {
                 fencing_tokens,
                 expires_at_ms,
-            } => return Ok((self.holds(terms, &fencing_tokens, expires_at_ms), guards)),
+            } => {
+                let holds = self.holds(terms, &fencing_tokens, expires_at_ms, sent);
+                return Ok((holds, guards));
+            }
             BatchReply::LimitMismatch { key, limit } => {
                 complete(guards);
                 return Err(LockError::LimitMismatch {
@@ -114,11 +118,12 @@ impl Locks {
         // place there may free.
         let mut missing: (String, u64);
         loop {
-            match Box::pin(self.batch_attempt(terms, keys, Some(id))).await? {
+            let (reply, sent) = Box::pin(self.batch_attempt(terms, keys, Some(id))).await?;
+            match reply {
                 BatchReply::Granted {
                     fencing_tokens,
                     expires_at_ms,
-                } => return Ok(self.holds(terms, &fencing_tokens, expires_at_ms)),
+                } => return Ok(self.holds(terms, &fencing_tokens, expires_at_ms, sent)),
                 BatchReply::LimitMismatch { key, limit } => {
                     return Err(LockError::LimitMismatch {
                         key: self.lock_key(terms, &key),
@@ -159,13 +164,14 @@ impl Locks {
     }
 
     /// Runs the batch's script once, as waiter `id` (joining every queue if
-    /// not every lock has a place) or trying once (`None`).
+    /// not every lock has a place) or trying once (`None`); with the reply,
+    /// when the script was sent (a grant's leases run from then at least).
     async fn batch_attempt(
         &self,
         terms: &BatchTerms<'_>,
         keys: &[LockKeys],
         id: Option<&str>,
-    ) -> Result<BatchReply, LockError> {
+    ) -> Result<(BatchReply, Instant), LockError> {
         let request = terms.request;
         let locks: Vec<BatchLock<'_>> = request
             .locks
@@ -192,6 +198,7 @@ impl Locks {
             session: terms.session.as_ref().map(|joined| joined.record.as_str()),
         };
         let publish = self.publish();
+        let sent = Instant::now();
         let (reply, confirmed) = self
             .redis()
             .write(
@@ -209,7 +216,7 @@ impl Locks {
                 undone: true,
             });
         }
-        Ok(reply)
+        Ok((reply, sent))
     }
 
     /// The holds of a granted batch, in its order.
@@ -218,6 +225,7 @@ impl Locks {
         terms: &BatchTerms<'_>,
         fencing_tokens: &[u64],
         expires_at_ms: u64,
+        sent: Instant,
     ) -> Vec<BatchHold> {
         terms
             .request
@@ -229,6 +237,7 @@ impl Locks {
                 kind: lock.kind,
                 fencing_token: *fencing_token,
                 expires_at_ms,
+                lease_from: sent,
             })
             .collect()
     }

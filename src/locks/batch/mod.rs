@@ -46,6 +46,9 @@ pub struct BatchHold {
     pub kind: LockKind,
     pub fencing_token: u64,
     pub expires_at_ms: u64,
+    /// When the script that set its lease was sent: the lease lasts at
+    /// least its length from then, by this instance's clock.
+    pub lease_from: Instant,
 }
 
 /// A granted batch: one token for every lock, each an ordinary hold of it.
@@ -186,6 +189,7 @@ impl Locks {
                 kind: request.locks[index].kind,
                 fencing_token: lease.state.fencing_token,
                 expires_at_ms: lease.state.expires_at_ms,
+                lease_from: lease.lease_from,
             });
             guards.extend(lease.guard.take());
         }

@@ -224,8 +224,9 @@ impl Renewals {
     /// Renews `batch` in one round trip and hands each outcome to its stream.
     async fn renew(self: Arc<Self>, batch: Vec<Arc<Holder>>) {
         let sent = Instant::now();
-        for holder in &batch {
-            // Should this renewal hang past the lease, the stream ends first.
+        for holder in batch.iter().filter(|holder| !holder.in_session) {
+            // Should this renewal hang past the lease, the stream ends
+            // first. (A session's lock has no lease of its own to end.)
             self.enqueue(holder, Task::Deadline, holder.lost_at());
         }
         let renewals: Vec<_> = batch
@@ -248,6 +249,10 @@ impl Renewals {
                 Err(_) => Err(()),
             };
             match outcome {
+                // A session's lock, checked after a message may have been
+                // missed: still held, and its session's keepalive keeps
+                // it; nothing to renew or tell.
+                Ok(ExtendReply::Extended(_)) if holder.in_session => {}
                 Ok(ExtendReply::Extended(state)) => {
                     self.metrics.renewal(RenewalOutcome::Renewed);
                     holder.renewed(sent, state.expires_at_ms);

@@ -108,8 +108,17 @@ impl TestApp {
 
     /// `POST /locks` asking for a streamed lock (`Accept: text/event-stream`).
     pub async fn stream(&self, body: Value) -> Response {
+        self.stream_from("/locks", body).await
+    }
+
+    /// `POST /locks/batch` asking for a streamed batch.
+    pub async fn stream_batch(&self, body: Value) -> Response {
+        self.stream_from("/locks/batch", body).await
+    }
+
+    async fn stream_from(&self, path: &str, body: Value) -> Response {
         self.http
-            .post(self.url("/locks"))
+            .post(self.url(path))
             .header("Accept", "text/event-stream")
             .json(&body)
             .send()
