@@ -65,12 +65,9 @@ final class Api {
     @Schema("RenewedEvent")
     record RenewedEvent(long expiresAtMs) {}
 
+    /** A streamed lock's or batch's {@code lost}: the reason, and the key lost ({@code shutting-down} names none). */
     @Schema("LostEvent")
-    record LostEvent(String reason) {}
-
-    /** A streamed batch's {@code lost}: the reason, and the key lost ({@code shutting-down} names none). */
-    @Schema("LostEvent")
-    record BatchLostEvent(String reason, @Nullable String key) {}
+    record LostEvent(String reason, @Nullable String key) {}
 
     @Schema("ReleasedEvent")
     record ReleasedEvent(String key) {}
@@ -144,7 +141,7 @@ final class Api {
             AcquireBody.class, LockGrant.class, ExtendBody.class, ValueBody.class, LeaseRenewal.class,
             ModeBody.class, ModeChange.class, HoldReleased.class, LockStatus.class, FreeLock.class,
             LeaseEntry.class, WaiterEntry.class, LockList.class, QueuedEvent.class, RenewedEvent.class,
-            LostEvent.class, BatchLostEvent.class, ReleasedEvent.class, SessionBody.class, SessionGrant.class,
+            LostEvent.class, ReleasedEvent.class, SessionBody.class, SessionGrant.class,
             SessionRenewedEvent.class, SessionEndedEvent.class, BatchBody.class, BatchLockBody.class,
             BatchGrant.class, BatchGrantLock.class, AcquiredEvent.class, ValueEvent.class, ModeEvent.class,
             EndedEvent.class, DelayedEvent.class, ProblemDocument.class);

@@ -271,7 +271,7 @@ public final class LockSet implements Held {
                     break;
                 case "lost":
                     if (set != null) {
-                        Api.BatchLostEvent lost = Wire.decode(event.data(), Api.BatchLostEvent.class);
+                        Api.LostEvent lost = Wire.decode(event.data(), Api.LostEvent.class);
                         LossReason reason = LossReason.of(lost.reason());
                         Throwable cause = reason == LossReason.SESSION_ENDED && session != null ? session.loss() : null;
                         set.holding.lose(reason, lost.reason(), lost.key(), cause);
