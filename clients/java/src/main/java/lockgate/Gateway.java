@@ -16,10 +16,8 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.Spliterator;
 import java.util.Spliterators;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 import java.util.stream.StreamSupport;
@@ -536,24 +534,11 @@ public final class Gateway {
         Hold.Acquisition acquisition = new Hold.Acquisition(this, options, session);
         EventStream stream = transport().stream("POST", "/locks", options.body(key, waitMs, sessionId, null),
                 Map.of(), Duration.ofMillis(waitMs), acquisition, null);
-        acquisition.start(stream);
-        Duration limit = Duration.ofMillis(waitMs).plus(transport().timeout());
-        try {
-            Hold hold = Waits.await(acquisition.granted, limit.toNanos(), interruptible);
-            if (session != null && !hold.isHeld()) {
-                throw Holding.copyOf(hold.holding().loss());
-            }
-            return hold;
-        } catch (InterruptedException e) {
-            acquisition.abandon();
-            throw e;
-        } catch (TimeoutException e) {
-            acquisition.abandon();
-            throw new GatewayUnavailableException("no grant from " + transport().base() + " within " + limit, e);
-        } catch (ExecutionException e) {
-            stream.close();
-            throw Waits.unwrap(e);
+        Hold hold = acquisition.open(stream, Duration.ofMillis(waitMs).plus(transport().timeout()), interruptible);
+        if (session != null && !hold.isHeld()) {
+            throw Holding.copyOf(hold.holding().loss());
         }
+        return hold;
     }
 
     /** Learns the gateway's longest wait from its refusal of {@code wait_ms}; true when shorter than asked (ask again). */

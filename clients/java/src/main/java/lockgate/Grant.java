@@ -4,17 +4,15 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.Map;
 import java.util.Optional;
-import java.util.concurrent.CompletableFuture;
 
 /**
  * What a streamed lock ({@link Hold}) and a plain lease ({@link Lease}) share:
- * the grant (key, token, fencing token, mode, value), its {@link Holding},
- * and the requests that change a hold in place (value, upgrade, downgrade),
- * whose answer that the lock is gone is the hold's loss.
+ * the grant (key, token, fencing token, mode, value) and the requests that
+ * change a hold in place (value, upgrade, downgrade), whose answer that the
+ * lock is gone is the hold's loss.
  */
-abstract class Grant implements HeldLock {
+abstract class Grant extends AbstractHeld implements HeldLock {
     final Gateway gateway;
-    final Holding holding;
     final String key;
     final String token;
     private final int permits;
@@ -24,8 +22,8 @@ abstract class Grant implements HeldLock {
     private volatile String value;
 
     Grant(Gateway gateway, Api.LockGrant grant, LockOptions options, Holding holding) {
+        super(holding);
         this.gateway = gateway;
-        this.holding = holding;
         this.key = grant.key();
         this.token = grant.token();
         this.fencingToken = grant.fencingToken();
@@ -76,21 +74,6 @@ abstract class Grant implements HeldLock {
     }
 
     @Override
-    public CompletableFuture<LossReason> lost() {
-        return holding.lost();
-    }
-
-    @Override
-    public boolean isHeld() {
-        return holding.isHeld();
-    }
-
-    @Override
-    public void check() {
-        holding.check();
-    }
-
-    @Override
     public Duration remaining() {
         Duration own = holding.remaining();
         return own == null ? Duration.ZERO : own;
@@ -103,7 +86,7 @@ abstract class Grant implements HeldLock {
             gateway.transport().call("PUT", Transport.lockPath(key, "/value"), new Api.ValueBody(token, value),
                     Map.of(), Duration.ZERO).decode(Api.LeaseRenewal.class);
         } catch (LockLostException | NotOwnerException e) {
-            throw lostBy(e);
+            throw lostBy(key, e);
         }
         this.value = value;
     }
@@ -131,32 +114,10 @@ abstract class Grant implements HeldLock {
             change = gateway.transport().callInterruptibly("PUT", Transport.lockPath(key, "/mode"),
                     new Api.ModeBody(token, to, wait.toMillis()), Map.of(), wait).decode(Api.ModeChange.class);
         } catch (LockLostException | NotOwnerException e) {
-            throw lostBy(e);
+            throw lostBy(key, e);
         }
         this.mode = change.mode();
         this.fencingToken = change.fencingToken();
-    }
-
-    /** The loss an answer tells ({@code lock-not-found}, {@code not-owner}), for the caller to throw. */
-    final LockLostException lostBy(LockgateException answer) {
-        LossReason reason = reasonOf(answer);
-        holding.lose(reason, answer);
-        LockLostException loss = holding.loss();
-        return loss == null ? new LockLostException(holding.what(), key, reason, reason.wire(), answer)
-                : Holding.copyOf(loss);
-    }
-
-    /** Ends a release that the gateway answered {@code lock-not-found} or {@code not-owner}: lost all along. */
-    final LockLostException lostOnRelease(LockgateException answer) {
-        LossReason reason = reasonOf(answer);
-        holding.lostOnRelease(new LockLostException(holding.what(), key, reason, reason.wire(), answer));
-        LockLostException loss = holding.loss();
-        return Holding.copyOf(loss != null ? loss
-                : new LockLostException(holding.what(), key, reason, reason.wire(), answer));
-    }
-
-    private static LossReason reasonOf(LockgateException answer) {
-        return answer instanceof NotOwnerException ? LossReason.HELD_BY_ANOTHER : LossReason.LOCK_GONE;
     }
 
     @Override

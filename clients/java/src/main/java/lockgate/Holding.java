@@ -1,6 +1,7 @@
 package lockgate;
 
 import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -102,6 +103,32 @@ final class Holding {
         return Duration.ofNanos(clock.remainingNanos(System.nanoTime()));
     }
 
+    /**
+     * How long the lease of a lock (or set) is sure to last: its own, or for
+     * one without (a lock in a session) its session's, or else what its grant
+     * said, by this process's wall clock.
+     */
+    Duration remaining(Session session, long grantedExpiresAtMs) {
+        Duration own = remaining();
+        if (own != null) {
+            return own;
+        }
+        if (!isHeld()) {
+            return Duration.ZERO;
+        }
+        return session != null ? session.remaining()
+                : Duration.ofMillis(Math.max(0, grantedExpiresAtMs - System.currentTimeMillis()));
+    }
+
+    /** When the lease of a lock (or set) ends by the Redis clock: its own as last reported, its session's, or its grant's. */
+    Instant expiresAt(Session session, long grantedExpiresAtMs) {
+        if (session != null) {
+            return session.expiresAt();
+        }
+        long ms = expiresAtMs();
+        return Instant.ofEpochMilli(ms == 0 ? grantedExpiresAtMs : ms);
+    }
+
     /** The lease's end by the Redis clock, as last reported (0 for none of its own). */
     synchronized long expiresAtMs() {
         return clock == null ? 0 : clock.expiresAtMs();
@@ -164,7 +191,7 @@ final class Holding {
 
     /** {@link #lose(LossReason, String, Throwable)}, naming the key that was lost (one of a set's). */
     boolean lose(LossReason reason, String code, String lostKey, Throwable cause) {
-        return end(new LockLostException(what, lostKey, reason, code, cause), State.HELD);
+        return end(new LockLostException(what, lostKey != null ? lostKey : key, reason, code, cause), State.HELD);
     }
 
     boolean lose(LossReason reason, Throwable cause) {

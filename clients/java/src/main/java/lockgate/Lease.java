@@ -3,7 +3,6 @@ package lockgate;
 import java.time.Duration;
 import java.util.Map;
 import java.util.UUID;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * A plain lease ({@code POST /locks} without a stream): nobody renews it but
@@ -24,7 +23,6 @@ public final class Lease extends Grant {
     static final int RETRIES = 2;
 
     private final boolean replayed;
-    private final AtomicBoolean closed = new AtomicBoolean();
     private volatile long holds;
 
     private Lease(Gateway gateway, Api.LockGrant grant, LockOptions options, Holding holding, boolean replayed) {
@@ -90,7 +88,7 @@ public final class Lease extends Grant {
             renewal = gateway.transport().call("PUT", Transport.lockPath(key, "/ttl"),
                     new Api.ExtendBody(token, ttl.toMillis()), Map.of(), Duration.ZERO).decode(Api.LeaseRenewal.class);
         } catch (LockLostException | NotOwnerException e) {
-            throw lostBy(e);
+            throw lostBy(key, e);
         }
         holds = renewal.holds();
         if (!holding.extended(renewal.ttlMs(), renewal.expiresAtMs(), sent)) {
@@ -108,7 +106,7 @@ public final class Lease extends Grant {
                     new Api.AcquireBody(key, holding.ttlMs() == 0 ? null : holding.ttlMs(), null, null, null, null,
                             null, null, token), Map.of(), Duration.ZERO).decode(Api.LockGrant.class);
         } catch (LockLostException | NotOwnerException e) {
-            throw lostBy(e);
+            throw lostBy(key, e);
         }
         holds = grant.holds();
         holding.extended(grant.ttlMs(), grant.expiresAtMs(), sent);
@@ -125,11 +123,11 @@ public final class Lease extends Grant {
         try {
             left = gateway.release(key, token);
         } catch (LockLostException | NotOwnerException e) {
-            throw lostBy(e);
+            throw lostBy(key, e);
         }
         holds = left;
         if (left == 0 && holding.beginRelease()) {
-            closed.set(true);
+            markClosed();
             holding.released();
         }
         return left;
@@ -142,14 +140,7 @@ public final class Lease extends Grant {
      */
     @Override
     public void close() {
-        if (!closed.compareAndSet(false, true)) {
-            return;
-        }
-        if (!holding.beginRelease()) {
-            LockLostException loss = holding.loss();
-            if (loss != null) {
-                throw Holding.copyOf(loss);
-            }
+        if (!beginClose()) {
             return;
         }
         try {
@@ -157,7 +148,7 @@ public final class Lease extends Grant {
             holds = 0;
             holding.released();
         } catch (LockLostException | NotOwnerException e) {
-            throw lostOnRelease(e);
+            throw lostOnRelease(key, e);
         } catch (LockgateException e) {
             holding.released();
             Gateway.LOG.log(System.Logger.Level.WARNING,

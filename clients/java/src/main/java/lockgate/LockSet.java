@@ -5,10 +5,8 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeoutException;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * Several locks held at once for one owner token, all or none: a streamed
@@ -20,23 +18,22 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * the gateway then lets go of the others. Each lock has its own fencing
  * token. Closing it releases them all.
  */
-public final class LockSet implements Held {
+public final class LockSet extends AbstractHeld {
     /** One lock of the set, with its own fencing token. */
     public record Entry(String key, LockMode mode, long fencingToken) {}
 
     private final Gateway gateway;
-    private final Holding holding;
     private final String token;
     private final List<Entry> locks;
     private final Duration waited;
     private final Session session;
     private final long grantedExpiresAtMs;
-    private final AtomicBoolean closed = new AtomicBoolean();
-    private EventStream stream;
+    private final EventStream stream;
 
-    private LockSet(Gateway gateway, Api.BatchGrant grant, Holding holding, Session session) {
+    private LockSet(Gateway gateway, Api.BatchGrant grant, Holding holding, Session session, EventStream stream) {
+        super(holding);
         this.gateway = gateway;
-        this.holding = holding;
+        this.stream = stream;
         this.token = grant.token();
         List<Entry> entries = new ArrayList<>();
         for (Api.BatchGrantLock lock : grant.locks()) {
@@ -61,23 +58,7 @@ public final class LockSet implements Held {
                 wait.toMillis(), sessionId, options.value());
         Batch batch = new Batch(gateway, options, session);
         EventStream stream = gateway.transport().stream("POST", "/locks/batch", body, Map.of(), wait, batch, null);
-        batch.start(stream);
-        try {
-            return Waits.await(batch.granted, wait.plus(gateway.transport().timeout()).toNanos(), true);
-        } catch (InterruptedException e) {
-            batch.abandon();
-            throw e;
-        } catch (TimeoutException e) {
-            batch.abandon();
-            throw new GatewayUnavailableException("no grant from " + gateway.transport().base() + " within "
-                    + wait.plus(gateway.transport().timeout()), e);
-        } catch (ExecutionException e) {
-            stream.close();
-            if (e.getCause() instanceof EventStream.NotAStream) {
-                throw notStreamed(gateway, ((EventStream.NotAStream) e.getCause()).answer);
-            }
-            throw Waits.unwrap(e);
-        }
+        return batch.open(stream, wait.plus(gateway.transport().timeout()), true);
     }
 
     /** A gateway that answered the batch without streaming it: its locks are given back at once. */
@@ -123,44 +104,16 @@ public final class LockSet implements Held {
 
     /** When the earliest lease among its locks ends, by the Redis clock, as last reported (a session's, in one). */
     public Instant expiresAt() {
-        if (session != null) {
-            return session.expiresAt();
-        }
-        long ms = holding.expiresAtMs();
-        return Instant.ofEpochMilli(ms == 0 ? grantedExpiresAtMs : ms);
-    }
-
-    @Override
-    public CompletableFuture<LossReason> lost() {
-        return holding.lost();
-    }
-
-    @Override
-    public boolean isHeld() {
-        return holding.isHeld();
-    }
-
-    @Override
-    public void check() {
-        holding.check();
+        return holding.expiresAt(session, grantedExpiresAtMs);
     }
 
     @Override
     public Duration remaining() {
-        Duration own = holding.remaining();
-        if (own != null) {
-            return own;
-        }
-        return !holding.isHeld() ? Duration.ZERO : session != null ? session.remaining()
-                : Duration.ofMillis(Math.max(0, grantedExpiresAtMs - System.currentTimeMillis()));
+        return holding.remaining(session, grantedExpiresAtMs);
     }
 
     Holding holding() {
         return holding;
-    }
-
-    private void closedBySession() {
-        closed.set(true);
     }
 
     /**
@@ -173,17 +126,10 @@ public final class LockSet implements Held {
      */
     @Override
     public void close() {
-        if (!closed.compareAndSet(false, true)) {
-            return;
-        }
         if (session != null) {
             session.forget(holding);
         }
-        if (!holding.beginRelease()) {
-            LockLostException loss = holding.loss();
-            if (loss != null) {
-                throw Holding.copyOf(loss);
-            }
+        if (!beginClose()) {
             return;
         }
         String first = locks.get(0).key();
@@ -191,9 +137,7 @@ public final class LockSet implements Held {
             gateway.releaseAll(first, token);
             Waits.await(stream.ended(), gateway.transport().timeout().toNanos(), false);
         } catch (LockLostException | NotOwnerException e) {
-            LossReason reason = e instanceof NotOwnerException ? LossReason.HELD_BY_ANOTHER : LossReason.LOCK_GONE;
-            holding.lostOnRelease(new LockLostException(holding.what(), first, reason, reason.wire(), e));
-            throw Holding.copyOf(holding.loss());
+            throw lostOnRelease(first, e);
         } catch (LockgateException | TimeoutException | ExecutionException e) {
             Gateway.LOG.log(System.Logger.Level.WARNING, "the release of " + holding.what()
                     + " was not confirmed; its closed stream releases them, or their lease ends them", e);
@@ -208,110 +152,27 @@ public final class LockSet implements Held {
         return "LockSet(" + locks.stream().map(Entry::key).toList() + ")";
     }
 
-    /** A streamed batch's events: {@code acquired}, then {@code renewed}, {@code released}, {@code lost}. */
-    private static final class Batch implements EventStream.Listener {
-        private final Gateway gateway;
-        private final LockOptions options;
-        private final Session session;
-        private final long sentNanos = System.nanoTime();
-        final CompletableFuture<LockSet> granted = new CompletableFuture<>();
-        private EventStream stream;
-        private volatile LockSet set;
-
+    /** A streamed {@code POST /locks/batch}, read up to its grant and then for as long as the set is held. */
+    private static final class Batch extends LockOpening<LockSet> {
         Batch(Gateway gateway, LockOptions options, Session session) {
-            this.gateway = gateway;
-            this.options = options;
-            this.session = session;
-        }
-
-        void start(EventStream stream) {
-            this.stream = stream;
-            stream.start();
-            stream.head().whenComplete((ok, error) -> {
-                if (error != null) {
-                    granted.completeExceptionally(error);
-                }
-            });
-        }
-
-        void abandon() {
-            granted.cancel(false);
-            LockSet made = set;
-            if (made != null && made.holding.beginRelease()) {
-                made.holding.released();
-            }
-            stream.close();
+            super(gateway, options, session);
         }
 
         @Override
-        public void onEvent(EventStreamParser.Event event) {
-            switch (event.type()) {
-                case "queued":
-                    if (options.queued() != null) {
-                        options.queued().accept(Wire.decode(event.data(), Api.QueuedEvent.class).position());
-                    }
-                    break;
-                case "acquired":
-                    granted(Wire.decode(event.data(), Api.BatchGrant.class));
-                    break;
-                case "refused":
-                    granted.completeExceptionally(Problems.refusal(409, event.data(), null));
-                    break;
-                case "renewed":
-                    if (set != null) {
-                        set.holding.renewed(Wire.decode(event.data(), Api.RenewedEvent.class).expiresAtMs());
-                    }
-                    break;
-                case "released":
-                    if (set != null) {
-                        String key = Wire.decode(event.data(), Api.ReleasedEvent.class).key();
-                        set.holding.lose(LossReason.RELEASED_ELSEWHERE, LossReason.RELEASED_ELSEWHERE.wire(), key,
-                                null);
-                    }
-                    break;
-                case "lost":
-                    if (set != null) {
-                        Api.LostEvent lost = Wire.decode(event.data(), Api.LostEvent.class);
-                        LossReason reason = LossReason.of(lost.reason());
-                        Throwable cause = reason == LossReason.SESSION_ENDED && session != null ? session.loss() : null;
-                        set.holding.lose(reason, lost.reason(), lost.key(), cause);
-                    }
-                    break;
-                default:
-                    break;
-            }
-        }
-
-        private void granted(Api.BatchGrant grant) {
-            boolean inSession = session != null || options.session() != null;
-            LeaseClock clock = inSession ? null : new LeaseClock(grant.ttlMs(), grant.expiresAtMs(), sentNanos,
+        void acquired(String data) {
+            Api.BatchGrant grant = Wire.decode(data, Api.BatchGrant.class);
+            LeaseClock clock = inSession() ? null : new LeaseClock(grant.ttlMs(), grant.expiresAtMs(), sentNanos,
                     System.nanoTime(), grant.waitedMs());
             List<String> keys = grant.locks().stream().map(Api.BatchGrantLock::key).toList();
-            Holding holding = new Holding("the locks " + keys, null, clock);
-            LockSet made = new LockSet(gateway, grant, holding, session);
-            made.stream = stream;
-            set = made;
-            holding.start(stream::close);
-            if (session != null && !session.attach(holding, made::closedBySession)) {
-                holding.lose(LossReason.SESSION_ENDED, session.loss());
-            } else if (session != null) {
-                holding.onLoss(loss -> session.forget(holding));
-            }
-            if (!granted.complete(made) && holding.beginRelease()) {
-                holding.released();
-            }
+            opened(new LockSet(gateway, grant, new Holding("the locks " + keys, null, clock), session, stream));
         }
 
         @Override
-        public void onEnd(Throwable error) {
-            LockSet made = set;
-            if (made == null) {
-                granted.completeExceptionally(error instanceof LockgateException ? error
-                        : new GatewayUnavailableException("the stream from " + gateway.transport().base()
-                                + " ended before a grant", error));
-                return;
+        RuntimeException failed(ExecutionException e) {
+            if (e.getCause() instanceof EventStream.NotAStream) {
+                return notStreamed(gateway, ((EventStream.NotAStream) e.getCause()).answer);
             }
-            made.holding.lose(LossReason.CONNECTION_LOST, error);
+            return super.failed(e);
         }
     }
 }

@@ -5,11 +5,7 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeoutException;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * One liveness lease that any number of locks hang on, as in etcd, Consul,
@@ -29,20 +25,18 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * lock taken through it is lost with {@link LossReason#SESSION_ENDED}, its
  * cause the session's loss. Safe for use by many threads.
  */
-public final class Session implements Held {
+public final class Session extends AbstractHeld {
     private final Gateway gateway;
     private final String id;
     private final Duration lockDelay;
-    private final Holding holding;
     /** What hangs on the session, each with what to do when the session's close released it. */
     private final Map<Holding, Runnable> members = new ConcurrentHashMap<>();
-    private final AtomicBoolean closed = new AtomicBoolean();
 
     private Session(Gateway gateway, Api.SessionGrant grant, Holding holding) {
+        super(holding);
         this.gateway = gateway;
         this.id = grant.id();
         this.lockDelay = Duration.ofMillis(grant.lockDelayMs());
-        this.holding = holding;
         holding.onLoss(this::lostWithMembers);
     }
 
@@ -59,23 +53,10 @@ public final class Session implements Held {
     }
 
     private static Session openOnce(Gateway gateway, SessionOptions options) throws InterruptedException {
-        Opening opening = new Opening(gateway);
+        Start start = new Start(gateway);
         EventStream stream = gateway.transport().stream("POST", "/sessions", options.body(), Map.of(), Duration.ZERO,
-                opening, null);
-        opening.start(stream);
-        try {
-            return Waits.await(opening.opened, gateway.transport().timeout().toNanos(), true);
-        } catch (InterruptedException e) {
-            opening.abandon();
-            throw e;
-        } catch (TimeoutException e) {
-            opening.abandon();
-            throw new GatewayUnavailableException("no session from " + gateway.transport().base() + " within "
-                    + gateway.transport().timeout(), e);
-        } catch (ExecutionException e) {
-            stream.close();
-            throw Waits.unwrap(e);
-        }
+                start, null);
+        return start.open(stream, gateway.transport().timeout(), true);
     }
 
     /**
@@ -105,21 +86,6 @@ public final class Session implements Held {
     @Override
     public Duration remaining() {
         return holding.remaining();
-    }
-
-    @Override
-    public CompletableFuture<LossReason> lost() {
-        return holding.lost();
-    }
-
-    @Override
-    public boolean isHeld() {
-        return holding.isHeld();
-    }
-
-    @Override
-    public void check() {
-        holding.check();
     }
 
     LockLostException loss() {
@@ -198,14 +164,7 @@ public final class Session implements Held {
      */
     @Override
     public void close() {
-        if (!closed.compareAndSet(false, true)) {
-            return;
-        }
-        if (!holding.beginRelease()) {
-            LockLostException loss = holding.loss();
-            if (loss != null) {
-                throw Holding.copyOf(loss);
-            }
+        if (!beginClose()) {
             return;
         }
         // From here on, the news that the locks' session ended is this close's own.
@@ -244,50 +203,21 @@ public final class Session implements Held {
         return "Session(ttl " + ttl() + ")";
     }
 
-    /** A streamed session's events: {@code opened}, then {@code renewed} and {@code ended}. */
-    private static final class Opening implements EventStream.Listener {
-        private final Gateway gateway;
-        private final long sentNanos = System.nanoTime();
-        final CompletableFuture<Session> opened = new CompletableFuture<>();
-        private EventStream stream;
-        private volatile Session session;
-
-        Opening(Gateway gateway) {
-            this.gateway = gateway;
-        }
-
-        void start(EventStream stream) {
-            this.stream = stream;
-            stream.start();
-            stream.head().whenComplete((ok, error) -> {
-                if (error != null) {
-                    opened.completeExceptionally(error);
-                }
-            });
-        }
-
-        void abandon() {
-            opened.cancel(false);
-            Session made = session;
-            if (made != null && made.holding.beginRelease()) {
-                made.holding.released();
-            }
-            stream.close();
+    /** A streamed {@code POST /sessions}: {@code opened}, then {@code renewed}, and last {@code ended}. */
+    private static final class Start extends Opening<Session> {
+        Start(Gateway gateway) {
+            super(gateway, "session");
         }
 
         @Override
         public void onEvent(EventStreamParser.Event event) {
+            Session session = made();
             switch (event.type()) {
                 case "opened": {
                     Api.SessionGrant grant = Wire.decode(event.data(), Api.SessionGrant.class);
                     LeaseClock clock = new LeaseClock(grant.ttlMs(), grant.expiresAtMs(), sentNanos,
                             System.nanoTime(), 0);
-                    Session made = new Session(gateway, grant, new Holding("the session", null, clock));
-                    session = made;
-                    made.holding.start(stream::close);
-                    if (!opened.complete(made) && made.holding.beginRelease()) {
-                        made.holding.released();
-                    }
+                    opened(new Session(gateway, grant, new Holding("the session", null, clock)));
                     break;
                 }
                 case "renewed":
@@ -304,18 +234,6 @@ public final class Session implements Held {
                 default:
                     break;
             }
-        }
-
-        @Override
-        public void onEnd(Throwable error) {
-            Session made = session;
-            if (made == null) {
-                opened.completeExceptionally(error instanceof LockgateException ? error
-                        : new GatewayUnavailableException("the session's stream from " + gateway.transport().base()
-                                + " ended before it opened", error));
-                return;
-            }
-            made.holding.lose(LossReason.CONNECTION_LOST, error);
         }
     }
 }

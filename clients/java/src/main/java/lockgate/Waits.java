@@ -31,24 +31,14 @@ final class Waits {
         }
     }
 
+    /** Waits {@code nanos}, interruptibly or not (an interrupt is then kept for the caller). */
     static void sleep(long nanos, boolean interruptible) throws InterruptedException {
-        long until = System.nanoTime() + nanos;
-        boolean interrupted = false;
         try {
-            while (until - System.nanoTime() > 0) {
-                try {
-                    TimeUnit.NANOSECONDS.sleep(until - System.nanoTime());
-                } catch (InterruptedException e) {
-                    if (interruptible) {
-                        throw e;
-                    }
-                    interrupted = true;
-                }
-            }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
+            await(new CompletableFuture<Void>(), nanos, interruptible);
+        } catch (TimeoutException slept) {
+            // The whole pause has passed.
+        } catch (ExecutionException never) {
+            throw new AssertionError("a future nobody completes failed", never);
         }
     }
 

@@ -159,14 +159,30 @@ final class Servers {
         }
     }
 
-    /** A redis-server of the tests. */
-    static final class Redis {
-        final int port;
+    /** A process of the tests, which a test may freeze (SIGSTOP) and thaw. */
+    abstract static class Managed {
         final Process process;
 
-        private Redis(int port, Process process) {
-            this.port = port;
+        Managed(Process process) {
             this.process = process;
+        }
+
+        void freeze() {
+            signal(process, "STOP");
+        }
+
+        void thaw() {
+            signal(process, "CONT");
+        }
+    }
+
+    /** A redis-server of the tests. */
+    static final class Redis extends Managed {
+        final int port;
+
+        private Redis(int port, Process process) {
+            super(process);
+            this.port = port;
         }
 
         static Redis start() {
@@ -235,14 +251,6 @@ final class Servers {
             }
         }
 
-        void freeze() {
-            signal(process, "STOP");
-        }
-
-        void thaw() {
-            signal(process, "CONT");
-        }
-
         void stop() {
             thaw();
             process.destroyForcibly();
@@ -250,16 +258,15 @@ final class Servers {
     }
 
     /** A lockgate gateway of the tests. */
-    static final class Gateway {
+    static final class Gateway extends Managed {
         final String name;
         final String address;
-        final Process process;
         final boolean tls;
 
         private Gateway(String name, String address, Process process, boolean tls) {
+            super(process);
             this.name = name;
             this.address = address;
-            this.process = process;
             this.tls = tls;
         }
 
@@ -299,21 +306,13 @@ final class Servers {
 
         /** Ends the gateway as a crash would: it releases nothing. */
         void kill() {
-            signal(process, "CONT");
+            thaw();
             process.destroyForcibly();
             try {
                 process.waitFor(5, TimeUnit.SECONDS);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
-        }
-
-        void freeze() {
-            signal(process, "STOP");
-        }
-
-        void thaw() {
-            signal(process, "CONT");
         }
 
         void stop() {
