@@ -57,10 +57,10 @@ class BatchTest {
         String key = Servers.key(info.getDisplayName());
         List<BatchLock> locks = List.of(BatchLock.of(key + ":acct:1"), BatchLock.shared(key + ":acct:2"),
                 BatchLock.counting(key + ":pool", 3, 2));
-        LockSet set = gw.lockAll(locks, LockOptions.ttl(Duration.ofMillis(1500)));
+        LockSet set = gw.lockAll(locks, LockOptions.ttl(Duration.ofSeconds(4)));
         assertEquals(3, set.locks().size());
         assertEquals(LockMode.SHARED, set.locks().get(1).mode());
-        Thread.sleep(3000);
+        Thread.sleep(5000);
         set.check();
         for (BatchLock lock : locks) {
             assertEquals(set.fencingToken(lock.key()), gw.inspect(lock.key()).orElseThrow().fencingToken(),

@@ -21,7 +21,7 @@ class ElectionTest {
     @Test
     void the_next_candidate_leads_when_the_leader_resigns(TestInfo info) throws Exception {
         String key = Servers.key(info.getDisplayName());
-        Election election = gw.election(key, LockOptions.ttl(Duration.ofSeconds(5)));
+        Election election = gw.election(key, LockOptions.ttl(Duration.ofSeconds(10)));
         Leadership first = election.campaign("10.0.0.7:9000");
         assertEquals(Optional.of(new Leader("10.0.0.7:9000", first.term())), election.leader());
         CompletableFuture<Leadership> second = CompletableFuture.supplyAsync(() -> {

@@ -19,12 +19,12 @@ class LeaseTest {
     @Test
     void a_lease_is_extended_reentered_and_released_hold_by_hold(TestInfo info) throws Exception {
         String key = Servers.key(info.getDisplayName());
-        // A 3 s lease counts as lost 1 s early (its margin): extended after 1 s, it lasts past 2 s.
-        Lease lease = gw.lease(key, LockOptions.ttl(Duration.ofSeconds(3)));
+        // A 6 s lease counts as lost 1 s early (its margin): extended after 1 s, it lasts past 5 s.
+        Lease lease = gw.lease(key, LockOptions.ttl(Duration.ofSeconds(6)));
         assertFalse(lease.replayed());
         Thread.sleep(1000);
-        lease.extend(Duration.ofSeconds(3));
-        Thread.sleep(1500);
+        lease.extend(Duration.ofSeconds(6));
+        Thread.sleep(4500);
         assertTrue(lease.isHeld(), "the extension moved its end");
         assertEquals(2, lease.reenter());
         assertEquals(lease.fencingToken(), gw.inspect(key).orElseThrow().fencingToken(), "re-entry keeps it");

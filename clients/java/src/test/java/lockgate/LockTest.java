@@ -127,8 +127,8 @@ class LockTest {
     @Test
     void the_stream_keeps_a_lock_past_its_ttl(TestInfo info) throws Exception {
         String key = key(info);
-        try (HeldLock held = gw.acquire(key, LockOptions.ttl(Duration.ofMillis(1500)))) {
-            Thread.sleep(3500);
+        try (HeldLock held = gw.acquire(key, LockOptions.ttl(Duration.ofSeconds(3)))) {
+            Thread.sleep(4000);
             assertTrue(held.isHeld());
             held.check();
             assertEquals(held.fencingToken(), gw.inspect(key).orElseThrow().fencingToken());

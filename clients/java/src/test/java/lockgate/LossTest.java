@@ -112,7 +112,8 @@ class LossTest {
     @Test
     void a_lock_whose_redis_key_is_deleted_is_lost_at_the_next_renewal(TestInfo info) throws Exception {
         String key = Servers.key(info.getDisplayName());
-        DistributedLock lock = gw.lock(key, LockOptions.ttl(Duration.ofMillis(1500)));
+        // A lease long enough that its deadline (5 s) comes well after the next renewal (2 s).
+        DistributedLock lock = gw.lock(key, LockOptions.ttl(Duration.ofSeconds(6)));
         lock.lock();
         CompletableFuture<LossReason> lost = lock.lost();
         stack.redis().command("DEL", "lockgate:lock:{" + key + "}");

@@ -21,12 +21,12 @@ class SessionTest {
     @Test
     void a_sessions_locks_outlive_its_ttl_and_are_freed_together_by_close(TestInfo info) throws Exception {
         String key = Servers.key(info.getDisplayName());
-        Session session = gw.session(Duration.ofSeconds(2));
+        Session session = gw.session(Duration.ofSeconds(3));
         HeldLock a = session.acquire(key + ":a", LockOptions.defaults());
         DistributedLock b = session.lock(key + ":b", LockOptions.shared());
         b.lock();
         HeldLock c = session.semaphore(key + ":c", 3).acquire(2);
-        Thread.sleep(3000);
+        Thread.sleep(4000);
         assertTrue(session.isHeld() && a.isHeld() && b.isHeldByCurrentThread() && c.isHeld());
         assertTrue(gw.inspect(key + ":a").isPresent());
         CompletableFuture<LossReason> lost = a.lost();

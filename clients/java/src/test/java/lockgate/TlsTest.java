@@ -67,9 +67,9 @@ class TlsTest {
         Gateway gw = client().tls(certs.resolve("ca.pem"), certs.resolve("java-client.pem"),
                 certs.resolve("java-client-key.pem"));
         String key = Servers.key(info.getDisplayName());
-        String result = gw.withLock(key, LockOptions.ttl(Duration.ofSeconds(2)), held -> {
+        String result = gw.withLock(key, LockOptions.ttl(Duration.ofSeconds(3)), held -> {
             assertTrue(held.fencingToken() > 0);
-            Thread.sleep(2500);
+            Thread.sleep(3500);
             held.check();
             return "done";
         });
