@@ -1,8 +1,9 @@
 /**
  * `Gateway`: the client of one lockgate address. Streamed locks
- * (`acquire`, `using`), sessions (`openSession`, `session`), the plain
- * lease API (`leases`), reading locks (`inspect`, `list`), watching
- * (`watch`) and leader election (`election`).
+ * (`acquire`, `using`), several at once (`lockAll`, `usingAll`), sessions
+ * (`openSession`, `session`), the plain lease API (`leases`), reading
+ * locks (`inspect`, `list`), revoking them (`revoke`), watching (`watch`)
+ * and leader election (`election`).
  */
 
 import { LockSet, batchBody, type LockAllOptions } from "./batch.js";
@@ -305,6 +306,43 @@ export class Gateway {
   ): Promise<T> {
     const held = await this.lockAll(locks, options);
     return runHolding(held, () => held.release(), routine, (error) => this.report(error));
+  }
+
+  /**
+   * Revokes `key`, an operator's action with the gateway's admin token
+   * (`DELETE /locks/{key}?force=true`): ends every hold of it at once, or
+   * with `fencingToken` only the hold with that fencing token (the one
+   * `inspect` showed stuck), never another holder's. Each streamed holder's
+   * `signal` aborts with a `LockLostError` (`revoked`), watchers get
+   * `revoked`, and the next grant's fencing token is larger than any
+   * before. Resolves with `true`, or `false` when there was nothing to end
+   * (the lock is free, or that hold is gone). Rejects with
+   * `InvalidRequestError` when the token is not the admin token
+   * (`unauthorized`, `forbidden`) or the gateway has none
+   * (`administration-disabled`).
+   */
+  async revoke(
+    key: string,
+    adminToken: string,
+    options: { fencingToken?: bigint | number; signal?: AbortSignal } = {},
+  ): Promise<boolean> {
+    const query = new URLSearchParams({ force: "true" });
+    if (options.fencingToken !== undefined) {
+      // BigInt refuses a fraction; the gateway, anything below 1.
+      const fencingToken = BigInt(options.fencingToken);
+      if (fencingToken < 1n) throw new RangeError(`revoke: a fencing token is 1 or more, not ${fencingToken}`);
+      query.set("fencing_token", String(fencingToken));
+    }
+    try {
+      await this.transport.request("DELETE", lockPath(key, `?${query}`), {
+        headers: { authorization: `Bearer ${adminToken}` },
+        signal: options.signal,
+      });
+      return true;
+    } catch (error) {
+      if (hasSlug(error, "lock-not-found")) return false;
+      throw error;
+    }
   }
 
   /**

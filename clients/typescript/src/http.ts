@@ -86,7 +86,8 @@ export class Transport {
 
   private init(method: string, options: RequestOptions, signal: AbortSignal): RequestInit {
     const headers: Record<string, string> = { ...options.headers };
-    if (this.apiKey !== undefined) headers.authorization = `Bearer ${this.apiKey}`;
+    // A call's own credentials (an admin token) go instead of the API key.
+    if (this.apiKey !== undefined) headers.authorization ??= `Bearer ${this.apiKey}`;
     const init: RequestInit & { dispatcher?: Dispatcher } = { method, headers, signal };
     // Node's fetch takes an undici dispatcher (TLS options, a proxy) beside the standard fields.
     if (this.dispatcher !== undefined) init.dispatcher = this.dispatcher;

@@ -3,7 +3,8 @@
  * distributed locks on Redis.
  *
  * - `Gateway`: one gateway address; `acquire` and `using` hold streamed locks
- *   (the gateway renews them), `leases` is the plain lease API.
+ *   (the gateway renews them), `leases` is the plain lease API, `revoke` the
+ *   operator's end of a stuck lock.
  * - `Lock`: a held streamed lock, with its fencing token and a `signal` that
  *   aborts when the lock is lost.
  * - `LockSet`: several locks taken at once for one token (`lockAll`,
