@@ -58,6 +58,9 @@ func (g *Gateway) lockWaiting(ctx context.Context, key string, cfg lockConfig, p
 	if err := cfg.refuse("it is a session's (Session)", sessionOnly...); err != nil {
 		return nil, err
 	}
+	if err := cfg.refuse("a streamed lock is always a new grant; re-enter a Lease", "Reentry"); err != nil {
+		return nil, err
+	}
 	if cfg.sessionID() != "" {
 		if err := cfg.refuse("a lock in a session has the session's lease (SessionTTL)", "TTL"); err != nil {
 			return nil, err
@@ -269,7 +272,8 @@ func awaitGrant(events *eventReader, granted string, v any, onQueued func(int)) 
 // (a fresh one, or the IdempotencyKey option's): when the answer is lost
 // (a reset connection, a timeout, a 503), it is sent again, and a grant
 // the lost answer carried is answered again (Replayed reports it) rather
-// than a second grant made.
+// than a second grant made. With Reentry it re-enters a lease held with a
+// token instead: one more hold, sent once.
 func (g *Gateway) Lease(ctx context.Context, key string, options ...LockOption) (*Lock, error) {
 	cfg := newLockConfig(options)
 	if err := cfg.refuse("it is a session's (Session)", sessionOnly...); err != nil {
@@ -280,16 +284,19 @@ func (g *Gateway) Lease(ctx context.Context, key string, options ...LockOption) 
 	if err := cfg.refuse("a lock in a session is a streamed lock (Lock, TryLock)", "InSession"); err != nil {
 		return nil, err
 	}
-	idempotencyKey := cfg.idempotencyKey
-	if idempotencyKey == "" {
-		idempotencyKey = newUUID()
-	}
-	request := call{
-		method: http.MethodPost,
-		path:   "/locks",
-		body:   cfg.body(key, cfg.wait),
-		header: http.Header{"Idempotency-Key": {idempotencyKey}},
-		extra:  cfg.wait,
+	request := call{method: http.MethodPost, path: "/locks", body: cfg.body(key, cfg.wait), extra: cfg.wait}
+	retries := 0
+	if cfg.reentry != "" {
+		if err := cfg.refuse("a re-entry repeats nothing", "IdempotencyKey", "Wait"); err != nil {
+			return nil, err
+		}
+	} else {
+		idempotencyKey := cfg.idempotencyKey
+		if idempotencyKey == "" {
+			idempotencyKey = newUUID()
+		}
+		request.header = http.Header{"Idempotency-Key": {idempotencyKey}}
+		retries = leaseRetries
 	}
 	// A grant answered again was made for the first attempt: its lease is
 	// timed from that attempt's sending.
@@ -305,7 +312,7 @@ func (g *Gateway) Lease(ctx context.Context, key string, options ...LockOption) 
 			lock.replayed = a.header.Get("Idempotent-Replayed") == "true"
 			return lock, nil
 		}
-		if attempt >= leaseRetries || ctx.Err() != nil || !errors.Is(err, ErrUnavailable) {
+		if attempt >= retries || ctx.Err() != nil || !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
 		if err := sleep(ctx, backoff(attempt, 100*time.Millisecond, err)); err != nil {

@@ -97,7 +97,7 @@ func (g *Gateway) LockAll(ctx context.Context, locks []BatchLock, options ...Loc
 
 func (g *Gateway) lockAll(ctx context.Context, locks []BatchLock, cfg lockConfig) (*LockSet, error) {
 	if err := cfg.refuse("each lock of a batch says how it is held (BatchLock)", "Shared", "Limit", "Permits",
-		"IdempotencyKey", "OnQueued", "SessionTTL", "LockDelay"); err != nil {
+		"IdempotencyKey", "Reentry", "OnQueued", "SessionTTL", "LockDelay"); err != nil {
 		return nil, err
 	}
 	if len(locks) == 0 {

@@ -47,6 +47,10 @@ type Lock struct {
 	permits  int
 	streamed bool
 	replayed bool
+	// holds is the token's holds once this grant was made; reentered: the
+	// grant added one hold to a lock held with its token (Reentry).
+	holds     int
+	reentered bool
 	// lifetime: Context, Done, Err, TTL, ExpiresAt and Remaining.
 	*lifetime
 
@@ -65,15 +69,17 @@ type Lock struct {
 func newLock(parent context.Context, g *Gateway, gr grant, cfg lockConfig, sent, received time.Time, closeStream context.CancelFunc) *Lock {
 	waited := time.Duration(gr.WaitedMs) * time.Millisecond
 	l := &Lock{
-		gw:       g,
-		key:      gr.Key,
-		token:    gr.Token,
-		fencing:  gr.FencingToken,
-		mode:     cfg.mode(),
-		waited:   waited,
-		permits:  cfg.permits,
-		value:    cfg.value,
-		streamed: closeStream != nil,
+		gw:        g,
+		key:       gr.Key,
+		token:     gr.Token,
+		fencing:   gr.FencingToken,
+		mode:      cfg.mode(),
+		waited:    waited,
+		permits:   cfg.permits,
+		value:     cfg.value,
+		streamed:  closeStream != nil,
+		holds:     gr.Holds,
+		reentered: cfg.reentry != "",
 	}
 	lease := newLeaseClock(time.Duration(gr.TTLMs)*time.Millisecond, gr.ExpiresAtMs, sent, received, waited)
 	l.lifetime = newLifetime(parent, lease, closeStream, func(reason, _ string, cause error) error {
@@ -123,7 +129,7 @@ func (l *Lock) Permits() int { return l.permits }
 func (l *Lock) Upgrade(ctx context.Context, options ...LockOption) error {
 	cfg := newLockConfig(options)
 	if err := cfg.refuse("an upgrade takes only Wait", "TTL", "Shared", "Limit", "Permits", "IdempotencyKey",
-		"OnQueued", "InSession", "SessionTTL", "LockDelay"); err != nil {
+		"Reentry", "OnQueued", "InSession", "SessionTTL", "LockDelay"); err != nil {
 		return err
 	}
 	return l.changeMode(ctx, "exclusive", cfg.wait)
@@ -157,6 +163,11 @@ func (l *Lock) changeMode(ctx context.Context, mode string, wait time.Duration) 
 	return nil
 }
 
+// Holds is how many holds the token had once this grant was made: 1 for
+// a new grant, more for a re-entry (Reentry), which counts the holds
+// before it.
+func (l *Lock) Holds() int { return l.holds }
+
 // Waited is how long the request waited in the lock's queue.
 func (l *Lock) Waited() time.Duration { return l.waited }
 
@@ -180,7 +191,9 @@ func (l *Lock) Value() string {
 // the next owner may take it as soon as Release returns, then, for a
 // streamed lock, the connection is closed. Context is then cancelled and
 // Err returns ErrReleased. It is safe to defer, and to call more than once
-// (later calls return what the first did).
+// (later calls return what the first did). A re-entry (Reentry) gives back
+// its one hold, and the lock stays held by the token's others; any other
+// Lock gives back every hold of its token.
 //
 // It returns nil when it gave the lock back; the *LostError when the lock
 // had been lost (the work done under it was not protected all along); or
@@ -192,7 +205,15 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 func (l *Lock) release(ctx context.Context) error {
-	err := l.gw.releaseAll(ctx, l.key, l.token)
+	var err error
+	if l.reentered {
+		// One hold, sent once: a DELETE whose answer was lost may have
+		// given it back, and a second would give back another's.
+		_, err = l.gw.do(ctx, call{method: http.MethodDelete, path: lockPath(l.key, ""),
+			header: http.Header{"Lock-Token": {l.token}}})
+	} else {
+		err = l.gw.releaseAll(ctx, l.key, l.token)
+	}
 	end := ErrReleased
 	if reason, gone := lossOf(err); gone {
 		end = l.lifetime.lostError(reason, "", err)
