@@ -7,7 +7,10 @@ package lockgate
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -120,12 +123,31 @@ func (g *Gateway) lockAll(ctx context.Context, locks []BatchLock, cfg lockConfig
 	stream, err := g.openHeld(ctx, "/locks/batch", body, cfg.wait+g.timeout, "batch's grant", func(events *eventReader) error {
 		return awaitGrant(events, "acquired", &granted, nil)
 	})
+	var unstreamed *unstreamedAnswer
+	if errors.As(err, &unstreamed) && unstreamed.status == http.StatusCreated {
+		return nil, g.giveBackBatch(ctx, unstreamed)
+	}
 	if err != nil {
 		return nil, err
 	}
 	set := newLockSet(ctx, g, granted, cfg, stream)
 	go set.lifetime.follow(stream.events, stream.body)
 	return set, nil
+}
+
+// giveBackBatch releases the locks of a plain grant, the answer of a
+// gateway that does not stream batches (one older than the streamed
+// batch, met in a rolling upgrade): nothing would renew them.
+func (g *Gateway) giveBackBatch(ctx context.Context, answer *unstreamedAnswer) error {
+	var granted batchGrant
+	if json.Unmarshal(answer.body, &granted) != nil {
+		return answer
+	}
+	for _, lock := range granted.Locks {
+		_ = g.releaseAll(detached{ctx}, lock.Key, granted.Token)
+	}
+	return fmt.Errorf("%w: the gateway at %s granted the batch without streaming it (a gateway older than the streamed batch), and its locks were given back",
+		ErrUnavailable, g.base)
 }
 
 func newLockSet(parent context.Context, g *Gateway, gr batchGrant, cfg lockConfig, stream *heldStream) *LockSet {

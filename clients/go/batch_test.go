@@ -264,6 +264,25 @@ func TestASetIsLostByTheClientsClockWhenItsGatewayFallsSilent(t *testing.T) {
 	silent.thaw()
 }
 
+func TestAPlainGrantOfAGatewayThatDoesNotStreamBatchesIsGivenBack(t *testing.T) {
+	_, gateway := sharedStack(t)
+	// As a gateway older than the streamed batch answers: the proxy asks
+	// the real one for a plain batch.
+	plain := newProxy(t, gateway.addr)
+	plain.rewriting(func(sent []byte) []byte {
+		return regexp.MustCompile(`(?i)accept: text/event-stream`).ReplaceAll(sent, []byte("Accept: application/json"))
+	})
+	a, b := uniqueKey(t)+":a", uniqueKey(t)+":b"
+	_, err := lockgate.New(plain.url()).LockAll(context.Background(), lockgate.Keys(a, b), lockgate.TTL(30*time.Second))
+	if !errors.Is(err, lockgate.ErrUnavailable) || !strings.Contains(err.Error(), "without streaming it") {
+		t.Fatalf("LockAll through a gateway that does not stream batches: %v", err)
+	}
+	gw := sharedGateway(t)
+	if holders(t, gw, a)+holders(t, gw, b) != 0 {
+		t.Fatal("the plain grant was left held")
+	}
+}
+
 func TestASetInASessionEndsWithIt(t *testing.T) {
 	gw := sharedGateway(t)
 	ctx := context.Background()
