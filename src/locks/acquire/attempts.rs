@@ -297,6 +297,7 @@ impl<'a> Acquisition<'a> {
                 key: self.terms.keys.key().to_owned(),
                 since: queued.since,
                 waiter_id: ticket.id().to_owned(),
+                present_until: queued.present_until,
             };
             deadlock::refused(self.locks, &start).await
         };
