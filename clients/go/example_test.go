@@ -123,12 +123,11 @@ func ExampleGateway_LockAll() {
 	gw := lockgate.New("http://127.0.0.1:8080")
 	ctx := context.Background()
 	set, err := gw.LockAll(ctx, lockgate.Keys("acct:1", "acct:2"), lockgate.TTL(30*time.Second), lockgate.Wait(5*time.Second))
-	var problem *lockgate.Problem
-	if errors.As(err, &problem) && errors.Is(err, lockgate.ErrLockHeld) {
-		log.Printf("%s was held; neither was taken", problem.Key)
-		return
-	}
 	if err != nil {
+		var problem *lockgate.Problem
+		if errors.Is(err, lockgate.ErrLockHeld) && errors.As(err, &problem) {
+			log.Fatalf("%s was held for 5 s; neither lock was taken", problem.Key)
+		}
 		log.Fatal(err)
 	}
 	defer set.Release(context.Background())
