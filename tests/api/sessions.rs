@@ -229,6 +229,13 @@ async fn an_expired_sessions_locks_keep_its_lock_delay_visibly() {
     let refused = app.acquire(json!({"key": "delay:a"})).await;
     let problem = assert_problem(refused, 409, "lock-held").await;
     assert!(problem["retry_after_ms"].as_u64().unwrap() <= 1_500);
+    // Nobody holds it: the refusal says it is the delay, and until when.
+    assert_eq!(problem["delayed_until_ms"], until, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("lock-delay") && !detail.contains("another owner"),
+        "{detail}"
+    );
     let waiter = app
         .acquire(json!({"key": "delay:a", "wait_ms": 5_000}))
         .await;

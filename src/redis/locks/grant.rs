@@ -63,9 +63,11 @@ pub enum AcquireReply {
         free_in_ms: u64,
         token: Option<String>,
     },
-    /// No place now, and no wait: a place may free in `free_in_ms`.
+    /// No place now, and no wait: a place may free in `free_in_ms`; a
+    /// lock nobody holds is kept by a lock-delay until `delayed_until_ms`.
     Held {
         free_in_ms: u64,
+        delayed_until_ms: Option<u64>,
     },
     NotOwner,
     /// Held with another limit.
@@ -141,6 +143,7 @@ pub async fn acquire(
         }),
         "held" => Some(AcquireReply::Held {
             free_in_ms: reply.number("free_in_ms")?,
+            delayed_until_ms: reply.number("delayed_until_ms"),
         }),
         "not-owner" => Some(AcquireReply::NotOwner),
         "limit-mismatch" => Some(AcquireReply::LimitMismatch {
@@ -174,6 +177,7 @@ async fn acquire_plain(
         "granted" => lock_state(reply, ttl_ms).map(|state| Some(AcquireReply::Granted(state))),
         "held" => Some(Some(AcquireReply::Held {
             free_in_ms: reply.number("free_in_ms")?,
+            delayed_until_ms: None,
         })),
         "busy" => Some(None),
         _ => None,
