@@ -155,6 +155,15 @@ pub struct OrderList {
     orders: Vec<OrderRecord>,
     /// Where the next page begins (its `cursor`); null on the last page.
     next_cursor: Option<String>,
+    /// False when this instance has no orders database while the hand-off
+    /// has stored some of the sale's orders: those that left the sale's
+    /// stream are missing. List them through an instance started with
+    /// `--orders-database`, or read the database's `orders` table. (One
+    /// user's orders, `user_id=`, are always complete.)
+    complete: bool,
+    /// When not complete: how many orders the hand-off has stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stored: Option<u64>,
 }
 
 /// Which orders `GET /seckill/{sku}/orders` lists.
@@ -403,6 +412,8 @@ pub async fn orders(
         sku: sku.to_string(),
         orders: page.orders.into_iter().map(OrderRecord::from).collect(),
         next_cursor: page.next,
+        complete: page.stored_unread.is_none(),
+        stored: page.stored_unread,
     }))
 }
 

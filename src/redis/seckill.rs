@@ -394,6 +394,9 @@ type StreamEntry = (String, Vec<(String, String)>);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamOrders {
     pub epoch: u64,
+    /// How many of its orders the hand-off has stored (they leave the
+    /// stream once stored and acknowledged).
+    pub stored: u64,
     /// Each order with the time of its purchase (the Redis clock, ms: its
     /// stream entry's id).
     pub orders: Vec<(u64, OrderEntry)>,
@@ -412,7 +415,7 @@ pub async fn orders(
 ) -> Result<Option<StreamOrders>, BackendError> {
     const LAST_SEQ: u64 = u64::MAX;
     let mut read = redis::pipe();
-    read.cmd("HGET").arg(&keys.sale).arg("epoch");
+    read.cmd("HMGET").arg(&keys.sale).arg("epoch").arg("stored");
     match after_ms {
         Some(ms) => {
             read.cmd("XRANGE")
@@ -435,16 +438,18 @@ pub async fn orders(
                 .arg(limit);
         }
     }
-    let (epoch, mut entries, later): (Option<u64>, Vec<StreamEntry>, Vec<StreamEntry>) =
+    type Counts = (Option<u64>, Option<u64>);
+    let (counts, mut entries, later): (Counts, Vec<StreamEntry>, Vec<StreamEntry>) =
         if after_ms.is_some() {
             read.query_async(conn).await?
         } else {
-            let (epoch, later): (Option<u64>, Vec<StreamEntry>) = read.query_async(conn).await?;
-            (epoch, Vec::new(), later)
+            let (counts, later): (Counts, Vec<StreamEntry>) = read.query_async(conn).await?;
+            (counts, Vec::new(), later)
         };
-    let Some(epoch) = epoch else {
+    let (Some(epoch), stored) = counts else {
         return Ok(None);
     };
+    let stored = stored.unwrap_or(0);
     let full = later.len() >= limit;
     entries.extend(later);
     if full && let Some((last, _)) = entries.last() {
@@ -475,7 +480,11 @@ pub async fn orders(
             Some((entry_ms(&id), order))
         })
         .collect();
-    Ok(Some(StreamOrders { epoch, orders }))
+    Ok(Some(StreamOrders {
+        epoch,
+        stored,
+        orders,
+    }))
 }
 
 /// The milliseconds part of a stream entry's id (`<ms>-<seq>`).

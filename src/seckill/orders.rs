@@ -13,6 +13,10 @@ use crate::redis::{BackendError, Connection};
 pub struct OrderPage {
     pub orders: Vec<OrderEntry>,
     pub next: Option<String>,
+    /// When this instance cannot read the orders the hand-off stored (it
+    /// has no orders database) and there are some: how many are stored.
+    /// Those that left the stream are missing from the page.
+    pub stored_unread: Option<u64>,
 }
 
 /// Orders the hand-off has stored already: once stored (and acknowledged),
@@ -81,8 +85,10 @@ pub(super) async fn page(
     for keys in &segments[1..] {
         if let Some(more) = scripts::orders(conn, keys, after.map(|(ms, _)| ms), limit + 1).await? {
             streamed.orders.extend(more.orders);
+            streamed.stored += more.stored;
         }
     }
+    let stored_unread = (stored.is_none() && streamed.stored > 0).then_some(streamed.stored);
     let mut merged: BTreeMap<(u64, String), OrderEntry> = BTreeMap::new();
     let stored = match stored {
         Some(stored) => stored
@@ -111,6 +117,7 @@ pub(super) async fn page(
     Ok(Some(OrderPage {
         orders: page.into_iter().map(|(_, order)| order).collect(),
         next: next.flatten(),
+        stored_unread,
     }))
 }
 
@@ -132,5 +139,9 @@ async fn user_page(
     let more = all.len() > skip + limit;
     let orders = all.into_iter().skip(skip).take(limit).collect();
     let next = more.then(|| (skip + limit).to_string());
-    Ok(Some(OrderPage { orders, next }))
+    Ok(Some(OrderPage {
+        orders,
+        next,
+        stored_unread: None,
+    }))
 }

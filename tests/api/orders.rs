@@ -164,6 +164,58 @@ async fn the_order_list_gives_every_order_once_wherever_it_is() {
     app.stop().await;
 }
 
+/// A gateway without the orders database cannot list the orders the
+/// hand-off stored (they leave the stream): its listing says it is not
+/// complete and how many are stored; one with the database lists them all.
+#[tokio::test]
+async fn an_instance_without_the_database_says_its_order_list_is_not_complete() {
+    let redis = RedisServer::start().await;
+    let (_dir, database) = sqlite();
+    let storing = TestApp::spawn_sale(&redis, &["--orders-database", &database]).await;
+    let other = TestApp::spawn_sale(&redis, &[]).await;
+    storing.reset_sale("partial", 100, 5).await;
+    buy_many(&storing, "partial", 30).await;
+    all_stored(&storing, "partial", Duration::from_secs(15)).await;
+    // Stored orders leave the stream once acknowledged: wait for the trim.
+    let trimmed = eventually(Duration::from_secs(10), || async {
+        let mut conn = redis.connection().await;
+        conn.xlen::<_, u64>(stream("partial")).await.unwrap() == 0
+    })
+    .await;
+    assert!(trimmed, "the stored orders never left the stream");
+
+    let list = |app: &TestApp| {
+        let request = app
+            .http
+            .get(app.url("/seckill/partial/orders"))
+            .query(&[("limit", "1000")])
+            .bearer_auth(crate::helpers::ADMIN);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let whole = list(&storing).await;
+    assert_eq!(whole["orders"].as_array().unwrap().len(), 30, "{whole}");
+    assert_eq!(whole["complete"], true, "{whole}");
+    let part = list(&other).await;
+    assert_eq!(part["complete"], false, "{part}");
+    assert_eq!(part["stored"], 30, "{part}");
+    assert!(part["orders"].as_array().unwrap().len() < 30);
+    // One buyer's orders come from its own record, on any instance.
+    let mine: Value = other
+        .http
+        .get(other.url("/seckill/partial/orders"))
+        .query(&[("user_id", "u-3")])
+        .bearer_auth(crate::helpers::ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["orders"].as_array().unwrap().len(), 1, "{mine}");
+    assert_eq!(mine["complete"], true, "{mine}");
+    storing.stop().await;
+}
+
 #[tokio::test]
 async fn reconcile_fails_when_a_row_is_missing() {
     let redis = RedisServer::start_single().await;
