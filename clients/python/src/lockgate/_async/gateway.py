@@ -210,10 +210,12 @@ class AsyncGateway:
         value: Optional[str] = None,
         on_lost: Optional[Callable[[AsyncLockSet], Any]] = None,
     ) -> AsyncLockSet:
-        """Several locks taken together (`POST /locks/batch`) when the
-        `async with` block starts (or by `await locks.acquire()`): every one
-        or none, for one owner token, renewed by the client every `ttl / 3`
-        seconds while the block runs, all released when it ends.
+        """Several locks taken together when the `async with` block starts
+        (or by `await locks.acquire()`): every one or none, for one owner
+        token, held as one streamed lock is (a streamed `POST
+        /locks/batch`): renewed by the gateway every `ttl / 3` seconds while
+        the block runs, all released when it ends, and lost together when
+        any of them is.
 
         Each lock is a key, or a mapping with `key` and any of `mode`,
         `limit`, `permits` (as `lock` takes them). `wait` is the whole

@@ -28,7 +28,8 @@ from ..models import Leader, LockEvent
 from ..sse import Event
 from ._concurrency import abort_stream, close_quietly, sleep
 from ._interfaces import GatewayInterface
-from .lock import Lock, stream_events
+from .holding import stream_events
+from .lock import Lock
 
 __all__ = ["Watcher", "Election", "Leadership", "LeaderObserver"]
 
