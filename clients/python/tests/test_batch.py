@@ -79,9 +79,12 @@ def test_lock_all_is_renewed_by_the_gateway_past_its_lease(gateway, proxy_to, ke
     proxy = proxy_to(gateway.port)
     with Gateway(proxy.url, timeout=5) as gw, gw.lock_all([a, b], ttl=0.6) as locks:
         first = locks.fencing_tokens
+        granted_until = locks.expires_at_ms
+        assert granted_until == locks.grant["expires_at_ms"]
         time.sleep(1.5)  # over two leases
         locks.check()
         assert 0 < locks.remaining <= 0.6
+        assert locks.expires_at_ms is not None and locks.expires_at_ms >= granted_until + 800
         # One connection all along, the streamed batch's: the client sent
         # no renewal of its own (a request would have needed another, as a
         # stream's connection is never pooled).

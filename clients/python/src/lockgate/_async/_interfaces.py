@@ -20,7 +20,14 @@ from ..models import LockInfo
 if TYPE_CHECKING:
     from .holding import AsyncHolding
 
-__all__ = ["AsyncGatewayInterface", "AsyncSessionInterface"]
+__all__ = ["AsyncGatewayInterface", "AsyncValuedLease", "AsyncSessionInterface"]
+
+
+class AsyncValuedLease(Protocol):
+    """A lease as `set_value` returns it: when it ends."""
+
+    @property
+    def expires_at_ms(self) -> Optional[int]: ...
 
 
 class AsyncGatewayInterface(Protocol):
@@ -48,6 +55,8 @@ class AsyncGatewayInterface(Protocol):
     async def _request(self, method: str, path: str, **options: Any) -> httpx.Response: ...
 
     async def change_mode(self, key: str, token: str, mode: LockMode, *, wait: float = 0.0) -> ModeChange: ...
+
+    async def set_value(self, key: str, token: str, value: Optional[str]) -> AsyncValuedLease: ...
 
     async def release(self, key: str, token: str) -> int: ...
 

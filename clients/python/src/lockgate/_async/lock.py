@@ -38,7 +38,8 @@ class AsyncLock(AsyncHeld):
 
     A lock taken through a `session` hangs on the session's lease: it is
     lost when the session is (reason `session-ended`), and `ttl` is the
-    session's.
+    session's. One taken with the `session_id` of a session opened
+    elsewhere hangs on that one: its stream tells when the session ends.
     """
 
     def __init__(
@@ -53,7 +54,9 @@ class AsyncLock(AsyncHeld):
         permits: Optional[int] = None,
         value: Optional[str] = None,
         on_lost: Optional[Callable[["AsyncLock"], Any]] = None,
+        on_queued: Optional[Callable[[int], Any]] = None,
         session: Optional[AsyncSessionInterface] = None,
+        session_id: Optional[str] = None,
     ) -> None:
         self.gateway = gateway
         self.key = key
@@ -66,6 +69,8 @@ class AsyncLock(AsyncHeld):
         #: The places of the counting lock this holder takes.
         self.permits = permits
         self.value = value
+        #: Told each place in the queue while the lock waits (1 is next).
+        self.on_queued = on_queued
         self.token: Optional[str] = None
         self.fencing_token: Optional[int] = None
         #: The `acquired` event's data: the grant as the gateway made it.
@@ -73,7 +78,7 @@ class AsyncLock(AsyncHeld):
         #: The place in the lock's queue while waiting (1 is next).
         self.position: Optional[int] = None
         self._holding = AsyncHolding(
-            self, gateway, LOCK, key, f"lock {key!r}", on_lost=on_lost, session=session
+            self, gateway, LOCK, key, f"lock {key!r}", on_lost=on_lost, session=session, session_id=session_id
         )
         own = self._holding.own_lease
         self._request_body = acquire_body(
@@ -99,6 +104,8 @@ class AsyncLock(AsyncHeld):
 
     def _queued(self, position: int) -> None:
         self.position = position
+        if self.on_queued is not None:
+            self.on_queued(position)
 
     def _granted(self, data: Dict[str, Any]) -> None:
         grant = cast(LockGrant, data)
@@ -132,6 +139,12 @@ class AsyncLock(AsyncHeld):
         with self._holding.guard:
             self.mode = changed["mode"]
             self.fencing_token = changed["fencing_token"]
+
+    async def set_value(self, value: Optional[str]) -> None:
+        """Replaces the public value of the lock's holder (what `inspect`
+        and watchers show; None clears it) while it is held."""
+        await self.gateway.set_value(self.key, self._held_token(), value)
+        self.value = value
 
     # -- releasing -------------------------------------------------------
 

@@ -66,12 +66,6 @@ class AsyncSession(AsyncHeld):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(ttl={self.ttl}, {self._holding.state}, locks={len(self._holding.members)})"
 
-    @property
-    def expires_at_ms(self) -> Optional[int]:
-        """When the session ends unless kept alive (Unix ms, Redis clock),
-        as of its last renewal."""
-        return self._holding.expires_at_ms
-
     def lock(
         self,
         key: str,
@@ -82,6 +76,7 @@ class AsyncSession(AsyncHeld):
         permits: Optional[int] = None,
         value: Optional[str] = None,
         on_lost: Optional[Callable[[AsyncLock], Any]] = None,
+        on_queued: Optional[Callable[[int], Any]] = None,
     ) -> AsyncLock:
         """A streamed lock on `key` in this session, taken when its `async
         with` block starts (or by `await lock.acquire()`), as
@@ -97,6 +92,7 @@ class AsyncSession(AsyncHeld):
             permits=permits,
             value=value,
             on_lost=on_lost,
+            on_queued=on_queued,
             session=self,
         )
 

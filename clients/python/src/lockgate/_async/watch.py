@@ -210,6 +210,12 @@ class AsyncLeadership(AsyncLock):
                 await sleep(backoff(attempt) if left is None else min(backoff(attempt), left))
                 attempt += 1
 
+    async def proclaim(self, value: Optional[str]) -> None:
+        """Publishes a new value for the leader (its address, say) without
+        a new election: observers see the leader again with it."""
+        await self.set_value(value)
+        self.election.value = value
+
     async def resign(self) -> None:
         """Gives up the leadership (releases the lock)."""
         await self.release()

@@ -20,7 +20,14 @@ from ..models import LockInfo
 if TYPE_CHECKING:
     from .holding import Holding
 
-__all__ = ["GatewayInterface", "SessionInterface"]
+__all__ = ["GatewayInterface", "ValuedLease", "SessionInterface"]
+
+
+class ValuedLease(Protocol):
+    """A lease as `set_value` returns it: when it ends."""
+
+    @property
+    def expires_at_ms(self) -> Optional[int]: ...
 
 
 class GatewayInterface(Protocol):
@@ -48,6 +55,8 @@ class GatewayInterface(Protocol):
     def _request(self, method: str, path: str, **options: Any) -> httpx.Response: ...
 
     def change_mode(self, key: str, token: str, mode: LockMode, *, wait: float = 0.0) -> ModeChange: ...
+
+    def set_value(self, key: str, token: str, value: Optional[str]) -> ValuedLease: ...
 
     def release(self, key: str, token: str) -> int: ...
 

@@ -46,6 +46,7 @@ class LockSet(Held):
         wait: float,
         value: Optional[str] = None,
         session: Optional[SessionInterface] = None,
+        session_id: Optional[str] = None,
         on_lost: Optional[Callable[["LockSet"], Any]] = None,
     ) -> None:
         self.gateway = gateway
@@ -54,7 +55,7 @@ class LockSet(Held):
         self.ttl = ttl
         self.wait = wait
         self.value = value
-        in_session = session._id_for_lock() if session is not None else None
+        in_session = session._id_for_lock() if session is not None else session_id
         self._request_body = batch_body(
             locks, ttl=ttl if in_session is None else None, wait=wait, value=value, session=in_session
         )
@@ -66,7 +67,7 @@ class LockSet(Held):
         self.grant: Dict[str, Any] = {}
         names = ", ".join(self.keys)
         self._holding = Holding(
-            self, gateway, LOCK_SET, names, f"locks {names}", on_lost=on_lost, session=session
+            self, gateway, LOCK_SET, names, f"locks {names}", on_lost=on_lost, session=session, session_id=session_id
         )
 
     def __repr__(self) -> str:

@@ -108,8 +108,9 @@ class Holding:
         self.ended_by: Optional[str] = None
         #: Why the stream ended: its last event's reason, or `connection-lost`.
         self.stream_end: Optional[str] = None
-        #: When the lease ends, as the gateway last said (Unix ms, Redis clock).
-        self.expires_at_ms: Optional[int] = None
+        #: When its own lease ends, as the gateway last said (Unix ms,
+        #: Redis clock).
+        self._expires_at_ms: Optional[int] = None
         #: Its own lease's clock, once granted (None without a lease of its own).
         self.clock: Optional[LeaseClock] = None
         #: What hangs on it (a session's locks and lock sets), lost with it.
@@ -147,6 +148,15 @@ class Holding:
         """The clock of the lease it lives by: its own, its session's, or
         none this client follows."""
         return self.parent.lease_clock if self.parent is not None else self.clock
+
+    @property
+    def expires_at_ms(self) -> Optional[int]:
+        """When the lease it lives by ends, as the gateway last said: its
+        own, its session's, or None for a session this client does not
+        follow."""
+        if self.parent is not None:
+            return self.parent.expires_at_ms
+        return self._expires_at_ms if self.own_lease else None
 
     def error(self, reason: str) -> LockLost:
         return self.kind.lost(self.ended_by or self.name, reason)
@@ -236,7 +246,7 @@ class Holding:
             accept(grant)
             self.granted = True
             self.clock = clock
-            self.expires_at_ms = grant.get("expires_at_ms")
+            self._expires_at_ms = grant.get("expires_at_ms")
             self._pid = os.getpid()
         _forks.track(self)
         if clock is not None:
@@ -278,7 +288,7 @@ class Holding:
             if clock is None or self.reason is not None:
                 return
             clock.renewed(expires_at_ms, time.monotonic())
-            self.expires_at_ms = expires_at_ms
+            self._expires_at_ms = expires_at_ms
             self._deadline.set(clock.deadline)
 
     def lose(self, reason: str, key: Optional[str] = None) -> None:
@@ -499,6 +509,14 @@ class Held:
         """Why it was lost (`LockLost.reason` tells each); None while it is
         not."""
         return self._holding.reason
+
+    @property
+    def expires_at_ms(self) -> Optional[int]:
+        """When its lease ends unless renewed (Unix ms, Redis clock), as of
+        the last renewal: for what hangs on a session, the session's; None
+        before the grant, and for what hangs on a session opened
+        elsewhere."""
+        return self._holding.expires_at_ms
 
     @property
     def remaining(self) -> float:

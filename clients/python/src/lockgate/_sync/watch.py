@@ -210,6 +210,12 @@ class Leadership(Lock):
                 sleep(backoff(attempt) if left is None else min(backoff(attempt), left))
                 attempt += 1
 
+    def proclaim(self, value: Optional[str]) -> None:
+        """Publishes a new value for the leader (its address, say) without
+        a new election: observers see the leader again with it."""
+        self.set_value(value)
+        self.election.value = value
+
     def resign(self) -> None:
         """Gives up the leadership (releases the lock)."""
         self.release()
