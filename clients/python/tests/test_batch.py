@@ -14,7 +14,7 @@ from typing import List
 import httpx
 import pytest
 
-from lockgate import AsyncGateway, Deadlock, Gateway, LockHeld, LockLost
+from lockgate import AsyncGateway, Deadlock, Gateway, GatewayUnavailable, LockHeld, LockLost
 from servers import wait_until
 
 
@@ -165,6 +165,22 @@ def test_a_set_is_lost_by_the_clients_own_deadline_when_its_gateway_falls_silent
         # A safety margin before the lease could end after the last
         # renewal, which came at most ttl/3 before the freeze.
         assert lost_at[0] - frozen_at <= ttl + 1.0
+
+
+def test_a_set_granted_without_a_stream_is_given_back(gateway, proxy_to, gw: Gateway, key: str) -> None:
+    """A gateway older than the streamed batch (in a rolling upgrade, behind
+    the same address) answers it as a plain batch: granted, and renewed by
+    nothing. Such a gateway is what a real one is to a request whose
+    `Accept` the proxy takes out."""
+    a, b = f"{key}:a", f"{key}:b"
+    proxy = proxy_to(gateway.port)
+    proxy.rewrite_requests(b"Accept: text/event-stream\r\n", b"Accept: application/json\r\n")
+    with Gateway(proxy.url, timeout=5) as old:
+        with pytest.raises(GatewayUnavailable) as refused:
+            with old.lock_all([a, b], ttl=30):
+                pytest.fail("the body ran under locks nothing renews")
+        assert "without a stream" in str(refused.value)
+    assert not held(gw, a) and not held(gw, b)  # given back, not left to their 30 s leases
 
 
 def test_lock_all_in_a_session_hangs_on_it(gw: Gateway, key: str) -> None:

@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from types import TracebackType
-from typing import Any, AsyncIterator, Callable, Dict, Mapping, Optional, Sequence, Set, Type, TypeVar, cast
+from typing import Any, AsyncIterator, Callable, Dict, Mapping, NoReturn, Optional, Sequence, Set, Type, TypeVar, cast
 
 import httpx
 
@@ -45,6 +45,7 @@ from .._protocol import (
     STREAM_SILENCE,
     Kind,
     LeaseClock,
+    answer,
     event_json,
     note_failed_release,
     problem_error,
@@ -59,6 +60,15 @@ from ._interfaces import AsyncGatewayInterface, AsyncSessionInterface
 __all__ = ["AsyncHeld", "AsyncHolding", "stream_events"]
 
 log = logging.getLogger("lockgate")
+
+
+class _Unstreamed(Exception):
+    """A plain answer to a streamed request: what it granted, held by
+    nothing."""
+
+    def __init__(self, grant: Dict[str, Any]) -> None:
+        super().__init__("granted without a stream")
+        self.grant = grant
 
 
 async def stream_events(response: httpx.Response, last_event_id: str = "") -> AsyncIterator[Event]:
@@ -198,6 +208,9 @@ class AsyncHolding:
         events = stream_events(response)
         try:
             grant = await self._grant(response, events, on_queued)
+        except _Unstreamed as plain:
+            await close_quietly(response)
+            await self._refuse_unstreamed(plain.grant, accept)
         except httpx.TransportError as exc:
             await close_quietly(response)
             raise unreachable(exc) from exc
@@ -218,6 +231,8 @@ class AsyncHolding:
         meanwhile; raises the refusal, if that is what comes."""
         if response.status_code != 200:
             await response.aread()
+            if response.status_code == 201:
+                raise _Unstreamed(answer(response))
             raise problem_error(response)
         async for event in events:
             name = cast(LockStreamEventName, event.event)
@@ -228,6 +243,20 @@ class AsyncHolding:
             elif event.event == self.kind.granted:
                 return event_json(event)
         raise GatewayUnavailable(f"the gateway ended the stream of {self.what} before granting it")
+
+    async def _refuse_unstreamed(self, grant: Dict[str, Any], accept: Callable[[Dict[str, Any]], None]) -> NoReturn:
+        """A gateway older than this client (in a rolling upgrade) granted
+        the request as a plain one, which nothing would renew: it is given
+        back at once, and refused as a gateway that cannot serve it."""
+        with self.guard:
+            accept(grant)
+        error = await self.owner._give_back()
+        if error is not None:
+            log.warning("giving back %s, granted without a stream: %r", self.what, error)
+        raise GatewayUnavailable(
+            f"the gateway answered {self.kind.path} without a stream (a version before this client's?);"
+            f" {self.what} was given back"
+        ) from None
 
     def _hold(
         self,

@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from types import TracebackType
-from typing import Any, Iterator, Callable, Dict, Mapping, Optional, Sequence, Set, Type, TypeVar, cast
+from typing import Any, Iterator, Callable, Dict, Mapping, NoReturn, Optional, Sequence, Set, Type, TypeVar, cast
 
 import httpx
 
@@ -45,6 +45,7 @@ from .._protocol import (
     STREAM_SILENCE,
     Kind,
     LeaseClock,
+    answer,
     event_json,
     note_failed_release,
     problem_error,
@@ -59,6 +60,15 @@ from ._interfaces import GatewayInterface, SessionInterface
 __all__ = ["Held", "Holding", "stream_events"]
 
 log = logging.getLogger("lockgate")
+
+
+class _Unstreamed(Exception):
+    """A plain answer to a streamed request: what it granted, held by
+    nothing."""
+
+    def __init__(self, grant: Dict[str, Any]) -> None:
+        super().__init__("granted without a stream")
+        self.grant = grant
 
 
 def stream_events(response: httpx.Response, last_event_id: str = "") -> Iterator[Event]:
@@ -198,6 +208,9 @@ class Holding:
         events = stream_events(response)
         try:
             grant = self._grant(response, events, on_queued)
+        except _Unstreamed as plain:
+            close_quietly(response)
+            self._refuse_unstreamed(plain.grant, accept)
         except httpx.TransportError as exc:
             close_quietly(response)
             raise unreachable(exc) from exc
@@ -218,6 +231,8 @@ class Holding:
         meanwhile; raises the refusal, if that is what comes."""
         if response.status_code != 200:
             response.read()
+            if response.status_code == 201:
+                raise _Unstreamed(answer(response))
             raise problem_error(response)
         for event in events:
             name = cast(LockStreamEventName, event.event)
@@ -228,6 +243,20 @@ class Holding:
             elif event.event == self.kind.granted:
                 return event_json(event)
         raise GatewayUnavailable(f"the gateway ended the stream of {self.what} before granting it")
+
+    def _refuse_unstreamed(self, grant: Dict[str, Any], accept: Callable[[Dict[str, Any]], None]) -> NoReturn:
+        """A gateway older than this client (in a rolling upgrade) granted
+        the request as a plain one, which nothing would renew: it is given
+        back at once, and refused as a gateway that cannot serve it."""
+        with self.guard:
+            accept(grant)
+        error = self.owner._give_back()
+        if error is not None:
+            log.warning("giving back %s, granted without a stream: %r", self.what, error)
+        raise GatewayUnavailable(
+            f"the gateway answered {self.kind.path} without a stream (a version before this client's?);"
+            f" {self.what} was given back"
+        ) from None
 
     def _hold(
         self,
