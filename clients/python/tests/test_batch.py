@@ -124,7 +124,7 @@ def test_lock_all_is_lost_when_one_of_its_locks_is_released_elsewhere(gw: Gatewa
                 locks.check()
             assert checked.value.key == b
     assert raised.value.reason == "released"
-    assert seen == [locks]
+    assert seen == [locks] and locks.on_lost == seen.append
     # The gateway gave the other one back as the set ended.
     wait_until(lambda: not held(gw, a), 3, "the set's other lock to be given back")
 

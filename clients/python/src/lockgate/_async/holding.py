@@ -561,6 +561,16 @@ class AsyncHeld:
         can know: a renewal came in time)."""
         self._holding.check()
 
+    @property
+    def on_lost(self) -> Optional[Callable[[Any], Any]]:
+        """Called once with it when it is lost (sync: from a background
+        thread; asyncio: on the loop, a coroutine it returns scheduled)."""
+        return self._holding.on_lost
+
+    @on_lost.setter
+    def on_lost(self, callback: Optional[Callable[[Any], Any]]) -> None:
+        self._holding.on_lost = callback
+
     async def _take(self) -> None:
         """Takes it (acquires the lock or locks, opens the session)."""
         raise NotImplementedError
