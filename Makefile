@@ -4,8 +4,8 @@
 #                     made at the first start and kept in .run/admin-token)
 #   make test         install what the tests need; fmt check, clippy, every
 #                     test (the lock, sale and hand-off suites also against a
-#                     Redis Cluster), contract fuzzing, the Python and
-#                     TypeScript and Go clients' suites, the console in Chromium,
+#                     Redis Cluster), contract fuzzing, the Python,
+#                     TypeScript, Go and Java clients' suites, the console in Chromium,
 #                     the docs' examples against a real gateway,
 #                     the short k6 load tests against three instances behind
 #                     nginx, then the short fault run (as root)
@@ -35,7 +35,7 @@ run:
 	  $(CARGO) run --release --locked -- serve
 
 test:
-	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go
+	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go java
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) model-check
@@ -69,18 +69,19 @@ model:
 # The lock, lock-kind, fair-queue, watch, idempotent-acquire, flash-sale and
 # streamed-lock suites again, each test against its own three-master Redis Cluster.
 cluster-suite:
-	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams:: orders:: sessions:: batch::
+	CARGO=$(CARGO) LOCKGATE_TEST_REDIS=cluster ./scripts/run-tests.sh locks:: lock_kinds:: fair_queue:: watching:: idempotent:: seckill:: streams:: orders:: sessions:: batch:: modes::
 
 # schemathesis against the served OpenAPI document of a running gateway.
 fuzz:
 	./scripts/fuzz-contract.sh
 
-# The client libraries' suites (Python, TypeScript, Go), against the release binary.
+# The client libraries' suites (Python, TypeScript, Go, Java), against the release binary.
 clients:
 	$(CARGO) build --release --locked --quiet --bin lockgate
 	./clients/python/run-tests.sh
 	./clients/typescript/run-tests.sh
 	./clients/go/run-tests.sh
+	./clients/java/run-tests.sh
 
 # The console in a real Chromium, against the release binary.
 console:

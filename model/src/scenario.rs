@@ -380,6 +380,7 @@ impl Protocol {
             keep_ticket_counter: false,
             idempotency_twins: true,
             deadlock_waits_here: true,
+            deadlock_renewed_presence: true,
             deadlock_claims_grant: true,
             fresh_instance_id: true,
             requeue_resets_standing: true,
@@ -391,6 +392,7 @@ impl Protocol {
         };
         let before_model = Fixes {
             deadlock_waits_here: false,
+            deadlock_renewed_presence: false,
             deadlock_claims_grant: false,
             fresh_instance_id: false,
             requeue_resets_standing: false,
@@ -494,6 +496,12 @@ pub struct Fixes {
     /// its instance's presence is current by Redis's clock (before: it
     /// read the queue entry, present or not).
     pub deadlock_waits_here: bool,
+    /// A cycle is confirmed by a second search more than a tending round
+    /// after the first (two ticks), counting only the waits whose
+    /// instance renewed its presence in between, so that a gateway killed
+    /// a moment ago (its presence still current) closes no cycle (before:
+    /// the second search 100 ms later, within the tick).
+    pub deadlock_renewed_presence: bool,
     /// A wait refused `deadlock` leaves keeping a place it was granted
     /// meanwhile (`IfGranted::Keep`), claims it and answers the grant
     /// (before: it gave it back and answered `deadlock`).

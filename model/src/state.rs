@@ -338,12 +338,21 @@ pub enum Search {
     Holders {
         holders: u8,
         since: Tick,
-        confirming: Option<u8>,
+        confirming: Option<Sighting>,
     },
-    /// A cycle was seen (its keys), to search again 100 ms later.
-    Seen { keys: u8, since: Tick },
+    /// A cycle was seen, to search again: a moment later, or (with
+    /// `Fixes::deadlock_renewed_presence`) more than a round later, once
+    /// every live instance of it has renewed its presence.
+    Seen { sighting: Sighting, since: Tick },
     /// Confirmed: the wait leaves and is answered `409 deadlock`.
     Refusing,
+}
+
+/// A cycle a deadlock search saw first: its keys, and the tick it was seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sighting {
+    pub keys: u8,
+    pub at: Tick,
 }
 
 /// A request's progress, on its gateway and at its client.

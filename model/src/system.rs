@@ -5,7 +5,7 @@
 //! ended, a renewal due, a guard's script, a sweep, a search): what runs,
 //! runs in time; only a pause, a stall or a crash delays it.
 
-use crate::deadlock;
+use crate::deadlock::{self, CONFIRM_TICKS};
 use crate::scenario::{Fixes, Gw, Hold, Key, Mutant, Req, STARTS, Scenario, Sess};
 use crate::sessions;
 use crate::state::{Gateway, Life, Phase, Search, Standing, State};
@@ -346,7 +346,10 @@ impl LockModel {
         }
         let searching = match search {
             Search::Idle { at } => s.now >= at,
-            Search::Holders { .. } | Search::Seen { .. } => true,
+            Search::Holders { .. } => true,
+            Search::Seen { sighting, .. } => {
+                !self.fixes.deadlock_renewed_presence || s.now >= sighting.at + CONFIRM_TICKS
+            }
             Search::Refusing => false,
         };
         let closing = s.gateway(self.scenario.spec(id).gateway).closing;

@@ -80,6 +80,17 @@ impl Caller {
         }
     }
 
+    /// Whose Idempotency-Keys the caller's are: its principal's, the admin
+    /// token's, or (without a permissions file, where every API key may do
+    /// the same) one scope for every caller.
+    pub fn idempotency_scope(&self) -> String {
+        match self {
+            Self::Open | Self::ApiKey => String::new(),
+            Self::Admin => "admin".to_owned(),
+            Self::Principal { .. } => format!("principal:{}", self.name()),
+        }
+    }
+
     fn principal(&self) -> Option<&Principal> {
         match self {
             Self::Principal { acl, index } => Some(acl.principal(*index)),

@@ -53,6 +53,10 @@ pub struct Problem {
     /// The keys of a cycle of session waits, in order (`deadlock`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cycle: Option<Vec<String>>,
+    /// Until when a lock-delay keeps a lock nobody holds, in Unix ms
+    /// (`lock-held`, when that is why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delayed_until_ms: Option<u64>,
 }
 
 /// Everything a request can fail with. Each variant's doc names its status
@@ -167,7 +171,7 @@ impl ApiError {
             Self::InvalidField { .. } | Self::OutOfRange { .. } => ProblemType::InvalidField,
             Self::MissingToken => ProblemType::MissingToken,
             Self::InvalidToken(_) | Self::ConflictingTokens => ProblemType::InvalidToken,
-            Self::Lock(LockError::Held { .. }) => ProblemType::LockHeld,
+            Self::Lock(LockError::Held { .. } | LockError::Delayed { .. }) => ProblemType::LockHeld,
             Self::Lock(LockError::NotOwner { .. }) => ProblemType::NotOwner,
             Self::Lock(LockError::NotFound { .. }) => ProblemType::LockNotFound,
             Self::Lock(LockError::LimitMismatch { .. }) => ProblemType::LimitMismatch,
@@ -254,6 +258,10 @@ impl ApiError {
                 Self::Lock(LockError::UpgradeDeadlock { key }) => Some(vec![key.to_string()]),
                 _ => None,
             },
+            delayed_until_ms: match self {
+                Self::Lock(LockError::Delayed { until_ms, .. }) => Some(*until_ms),
+                _ => None,
+            },
         }
     }
 
@@ -262,6 +270,7 @@ impl ApiError {
         match self {
             Self::Lock(
                 LockError::Held { key, .. }
+                | LockError::Delayed { key, .. }
                 | LockError::NotOwner { key }
                 | LockError::NotFound { key }
                 | LockError::LimitMismatch { key, .. }
@@ -281,7 +290,9 @@ impl ApiError {
     /// rate limit's wait, or a second for every 503.
     fn retry_after_ms(&self) -> Option<u64> {
         match self {
-            Self::Lock(LockError::Held { retry_after_ms, .. }) => Some(*retry_after_ms),
+            Self::Lock(
+                LockError::Held { retry_after_ms, .. } | LockError::Delayed { retry_after_ms, .. },
+            ) => Some(*retry_after_ms),
             Self::Sale(Refusal::RateLimited(decision)) => Some(millis(decision.retry_after)),
             _ if self.problem_type().info().status == StatusCode::SERVICE_UNAVAILABLE => Some(1000),
             _ => None,

@@ -279,7 +279,7 @@ fn acquire_request(
              nothing",
         ));
     }
-    request.idempotency_key = idempotency_key;
+    request.idempotency_key = idempotency_key.map(|key| key.scoped(&caller.idempotency_scope()));
     Ok((request, streamed))
 }
 

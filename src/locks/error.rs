@@ -10,6 +10,14 @@ use crate::redis::locks::grant::NoPlace;
 pub enum LockError {
     #[error("{key} is held by another owner")]
     Held { key: LockKey, retry_after_ms: u64 },
+    /// Nobody holds it, but the lock-delay of a session that held it when
+    /// it expired (or was revoked) keeps it until `until_ms`.
+    #[error("nobody holds {key}, but it is kept by a lock-delay until {until_ms} (Unix ms)")]
+    Delayed {
+        key: LockKey,
+        until_ms: u64,
+        retry_after_ms: u64,
+    },
     #[error("the token given does not hold {key}")]
     NotOwner { key: LockKey },
     #[error("there is no lock {key}: never taken, released, or expired")]

@@ -201,8 +201,14 @@ impl Locks {
         let revoked = scripts::revoke(&mut conn, &keys, self.publish(), self.max_ttl_ms(), only)
             .await?
             .ok_or_else(|| LockError::NotFound { key: key.clone() })?;
+        drop(conn);
         self.metrics().lock(LockOutcome::Revoked);
-        tracing::info!(%key, holders = revoked, fencing_token = ?only, "a lock was revoked");
-        Ok(revoked)
+        tracing::info!(%key, holders = revoked.holders, fencing_token = ?only, "a lock was revoked");
+        // Their sessions no longer hold it (their keys are in another slot).
+        for (handle, token) in &revoked.sessions {
+            let handle = SessionHandle::from_stored(handle);
+            self.sessions().forget(&handle, token, key.as_str()).await;
+        }
+        Ok(revoked.holders)
     }
 }

@@ -198,6 +198,17 @@ impl IdempotencyKey {
         Ok(Self(text.to_owned()))
     }
 
+    /// The key as `scope`'s (a name no other caller has): the same client
+    /// key from two principals is two keys, as Stripe's are an account's,
+    /// so one principal can never be answered another's grant. Joined by a
+    /// unit separator, which no key and no scope contains.
+    pub fn scoped(self, scope: &str) -> Self {
+        if scope.is_empty() {
+            return self;
+        }
+        Self(format!("{scope}\u{1f}{}", self.0))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -229,6 +229,13 @@ async fn an_expired_sessions_locks_keep_its_lock_delay_visibly() {
     let refused = app.acquire(json!({"key": "delay:a"})).await;
     let problem = assert_problem(refused, 409, "lock-held").await;
     assert!(problem["retry_after_ms"].as_u64().unwrap() <= 1_500);
+    // Nobody holds it: the refusal says it is the delay, and until when.
+    assert_eq!(problem["delayed_until_ms"], until, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("lock-delay") && !detail.contains("another owner"),
+        "{detail}"
+    );
     let waiter = app
         .acquire(json!({"key": "delay:a", "wait_ms": 5_000}))
         .await;
@@ -608,75 +615,22 @@ async fn a_revoked_lock_keeps_its_sessions_lock_delay_and_a_released_one_none() 
 /// A wait without a session pays nothing for sessions: no command of the
 /// wait, its grant or its release names a session's key.
 #[tokio::test]
-async fn a_wait_without_a_session_touches_nothing_of_sessions() {
-    use futures_util::StreamExt;
-
-    let redis = RedisServer::start_single().await;
-    let app = TestApp::spawn(&redis).await;
-    // A session in the system, so there is something to touch.
-    let session = open(&app, json!({"ttl_ms": 20_000})).await;
-    take_in(
-        &app,
-        "plain:other",
-        session["id"].as_str().unwrap(),
-        json!({}),
-    )
-    .await;
-    let holder = app.take("plain:a", 30_000).await;
-
-    let mut monitor = redis.node(0).client().get_async_monitor().await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let seen = tokio::spawn(async move {
-        let mut lines = Vec::new();
-        let messages = monitor.on_message::<String>().take_until(stopped);
-        futures_util::pin_mut!(messages);
-        while let Some(line) = messages.next().await {
-            lines.push(line);
-        }
-        lines
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let waiter = {
-        let request = app
-            .http
-            .post(app.url("/locks"))
-            .json(&json!({"key": "plain:a", "wait_ms": 5_000}));
-        tokio::spawn(request.send())
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        app.release("plain:a", &holder.token).await.status(),
-        StatusCode::NO_CONTENT
-    );
-    let granted: Value = waiter.await.unwrap().unwrap().json().await.unwrap();
-    let released = app
-        .release("plain:a", granted["token"].as_str().unwrap())
-        .await;
-    assert_eq!(released.status(), StatusCode::NO_CONTENT);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    stop.send(()).unwrap();
-    let lines = seen.await.unwrap();
-    assert!(
-        lines.iter().any(|line| line.contains("plain:a")),
-        "the monitor saw nothing of the wait: {lines:?}"
-    );
-    let touching: Vec<&String> = lines
-        .iter()
-        .filter(|line| line.contains("session:{"))
-        .collect();
-    assert!(
-        touching.is_empty(),
-        "a wait without a session touched sessions: {touching:?}"
-    );
+async fn a_killed_gateways_wait_closes_no_cycle() {
+    // Past its instance's presence (1 s), short of taking it for dead.
+    a_killed_gateways_wait_is_no_edge(Duration::from_millis(1_500)).await;
 }
 
-/// A session's wait whose gateway was killed stays in the queue a while
-/// (its instance away, passed over), but waits for nothing: a wait that
-/// would close a cycle only through it is not refused as a deadlock, and
-/// is granted once the dead waiter's session, kept alive by nobody,
-/// expires with its lock.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_gateways_wait_closes_no_cycle() {
+/// While a killed gateway's presence still stands: its wait is confirmed
+/// by no renewal of its presence, so it closes no cycle either.
+#[tokio::test]
+async fn a_gateway_killed_a_moment_ago_closes_no_cycle_either() {
+    a_killed_gateways_wait_is_no_edge(Duration::from_millis(200)).await;
+}
+
+/// Session `theirs` holds y and waits for x through a gateway killed
+/// `after` before session `mine`, holding x, waits for y: that closes no
+/// cycle, and `mine` is granted y once `theirs` expires.
+async fn a_killed_gateways_wait_is_no_edge(after: Duration) {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn(&redis).await;
     let killed = GatewayProcess::spawn(&redis, &[], &[]).await;
@@ -700,8 +654,7 @@ async fn a_killed_gateways_wait_closes_no_cycle() {
         dead_wait.await.unwrap().is_err(),
         "a killed gateway answered"
     );
-    // Past its instance's presence (1 s), short of taking it for dead.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(after).await;
 
     let answer = app
         .acquire(json!({"key": "dead:y", "session": mine, "wait_ms": 15_000}))
@@ -737,4 +690,54 @@ async fn a_keepalive_takes_an_empty_body_null_or_a_new_length() {
         let kept: Value = kept.json().await.unwrap();
         assert_eq!(kept["ttl_ms"], ttl_ms, "body {body:?}");
     }
+}
+
+/// A lock of a session that an operator revokes is no longer the
+/// session's: not listed, not counted, whoever holds it next.
+#[tokio::test]
+async fn a_revoked_lock_leaves_its_session() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_sale(&redis, &[]).await;
+    let session = open(&app, json!({"ttl_ms": 30_000})).await;
+    let id = session["id"].as_str().unwrap();
+    let shared = take_in(&app, "rev:shared", id, json!({"mode": "shared"})).await;
+    take_in(&app, "rev:plain", id, json!({})).await;
+    take_in(&app, "rev:kept", id, json!({})).await;
+    for key in ["rev:plain", "rev:shared"] {
+        let revoked = app
+            .http
+            .delete(app.url(&format!("/locks/{key}?force=true")))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(revoked.status(), StatusCode::NO_CONTENT, "revoking {key}");
+    }
+    // Another holder takes one of them.
+    let next = app.take("rev:plain", 30_000).await;
+    assert!(next.fencing_token > shared["fencing_token"].as_u64().unwrap());
+
+    let view: Value = app
+        .get(&format!("/sessions/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = view["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|lock| lock["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["rev:kept"], "{view}");
+    let kept: Value = app
+        .http
+        .put(app.url(&format!("/sessions/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(kept["locks"], 1, "{kept}");
 }

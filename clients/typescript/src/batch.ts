@@ -1,25 +1,26 @@
 /**
  * Several locks at once (`POST /locks/batch`): all or none, for one owner
- * token, held as a `LockSet`.
+ * token, held as a `LockSet` through a streamed batch, as one lock is held
+ * through a streamed lock.
  *
- * The gateway does not stream a batch: each of its locks is an ordinary
- * lease of the one token. The set keeps them alive itself, renewing every
- * lock (`PUT /locks/{key}/ttl`) every third of the lease, and counts as
- * lost, aborting its `signal`, when a renewal finds a lock gone (expired,
- * revoked, released with the token elsewhere) or when no renewal succeeded
- * before the lease could have ended (a gateway that fell silent). A set
- * taken in a `Session` is not renewed on its own: its lease is the
- * session's, and the session's loss is its loss.
+ * The gateway renews every lock of the batch every third of the lease for
+ * as long as the batch's event stream stays open, and the set is one
+ * thing: when any of its locks ends (released with the token elsewhere,
+ * revoked, lost), the stream ends and the gateway gives back the others.
+ * The set then aborts its `signal`, as a lock does, and also when the
+ * stream breaks or no renewal was heard before the lease could have ended.
+ * A set taken in a session hangs on the session's lease (no renewals), and
+ * its stream ends with the session.
  */
 
-import { LockLostError, hasSlug } from "./errors.js";
-import { LeaseWatchdog } from "./lease-watchdog.js";
-import type { Leases } from "./leases.js";
+import { Hold, grantedLease, type GrantTiming } from "./hold.js";
+import type { LockLink, SessionLease } from "./lock.js";
+import type { ServerSentEvent } from "./sse.js";
 import type { BatchBody, BatchGrant, BatchGrantLock, BatchLockSpec, LockMode } from "./types.js";
 
 /** How to ask for several locks at once. */
 export interface LockAllOptions {
-  /** Lease length of every lock; the gateway's default is 30 000. Renewed by the set while held. */
+  /** Lease length of every lock; the gateway's default is 30 000. Renewed by the gateway while held. */
   ttlMs?: number;
   /** How long the whole batch may wait (not each lock); 0 (the default) tries once. */
   waitMs?: number;
@@ -30,9 +31,11 @@ export interface LockAllOptions {
   /**
    * A session to hang every lock on: they live as long as it (`ttlMs` is
    * ignored), unless released first, and its loss is theirs. Pass the
-   * `Session`, whose `signal` the set follows.
+   * `Session` (as `session.lockAll` does); or the id of a session kept
+   * alive elsewhere, whose end the gateway tells (`session-ended`); or any
+   * `{ id, signal }`, whose `signal` aborting loses the set.
    */
-  session?: { readonly id: string; readonly signal: AbortSignal };
+  session?: string | { readonly id: string; readonly signal: AbortSignal };
 }
 
 /** The body of `POST /locks/batch`, from the locks and the options. */
@@ -48,14 +51,12 @@ export function batchBody(locks: readonly (string | BatchLockSpec)[], options: L
       return entry;
     }),
   };
-  if (options.session !== undefined) body.session = options.session.id;
+  if (options.session !== undefined) body.session = typeof options.session === "string" ? options.session : options.session.id;
   else if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
   if (options.waitMs !== undefined) body.wait_ms = options.waitMs;
   if (options.value !== undefined) body.value = options.value;
   return body;
 }
-
-type State = "held" | "releasing" | "released" | "lost";
 
 /** Several locks held together for one token. Release them all with `release()` or `await using`. */
 export class LockSet implements AsyncDisposable {
@@ -66,43 +67,44 @@ export class LockSet implements AsyncDisposable {
   readonly ttlMs: number;
   /** How long the batch waited for its locks. */
   readonly waitedMs: number;
-  /** Aborts, with a `LockLostError` as its `reason`, when any lock of the set is lost. */
+  /**
+   * Aborts, with a `LockLostError` as its `reason`, when any lock of the
+   * set is lost (its `key` names it, when the gateway did).
+   */
   readonly signal: AbortSignal;
+  /** @internal Whether it is held, lost or given back: what a `Session` it hangs on ends with it. */
+  readonly hold: Hold;
 
-  private state: State = "held";
-  private readonly loss = new AbortController();
-  private readonly leases: Leases;
-  private readonly watchdog: LeaseWatchdog | undefined;
-  private readonly renewals: ReturnType<typeof setInterval> | undefined;
-  private renewing = false;
-  private releasing: Promise<void> | undefined;
-  private readonly session: { readonly signal: AbortSignal } | undefined;
-  private readonly onSessionLost = () => this.lose("session-ended", this.session?.signal.reason);
+  private readonly link: Pick<LockLink, "release">;
+  private readonly sessionLease: SessionLease | undefined;
 
   /** @internal Made by `Gateway.lockAll`. */
   constructor(
     grant: BatchGrant,
-    timing: { sentAt: number; receivedAt: number },
-    leases: Leases,
-    session: { readonly signal: AbortSignal } | undefined,
+    session: { lease: SessionLease | undefined } | undefined,
+    timing: GrantTiming,
+    stream: AbortController,
+    events: AsyncIterator<ServerSentEvent>,
+    link: Pick<LockLink, "release" | "ended">,
   ) {
     this.token = grant.token;
     this.locks = grant.locks;
     this.ttlMs = grant.ttlMs;
     this.waitedMs = grant.waitedMs;
-    this.signal = this.loss.signal;
-    this.leases = leases;
-    this.session = session;
-    if (session) {
-      if (session.signal.aborted) queueMicrotask(this.onSessionLost);
-      else session.signal.addEventListener("abort", this.onSessionLost, { once: true });
-      return;
-    }
-    const earliestEnd = Math.min(timing.sentAt + grant.waitedMs, timing.receivedAt) + grant.ttlMs;
-    this.watchdog = new LeaseWatchdog(grant.ttlMs, earliestEnd, grant.expiresAtMs, () => this.lose("lease-expired"));
-    this.renewals = setInterval(() => void this.renew(), Math.max(1, Math.floor(grant.ttlMs / 3)));
-    // The holder's own work keeps the process running; the renewals alone must not.
-    this.renewals.unref?.();
+    this.link = link;
+    this.sessionLease = session?.lease;
+    const keys = grant.locks.map((lock) => lock.key).join(", ");
+    const sessionLease = this.sessionLease;
+    this.hold = new Hold({
+      name: (key) => (key === undefined ? `the locks ${keys}` : `the locks ${keys} (${key} first)`),
+      stream,
+      expiresAtMs: grant.expiresAtMs,
+      lease: session ? undefined : grantedLease(grant, timing),
+      ...(sessionLease ? { remainingMs: () => sessionLease.remainingMs } : {}),
+      ...(link.ended ? { ended: (hold: Hold) => link.ended?.(hold) } : {}),
+    });
+    this.signal = this.hold.signal;
+    this.hold.followLockStream(events);
   }
 
   /** The keys, in the order asked for. */
@@ -120,83 +122,51 @@ export class LockSet implements AsyncDisposable {
     return this.locks.find((lock) => lock.key === key)?.mode;
   }
 
+  /** When the leases end (the earliest; Unix ms, Redis clock), as the last renewal said: the session's, in a session. */
+  get expiresAtMs(): number {
+    return this.sessionLease?.expiresAtMs ?? this.hold.expiresAtMs;
+  }
+
   /** True once the set was lost (`signal` has aborted). */
   get lost(): boolean {
-    return this.state === "lost";
+    return this.hold.lost;
   }
 
   /** Throws the `LockLostError` if the set was lost. */
   check(): void {
-    if (this.state === "lost") throw this.signal.reason;
+    this.hold.check();
+  }
+
+  /** How long every lock is sure to last, as `Lock.remainingMs`. */
+  get remainingMs(): number {
+    return this.hold.remainingMs;
+  }
+
+  /** True once `release()` gave the locks back. */
+  get released(): boolean {
+    return this.hold.released;
   }
 
   /**
-   * Gives every lock back (`DELETE` with the token) and stops renewing.
-   * Idempotent. A lost set gives back what is left and resolves. Rejects
-   * with the first failure to release, after trying every lock.
+   * Gives every lock back (`DELETE` with the token, each lock at once, so
+   * that all are free for their next owners when this resolves) and closes
+   * the stream. Idempotent. A lost set gives back what the gateway may not
+   * have yet, and resolves. Rejects with the first failure to release,
+   * after trying every lock (the stream is closed all the same, and the
+   * gateway releases what it still holds of a closed stream).
    */
   release(): Promise<void> {
-    if (this.releasing) return this.releasing.catch(() => {});
-    this.releasing = this.giveBack();
-    return this.releasing;
+    return this.hold.release(async () => {
+      const held = this.hold.beginRelease();
+      const releases = await Promise.allSettled(this.keys.map((key) => this.link.release(key, this.token)));
+      this.hold.settleReleased();
+      const failed = releases.find((release): release is PromiseRejectedResult => release.status === "rejected");
+      if (held && failed) throw failed.reason;
+    });
   }
 
   /** Releases the set: what `await using locks = await gateway.lockAll(...)` calls. */
   [Symbol.asyncDispose](): Promise<void> {
     return this.release();
-  }
-
-  private async giveBack(): Promise<void> {
-    const wasLost = this.state === "lost";
-    if (this.state === "held") this.state = "releasing";
-    this.stop();
-    let failure: unknown;
-    for (const key of this.keys) {
-      try {
-        await this.leases.releaseAll(key, this.token);
-      } catch (error) {
-        failure ??= error;
-      }
-    }
-    if (!wasLost) this.state = "released";
-    if (failure !== undefined) throw failure;
-  }
-
-  /** Renews every lock; a lock found gone loses the set, an unreachable gateway is left to the watchdog. */
-  private async renew(): Promise<void> {
-    if (this.renewing || this.state !== "held") return;
-    this.renewing = true;
-    try {
-      let earliest = Number.POSITIVE_INFINITY;
-      for (const key of this.keys) {
-        const renewed = await this.leases.extend(key, this.token, this.ttlMs);
-        earliest = Math.min(earliest, renewed.expiresAtMs);
-      }
-      if (this.state === "held") this.watchdog?.renewed(earliest);
-    } catch (error) {
-      if (hasSlug(error, "lock-not-found") || hasSlug(error, "not-owner")) this.lose("lock-gone", error);
-    } finally {
-      this.renewing = false;
-    }
-  }
-
-  private lose(reason: string, cause?: unknown): void {
-    if (this.state !== "held") return;
-    this.state = "lost";
-    this.stop();
-    const why =
-      reason === "lock-gone"
-        ? "a renewal found one of its locks gone (its lease ran out, it was revoked or released)"
-        : reason === "session-ended"
-          ? "the session it hung on ended"
-          : "no renewal succeeded before the lease could have ended";
-    const error = new LockLostError(reason, `lost the locks ${this.keys.join(", ")}: ${why}`, cause === undefined ? {} : { cause });
-    this.loss.abort(error);
-  }
-
-  private stop(): void {
-    this.watchdog?.stop();
-    if (this.renewals !== undefined) clearInterval(this.renewals);
-    this.session?.signal.removeEventListener("abort", this.onSessionLost);
   }
 }

@@ -66,16 +66,23 @@ export class LockLostError extends LockgateError {
    * Why: the gateway's reason (`lock-gone`, `held-by-another`,
    * `backend-unavailable`, `revoked`, `shutting-down`, `session-ended`), or
    * the client's own (`released-elsewhere`, `connection-lost`,
-   * `lease-expired`, `lock-not-found`). A lost session's own error (its
+   * `lease-expired`, `lock-not-found`); a `LockSet`'s are the same. A lost
+   * session's own error (its
    * `signal`'s reason, and the `cause` of its locks' errors) says why the
    * session was lost: `expired`, `deleted`, `shutting-down`,
    * `connection-lost` or `lease-expired`.
    */
   readonly reason: string;
+  /**
+   * The lock that ended, when the gateway named it: of a `LockSet`, the one
+   * whose end lost the set (the gateway then gave back the others).
+   */
+  readonly key: string | undefined;
 
-  constructor(reason: string, message: string, options: { problem?: Problem; cause?: unknown } = {}) {
+  constructor(reason: string, message: string, options: { problem?: Problem; cause?: unknown; key?: string } = {}) {
     super(message, options);
     this.reason = reason;
+    this.key = options.key;
   }
 }
 

@@ -1,15 +1,17 @@
 /**
  * `Gateway`: the client of one lockgate address. Streamed locks
- * (`acquire`, `using`), sessions (`openSession`, `session`), the plain
- * lease API (`leases`), reading locks (`inspect`, `list`), watching
- * (`watch`) and leader election (`election`).
+ * (`acquire`, `using`), several at once (`lockAll`, `usingAll`), sessions
+ * (`openSession`, `session`), the plain lease API (`leases`), reading
+ * locks (`inspect`, `list`), revoking them (`revoke`), watching (`watch`)
+ * and leader election (`election`).
  */
 
 import { LockSet, batchBody, type LockAllOptions } from "./batch.js";
 import { Election, type ElectionOptions } from "./election.js";
 import { GatewayUnavailableError, LockgateError, errorFromProblem, hasSlug, type Problem } from "./errors.js";
-import { routineArguments, runHolding } from "./holding.js";
-import { Transport, lockPath, unreachable } from "./http.js";
+import { holding, type Routine } from "./holding.js";
+import type { Hold } from "./hold.js";
+import { NotAStreamError, Transport, lockPath, unreachable } from "./http.js";
 import { parseGatewayJson, readGatewayJson } from "./json.js";
 import { Leases, acquireBody } from "./leases.js";
 import { Lock, type LockLink, type SessionLease } from "./lock.js";
@@ -31,6 +33,12 @@ import type {
 } from "./types.js";
 import { LockWatch, type WatchOptions } from "./watch.js";
 import type { Dispatcher } from "undici-types";
+
+/** What a lock or a set taken through a `Session` is told of it: its lease, and whom to tell of its end. */
+interface SessionHold {
+  lease: SessionLease;
+  ended: (hold: Hold) => void;
+}
 
 /** A stream that answered its first event: the grant, and what reads on. */
 interface OpenedStream<T> {
@@ -97,11 +105,7 @@ export class Gateway {
    * A streamed lock; `session` is set for one taken through a `Session`,
    * which watches the lease and hears when the lock ends.
    */
-  private async takeLock(
-    key: string,
-    options: LockOptions,
-    session: { lease: SessionLease; ended: (lock: Lock) => void } | undefined,
-  ): Promise<Lock> {
+  private async takeLock(key: string, options: LockOptions, session: SessionHold | undefined): Promise<Lock> {
     const opened = await this.openStreamed(
       "/locks",
       acquireBody(key, options),
@@ -125,6 +129,48 @@ export class Gateway {
       ...(options.session !== undefined ? { session: { lease: session?.lease } } : {}),
     };
     return new Lock(opened.first, terms, opened.timing, opened.stream, opened.events, link);
+  }
+
+  /** A streamed batch; `session` as for `takeLock`. */
+  private async takeAll(
+    locks: readonly (string | BatchLockSpec)[],
+    options: LockAllOptions,
+    session: SessionHold | undefined,
+  ): Promise<LockSet> {
+    const body = batchBody(locks, options);
+    const opened = await this.openStreamed(
+      "/locks/batch",
+      body,
+      { signal: options.signal, waitMs: options.waitMs ?? 0 },
+      "the batch's grant",
+      awaitBatchGrant,
+    ).catch((error: unknown) => this.unstreamedBatch(error));
+    const link = {
+      release: (key: string, token: string) => this.leases.releaseAll(key, token),
+      ...(session ? { ended: session.ended } : {}),
+    };
+    const inSession = body.session === undefined ? undefined : { lease: session?.lease };
+    const set = new LockSet(opened.first, inSession, opened.timing, opened.stream, opened.events, link);
+    // A session kept by the caller, not a `Session`: its signal is the session's loss.
+    if (!session && typeof options.session === "object") set.hold.endsWith(options.session.signal);
+    return set;
+  }
+
+  /**
+   * A gateway from before streamed batches answers a streamed batch as a
+   * plain one, whose locks nothing would renew: they are given back, and
+   * the batch is refused as the gateway's (another instance, once upgraded,
+   * may stream it).
+   */
+  private async unstreamedBatch(error: unknown): Promise<never> {
+    if (!(error instanceof NotAStreamError) || error.answer.status !== 201) throw error;
+    const grant = readGatewayJson<BatchGrant>(error.answer.text);
+    await Promise.allSettled(grant.locks.map((lock) => this.leases.releaseAll(lock.key, grant.token)));
+    throw new GatewayUnavailableError(
+      `the gateway at ${this.url} does not stream batches (a version before them): ` +
+        `the locks it granted (${grant.locks.map((lock) => lock.key).join(", ")}) were given back`,
+      { cause: error },
+    );
   }
 
   /**
@@ -152,24 +198,21 @@ export class Gateway {
    * with the session's `LockLostError` if the session was lost while the
    * routine ran; or with the failure to end it.
    */
-  async session<T>(options: SessionOptions, routine: (session: Session) => Promise<T> | T): Promise<T>;
-  async session<T>(routine: (session: Session) => Promise<T> | T): Promise<T>;
-  async session<T>(
-    optionsOrRoutine: SessionOptions | ((session: Session) => Promise<T> | T),
-    maybeRoutine?: (session: Session) => Promise<T> | T,
-  ): Promise<T> {
-    const [options, routine] = routineArguments<SessionOptions, (session: Session) => Promise<T> | T>(
-      optionsOrRoutine,
-      maybeRoutine,
-      "session(options, routine)",
-    );
-    const session = await this.openSession(options);
-    return runHolding(session, () => session.end(), routine, (error) => this.report(error));
+  async session<T>(options: SessionOptions, routine: Routine<Session, T>): Promise<T>;
+  async session<T>(routine: Routine<Session, T>): Promise<T>;
+  async session<T>(optionsOrRoutine: SessionOptions | Routine<Session, T>, maybeRoutine?: Routine<Session, T>): Promise<T> {
+    return holding(optionsOrRoutine, maybeRoutine, {
+      what: "session(options, routine)",
+      take: (options) => this.openSession(options),
+      giveBack: (session) => session.end(),
+      report: (error) => this.report(error),
+    });
   }
 
   /** What a `Session` asks of this gateway. */
   private readonly sessionLink: SessionLink = {
     acquire: (key, options, lease, ended) => this.takeLock(key, options, { lease, ended }),
+    lockAll: (locks, options, lease, ended) => this.takeAll(locks, options, { lease, ended }),
     end: async (id) => {
       try {
         await this.transport.request("DELETE", `/sessions/${encodeURIComponent(id)}`);
@@ -257,54 +300,92 @@ export class Gateway {
    * with `LockLostError` if the lock was lost while the routine ran (its
    * result was made without the lock); or with the release's error.
    */
-  async using<T>(key: string, options: LockOptions, routine: (lock: Lock) => Promise<T> | T): Promise<T>;
-  async using<T>(key: string, routine: (lock: Lock) => Promise<T> | T): Promise<T>;
-  async using<T>(
-    key: string,
-    optionsOrRoutine: LockOptions | ((lock: Lock) => Promise<T> | T),
-    maybeRoutine?: (lock: Lock) => Promise<T> | T,
-  ): Promise<T> {
-    const [options, routine] = routineArguments<LockOptions, (lock: Lock) => Promise<T> | T>(
-      optionsOrRoutine,
-      maybeRoutine,
-      "using(key, options, routine)",
-    );
-    const lock = await this.acquire(key, options);
-    return runHolding(lock, () => lock.release(), routine, (error) => this.report(error));
+  async using<T>(key: string, options: LockOptions, routine: Routine<Lock, T>): Promise<T>;
+  async using<T>(key: string, routine: Routine<Lock, T>): Promise<T>;
+  async using<T>(key: string, optionsOrRoutine: LockOptions | Routine<Lock, T>, maybeRoutine?: Routine<Lock, T>): Promise<T> {
+    return holding(optionsOrRoutine, maybeRoutine, {
+      what: "using(key, options, routine)",
+      take: (options) => this.acquire(key, options),
+      giveBack: (lock) => lock.release(),
+      report: (error) => this.report(error),
+    });
   }
 
   /**
-   * Takes several locks at once (`POST /locks/batch`): every one or none,
-   * for one owner token. Each lock is a key, or `{ key, mode, limit,
-   * permits }`. `waitMs` is the whole batch's budget; batches naming the
-   * same keys in any order never deadlock each other. The set renews its
-   * locks while held and aborts `set.signal` if one is lost. Rejects with
-   * `LockHeldError` (its `problem.key` names the lock that was held) or
-   * `DeadlockError`, and then holds none of them.
+   * Takes several locks at once through a streamed batch (`POST
+   * /locks/batch` answered as an event stream): every one or none, for one
+   * owner token, held as one lock is held: the gateway renews them all for
+   * as long as the returned `LockSet` is held, and `set.signal` aborts if
+   * any of them is lost (the gateway then gives back the others). Each lock
+   * is a key, or `{ key, mode, limit, permits }`. `waitMs` is the whole
+   * batch's budget; batches naming the same keys in any order never
+   * deadlock each other. Rejects with `LockHeldError` (its `problem.key`
+   * names the lock that was held) or `DeadlockError`, and then holds none
+   * of them. With a `Session` as `session`, it is `session.lockAll`.
    */
-  async lockAll(locks: readonly (string | BatchLockSpec)[], options: LockAllOptions = {}): Promise<LockSet> {
-    const body = batchBody(locks, options);
-    const sentAt = performance.now();
-    const answer = await this.transport.request("POST", "/locks/batch", {
-      body,
-      signal: options.signal,
-      timeoutMs: (options.waitMs ?? 0) + this.transport.timeoutMs,
-    });
-    const grant = readGatewayJson<BatchGrant>(answer.text);
-    return new LockSet(grant, { sentAt, receivedAt: performance.now() }, this.leases, options.session);
+  lockAll(locks: readonly (string | BatchLockSpec)[], options: LockAllOptions = {}): Promise<LockSet> {
+    const { session } = options;
+    if (session instanceof Session) {
+      const { session: _, ttlMs: __, ...rest } = options;
+      return session.lockAll(locks, rest);
+    }
+    return this.takeAll(locks, options, undefined);
   }
 
   /**
    * Runs `routine` with several locks held (`lockAll`) and releases them all
    * afterwards, whatever happens, as `using` does for one lock.
    */
+  async usingAll<T>(locks: readonly (string | BatchLockSpec)[], options: LockAllOptions, routine: Routine<LockSet, T>): Promise<T>;
+  async usingAll<T>(locks: readonly (string | BatchLockSpec)[], routine: Routine<LockSet, T>): Promise<T>;
   async usingAll<T>(
     locks: readonly (string | BatchLockSpec)[],
-    options: LockAllOptions,
-    routine: (locks: LockSet) => Promise<T> | T,
+    optionsOrRoutine: LockAllOptions | Routine<LockSet, T>,
+    maybeRoutine?: Routine<LockSet, T>,
   ): Promise<T> {
-    const held = await this.lockAll(locks, options);
-    return runHolding(held, () => held.release(), routine, (error) => this.report(error));
+    return holding(optionsOrRoutine, maybeRoutine, {
+      what: "usingAll(locks, options, routine)",
+      take: (options) => this.lockAll(locks, options),
+      giveBack: (set) => set.release(),
+      report: (error) => this.report(error),
+    });
+  }
+
+  /**
+   * Revokes `key`, an operator's action with the gateway's admin token
+   * (`DELETE /locks/{key}?force=true`): ends every hold of it at once, or
+   * with `fencingToken` only the hold with that fencing token (the one
+   * `inspect` showed stuck), never another holder's. Each streamed holder's
+   * `signal` aborts with a `LockLostError` (`revoked`), watchers get
+   * `revoked`, and the next grant's fencing token is larger than any
+   * before. Resolves with `true`, or `false` when there was nothing to end
+   * (the lock is free, or that hold is gone). Rejects with
+   * `InvalidRequestError` when the token is not the admin token
+   * (`unauthorized`, `forbidden`) or the gateway has none
+   * (`administration-disabled`).
+   */
+  async revoke(
+    key: string,
+    adminToken: string,
+    options: { fencingToken?: bigint | number; signal?: AbortSignal } = {},
+  ): Promise<boolean> {
+    const query = new URLSearchParams({ force: "true" });
+    if (options.fencingToken !== undefined) {
+      // BigInt refuses a fraction; the gateway, anything below 1.
+      const fencingToken = BigInt(options.fencingToken);
+      if (fencingToken < 1n) throw new RangeError(`revoke: a fencing token is 1 or more, not ${fencingToken}`);
+      query.set("fencing_token", String(fencingToken));
+    }
+    try {
+      await this.transport.request("DELETE", lockPath(key, `?${query}`), {
+        headers: { authorization: `Bearer ${adminToken}` },
+        signal: options.signal,
+      });
+      return true;
+    } catch (error) {
+      if (hasSlug(error, "lock-not-found")) return false;
+      throw error;
+    }
   }
 
   /**
@@ -356,6 +437,17 @@ export class Gateway {
     } catch {
       // A failing error handler must not replace the error being thrown.
     }
+  }
+}
+
+/** Reads a streamed batch up to its grant (`acquired`). */
+async function awaitBatchGrant(events: AsyncGenerator<ServerSentEvent>): Promise<BatchGrant> {
+  for (;;) {
+    const next = await events.next();
+    if (next.done) throw new GatewayUnavailableError("the batch's stream ended before a grant");
+    const { event, data } = next.value;
+    if ((event as LockStreamEventName) === "acquired") return readGatewayJson<BatchGrant>(data);
+    if ((event as LockStreamEventName) === "refused") throw errorFromProblem(parseGatewayJson(data) as Problem);
   }
 }
 

@@ -1,7 +1,8 @@
 /**
- * Running a routine while something is held (a lock, a session) and giving
- * it back afterwards, whatever happens: what `gateway.using`,
- * `gateway.session` and `session.using` share.
+ * Running a routine while something is held (a lock, a set of locks, a
+ * session) and giving it back afterwards, whatever happens: what
+ * `gateway.using`, `gateway.usingAll`, `gateway.session` and
+ * `session.using` share.
  */
 
 /** What is held: it can be lost while the routine runs. */
@@ -44,14 +45,28 @@ export async function runHolding<H extends Held, T>(
   return result;
 }
 
-/** The `(options, routine)` or `(routine)` arguments of `using` and `session`. */
-export function routineArguments<O extends object, R extends (held: never) => unknown>(
-  optionsOrRoutine: O | R,
-  maybeRoutine: R | undefined,
-  what: string,
-): [O, R] {
+/** What runs while something is held. */
+export type Routine<H, T> = (held: H) => Promise<T> | T;
+
+/**
+ * What `using`, `usingAll` and `session` do with their `(options,
+ * routine)` or `(routine)`: take the hold with the options, run the
+ * routine under it and give it back, as `runHolding` says.
+ */
+export async function holding<O extends object, H extends Held, T>(
+  optionsOrRoutine: O | Routine<H, T>,
+  maybeRoutine: Routine<H, T> | undefined,
+  how: {
+    /** The call, for the error of a missing routine. */
+    what: string;
+    take: (options: O) => Promise<H>;
+    giveBack: (held: H) => Promise<void>;
+    report: (error: unknown) => void;
+  },
+): Promise<T> {
   const [options, routine] =
-    typeof optionsOrRoutine === "function" ? [{} as O, optionsOrRoutine as R] : [optionsOrRoutine as O, maybeRoutine];
-  if (typeof routine !== "function") throw new TypeError(`${what}: routine must be a function`);
-  return [options, routine];
+    typeof optionsOrRoutine === "function" ? [{} as O, optionsOrRoutine] : [optionsOrRoutine, maybeRoutine];
+  if (typeof routine !== "function") throw new TypeError(`${how.what}: routine must be a function`);
+  const held = await how.take(options);
+  return runHolding(held, () => how.giveBack(held), routine, how.report);
 }

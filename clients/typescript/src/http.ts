@@ -78,15 +78,20 @@ export class Transport {
       throw problemError({ status: response.status, headers: response.headers, text });
     }
     if (!(response.headers.get("content-type") ?? "").includes("text/event-stream")) {
-      await response.body.cancel().catch(() => {});
-      throw new GatewayUnavailableError(`the answer from ${this.baseUrl}${path} is not an event stream`);
+      const text = await response.text().catch(() => "");
+      throw new NotAStreamError(`the answer from ${this.baseUrl}${path} is not an event stream`, {
+        status: response.status,
+        headers: response.headers,
+        text,
+      });
     }
     return response;
   }
 
   private init(method: string, options: RequestOptions, signal: AbortSignal): RequestInit {
     const headers: Record<string, string> = { ...options.headers };
-    if (this.apiKey !== undefined) headers.authorization = `Bearer ${this.apiKey}`;
+    // A call's own credentials (an admin token) go instead of the API key.
+    if (this.apiKey !== undefined) headers.authorization ??= `Bearer ${this.apiKey}`;
     const init: RequestInit & { dispatcher?: Dispatcher } = { method, headers, signal };
     // Node's fetch takes an undici dispatcher (TLS options, a proxy) beside the standard fields.
     if (this.dispatcher !== undefined) init.dispatcher = this.dispatcher;
@@ -109,6 +114,19 @@ export class Transport {
       });
     }
     return unreachable(this.baseUrl, error);
+  }
+}
+
+/** A stream was asked for and a whole answer came (a gateway that does not stream this route). */
+export class NotAStreamError extends GatewayUnavailableError {
+  constructor(
+    message: string,
+    /** What the gateway answered instead. */
+    readonly answer: Answer,
+  ) {
+    super(message);
+    // What callers see is the public class.
+    this.name = "GatewayUnavailableError";
   }
 }
 

@@ -3,11 +3,13 @@
  * distributed locks on Redis.
  *
  * - `Gateway`: one gateway address; `acquire` and `using` hold streamed locks
- *   (the gateway renews them), `leases` is the plain lease API.
+ *   (the gateway renews them), `leases` is the plain lease API, `revoke` the
+ *   operator's end of a stuck lock.
  * - `Lock`: a held streamed lock, with its fencing token and a `signal` that
  *   aborts when the lock is lost.
  * - `LockSet`: several locks taken at once for one token (`lockAll`,
- *   `usingAll`), renewed together and lost together.
+ *   `usingAll`), held through one streamed batch: renewed together by the
+ *   gateway and lost together.
  * - `Session`: one lease for many locks (`openSession`, `session`); its
  *   loss is the loss of every lock taken through it.
  * - `LockWatch`: a lock's events, resumable; `Election`: leader election.
@@ -18,7 +20,7 @@
 export { Gateway, type GatewayOptions } from "./gateway.js";
 export { Lock } from "./lock.js";
 export { LockSet, type LockAllOptions } from "./batch.js";
-export { Session, type SessionOptions, type SessionLockOptions } from "./session.js";
+export { Session, type SessionOptions, type SessionLockOptions, type SessionLockAllOptions } from "./session.js";
 export { Leases, type LeaseOptions } from "./leases.js";
 export {
   LockWatch,

@@ -43,6 +43,11 @@ export class LeaseWatchdog {
     this.arm();
   }
 
+  /** How long the lease is sure to last, by this process's clock, unless a renewal comes first. */
+  get remainingMs(): number {
+    return this.stopped ? 0 : Math.max(0, this.deadline - performance.now());
+  }
+
   /** No more watching: the lease was given back or is gone. */
   stop(): void {
     this.stopped = true;

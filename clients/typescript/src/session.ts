@@ -2,30 +2,25 @@
  * A session: one liveness lease that any number of locks hang on, as in
  * etcd, Consul and ZooKeeper. It is held through a streamed session (one
  * `POST /sessions` whose answer stays open while the gateway keeps the
- * session alive), and every lock taken through it is a streamed lock with
- * `"session"`: the session's lease is theirs, so one keepalive keeps them
- * all, and when the session is lost they are lost with it.
+ * session alive), and every lock taken through it is a streamed lock (every
+ * set, a streamed batch) with `"session"`: the session's lease is theirs, so
+ * one keepalive keeps them all, and when the session is lost they are lost
+ * with it.
  *
- * The client aborts `session.signal`, and the `signal` of every lock taken
- * through the session, the moment the session may be gone: on its `ended`
- * event, when its stream breaks (the gateway then ends it), and when no
- * renewal was heard before its lease could have ended.
+ * The client aborts `session.signal`, and the `signal` of every lock and
+ * set taken through the session, the moment the session may be gone: on
+ * its `ended` event, when its stream breaks (the gateway then ends it), and
+ * when no renewal was heard before its lease could have ended.
  */
 
-import { LockLostError, SessionNotFoundError } from "./errors.js";
-import { routineArguments, runHolding } from "./holding.js";
+import { LockSet, type LockAllOptions } from "./batch.js";
+import { SessionNotFoundError, type LockLostError } from "./errors.js";
+import { Hold, type GrantTiming, type HoldState } from "./hold.js";
+import { holding, type Routine } from "./holding.js";
 import { readGatewayJson } from "./json.js";
-import { LeaseWatchdog } from "./lease-watchdog.js";
 import type { Lock, SessionLease } from "./lock.js";
 import type { ServerSentEvent } from "./sse.js";
-import type {
-  LockOptions,
-  SessionEndedData,
-  SessionEndReason,
-  SessionGrant,
-  SessionRenewedData,
-  SessionStreamEventName,
-} from "./types.js";
+import type { BatchLockSpec, LockOptions, SessionEndedData, SessionGrant, SessionRenewedData, SessionStreamEventName } from "./types.js";
 
 /** Node's `util.inspect` calls the method under this key, if an object has one. */
 const INSPECT: unique symbol = Symbol.for("nodejs.util.inspect.custom");
@@ -49,23 +44,28 @@ export interface SessionOptions {
 /** How to ask for a lock through a session: as any streamed lock, less the lease, which is the session's. */
 export type SessionLockOptions = Omit<LockOptions, "ttlMs" | "session">;
 
+/** How to ask for several locks at once through a session: as `gw.lockAll`, less the lease. */
+export type SessionLockAllOptions = Omit<LockAllOptions, "ttlMs" | "session">;
+
 /** What a `Session` needs from the gateway that opened it. */
 export interface SessionLink {
   /** Takes a streamed lock on the session `id`, whose lease is `lease`; `ended` hears when the lock is released or lost. */
-  acquire(key: string, options: LockOptions, lease: SessionLease, ended: (lock: Lock) => void): Promise<Lock>;
+  acquire(key: string, options: LockOptions, lease: SessionLease, ended: (hold: Hold) => void): Promise<Lock>;
+  /** Takes a streamed batch on the session `id`, as `acquire` takes one lock. */
+  lockAll(
+    locks: readonly (string | BatchLockSpec)[],
+    options: LockAllOptions & { session: string },
+    lease: SessionLease,
+    ended: (hold: Hold) => void,
+  ): Promise<LockSet>;
   /** Ends the session (`DELETE /sessions/{id}`); resolves when it is over, or was already. */
   end(id: string): Promise<void>;
   /** Errors that cannot be thrown without hiding another (the gateway's `onError`). */
   report(error: unknown): void;
 }
 
-/** When the session's request was sent and its answer arrived, by `performance.now()`. */
-export interface SessionTiming {
-  sentAt: number;
-  receivedAt: number;
-}
-
-type State = "open" | "ending" | "ended" | "lost";
+/** What a session calls its state (`toJSON`), by its hold's. */
+const STATES = { held: "open", releasing: "ending", released: "ended", lost: "lost" } as const satisfies Record<HoldState, string>;
 
 /** A session: end it with `end()`, `await using`, or let `gateway.session(...)` do it. */
 export class Session implements AsyncDisposable, SessionLease {
@@ -81,21 +81,17 @@ export class Session implements AsyncDisposable, SessionLease {
   // A private field, not a property: the id is a secret like an owner
   // token, and must not show in `JSON.stringify`, `util.inspect` or logs.
   readonly #id: string;
-  #state: State = "open";
-  #expiresAt: number;
-  readonly #loss = new AbortController();
+  readonly #hold: Hold;
   /** Aborted when the session is ended by us: stops the waits of its acquisitions. */
   readonly #ending = new AbortController();
-  readonly #stream: AbortController;
   readonly #link: SessionLink;
-  readonly #locks = new Set<Lock>();
-  readonly #watchdog: LeaseWatchdog;
-  #endingDone: Promise<void> | undefined;
+  /** What was taken through it and is held: each lock's or set's hold, and how many locks that is. */
+  readonly #members = new Map<Hold, number>();
 
   /** @internal Made by `Gateway.openSession`. */
   constructor(
     grant: SessionGrant,
-    timing: SessionTiming,
+    timing: GrantTiming,
     stream: AbortController,
     events: AsyncIterator<ServerSentEvent>,
     link: SessionLink,
@@ -103,18 +99,20 @@ export class Session implements AsyncDisposable, SessionLease {
     this.#id = grant.id;
     this.ttlMs = grant.ttlMs;
     this.lockDelayMs = grant.lockDelayMs;
-    this.#expiresAt = grant.expiresAtMs;
-    this.signal = this.#loss.signal;
-    this.#stream = stream;
     this.#link = link;
-    // The session was opened after the request was sent: its lease cannot
-    // have ended before the sending time plus the lease.
-    this.#watchdog = new LeaseWatchdog(grant.ttlMs, Math.min(timing.sentAt, timing.receivedAt) + grant.ttlMs, grant.expiresAtMs, () =>
-      this.#lose("lease-expired"),
-    );
-    // `#follow` handles every failure itself; the catch is a backstop so
-    // that nothing it does can become an unhandled rejection.
-    this.#follow(events).catch((error: unknown) => this.#lose("connection-lost", error));
+    this.#hold = new Hold({
+      name: () => "the session",
+      stream,
+      expiresAtMs: grant.expiresAtMs,
+      // The session was opened after the request was sent: its lease cannot
+      // have ended before the sending time plus the lease.
+      lease: { ttlMs: grant.ttlMs, earliestEnd: Math.min(timing.sentAt, timing.receivedAt) + grant.ttlMs, expiresAtMs: grant.expiresAtMs },
+      ended: (_, error) => {
+        if (error) this.#loseMembers(error);
+      },
+    });
+    this.signal = this.#hold.signal;
+    this.#hold.follow(events, (event) => this.#onEvent(event));
   }
 
   /**
@@ -128,27 +126,34 @@ export class Session implements AsyncDisposable, SessionLease {
 
   /** When the session's lease ends (Unix ms, Redis clock), as its last renewal said. */
   get expiresAtMs(): number {
-    return this.#expiresAt;
+    return this.#hold.expiresAtMs;
+  }
+
+  /** How long the session is sure to last, by this process's clock, unless a renewal comes first; 0 once it is not open. */
+  get remainingMs(): number {
+    return this.#hold.remainingMs;
   }
 
   /** True once the session was lost (`signal` has aborted). */
   get lost(): boolean {
-    return this.#state === "lost";
+    return this.#hold.lost;
   }
 
   /** True once `end()` ended it. */
   get ended(): boolean {
-    return this.#state === "ended";
+    return this.#hold.released;
   }
 
-  /** How many locks taken through it are held now. */
+  /** How many locks taken through it are held now (each lock of a set counts). */
   get locks(): number {
-    return this.#locks.size;
+    let count = 0;
+    for (const size of this.#members.values()) count += size;
+    return count;
   }
 
   /** Throws the `LockLostError` if the session was lost. */
   check(): void {
-    if (this.#state === "lost") throw this.signal.reason;
+    this.#hold.check();
   }
 
   /**
@@ -160,40 +165,23 @@ export class Session implements AsyncDisposable, SessionLease {
    * `LockLostError` when the session is lost (also during the wait), and
    * `SessionNotFoundError` once the session was ended.
    */
-  async acquire(key: string, options: SessionLockOptions = {}): Promise<Lock> {
-    this.#assertOpen();
-    // The wait stops when the caller's signal aborts, or the session is lost
-    // or ended. (Not `AbortSignal.any`: the session's signals live long, and
-    // each call would leave them one more dependant.)
-    const stop = new AbortController();
-    const stops = [options.signal, this.signal, this.#ending.signal];
-    const onStop = (event: Event) => stop.abort((event.target as AbortSignal).reason);
-    for (const signal of stops) {
-      if (signal?.aborted) stop.abort(signal.reason);
-      else signal?.addEventListener("abort", onStop, { once: true });
-    }
-    let lock: Lock;
-    try {
-      lock = await this.#link.acquire(key, { ...options, session: this.#id, signal: stop.signal }, this, (ended) =>
-        this.#locks.delete(ended),
-      );
-    } catch (error) {
-      if (options.signal?.aborted) throw options.signal.reason;
-      this.#assertOpen();
-      throw error;
-    } finally {
-      for (const signal of stops) signal?.removeEventListener("abort", onStop);
-    }
-    if (this.#state === "open") {
-      this.#locks.add(lock);
-    } else if (this.#state === "lost") {
-      lock.sessionLost(this.signal.reason as LockLostError);
-    } else {
-      // Granted just as the session was being ended: it ends with the session.
-      await lock.release().catch(() => {});
-      this.#assertOpen();
-    }
-    return lock;
+  acquire(key: string, options: SessionLockOptions = {}): Promise<Lock> {
+    return this.#take(options.signal, (signal, ended) =>
+      this.#link.acquire(key, { ...options, session: this.#id, signal }, this, ended),
+    );
+  }
+
+  /**
+   * Takes several locks at once, all or none, for one token, every one
+   * hanging on this session (a streamed batch with `session`), as
+   * `gw.lockAll` does; they are held until released, or until the session
+   * ends or is lost (then the set's `signal` aborts, reason
+   * `session-ended`). Rejects as `acquire` does.
+   */
+  lockAll(locks: readonly (string | BatchLockSpec)[], options: SessionLockAllOptions = {}): Promise<LockSet> {
+    return this.#take(options.signal, (signal, ended) =>
+      this.#link.lockAll(locks, { ...options, session: this.#id, signal }, this, ended),
+    );
   }
 
   /**
@@ -202,20 +190,15 @@ export class Session implements AsyncDisposable, SessionLease {
    * result, rejects with its own error if it threw, or with the lock's
    * `LockLostError` if the lock (or the session) was lost meanwhile.
    */
-  async using<T>(key: string, options: SessionLockOptions, routine: (lock: Lock) => Promise<T> | T): Promise<T>;
-  async using<T>(key: string, routine: (lock: Lock) => Promise<T> | T): Promise<T>;
-  async using<T>(
-    key: string,
-    optionsOrRoutine: SessionLockOptions | ((lock: Lock) => Promise<T> | T),
-    maybeRoutine?: (lock: Lock) => Promise<T> | T,
-  ): Promise<T> {
-    const [options, routine] = routineArguments<SessionLockOptions, (lock: Lock) => Promise<T> | T>(
-      optionsOrRoutine,
-      maybeRoutine,
-      "using(key, options, routine)",
-    );
-    const lock = await this.acquire(key, options);
-    return runHolding(lock, () => lock.release(), routine, (error) => this.#link.report(error));
+  async using<T>(key: string, options: SessionLockOptions, routine: Routine<Lock, T>): Promise<T>;
+  async using<T>(key: string, routine: Routine<Lock, T>): Promise<T>;
+  async using<T>(key: string, optionsOrRoutine: SessionLockOptions | Routine<Lock, T>, maybeRoutine?: Routine<Lock, T>): Promise<T> {
+    return holding(optionsOrRoutine, maybeRoutine, {
+      what: "using(key, options, routine)",
+      take: (options) => this.acquire(key, options),
+      giveBack: (lock) => lock.release(),
+      report: (error) => this.#link.report(error),
+    });
   }
 
   /**
@@ -229,9 +212,7 @@ export class Session implements AsyncDisposable, SessionLease {
    * `GatewayUnavailableError`.
    */
   end(): Promise<void> {
-    if (this.#endingDone) return this.#endingDone.catch(() => {});
-    this.#endingDone = this.#finish();
-    return this.#endingDone;
+    return this.#hold.release(() => this.#finish());
   }
 
   /** Ends the session: what `await using session = await gateway.openSession()` calls. */
@@ -241,12 +222,12 @@ export class Session implements AsyncDisposable, SessionLease {
 
   /** A description without the id. */
   toString(): string {
-    return `Session(${this.#state}, ttl ${this.ttlMs} ms, lock-delay ${this.lockDelayMs} ms, ${this.#locks.size} locks)`;
+    return `Session(${STATES[this.#hold.state]}, ttl ${this.ttlMs} ms, lock-delay ${this.lockDelayMs} ms, ${this.locks} locks)`;
   }
 
   /** What `JSON.stringify` shows: everything but the id. */
-  toJSON(): { state: State; ttlMs: number; lockDelayMs: number; expiresAtMs: number; locks: number } {
-    return { state: this.#state, ttlMs: this.ttlMs, lockDelayMs: this.lockDelayMs, expiresAtMs: this.#expiresAt, locks: this.#locks.size };
+  toJSON(): { state: string; ttlMs: number; lockDelayMs: number; expiresAtMs: number; locks: number } {
+    return { state: STATES[this.#hold.state], ttlMs: this.ttlMs, lockDelayMs: this.lockDelayMs, expiresAtMs: this.expiresAtMs, locks: this.locks };
   }
 
   /** What Node's `util.inspect` (and so `console.log`) shows. */
@@ -256,55 +237,80 @@ export class Session implements AsyncDisposable, SessionLease {
 
   #assertOpen(): void {
     this.check();
-    if (this.#state !== "open") throw new SessionNotFoundError("the session was ended: open a new one");
+    if (this.#hold.state !== "held") throw new SessionNotFoundError("the session was ended: open a new one");
+  }
+
+  /**
+   * Takes a lock or a set through the session with `take`, whose wait
+   * stops when `callerSignal` aborts, or the session is lost or ended, and
+   * then makes it one of the session's.
+   */
+  async #take<T extends Lock | LockSet>(
+    callerSignal: AbortSignal | undefined,
+    take: (signal: AbortSignal, ended: (hold: Hold) => void) => Promise<T>,
+  ): Promise<T> {
+    this.#assertOpen();
+    // Not `AbortSignal.any`: the session's signals live long, and each call
+    // would leave them one more dependant.
+    const stop = new AbortController();
+    const stops = [callerSignal, this.signal, this.#ending.signal];
+    const onStop = (event: Event) => stop.abort((event.target as AbortSignal).reason);
+    for (const signal of stops) {
+      if (signal?.aborted) stop.abort(signal.reason);
+      else signal?.addEventListener("abort", onStop, { once: true });
+    }
+    let taken: T;
+    try {
+      taken = await take(stop.signal, (ended) => this.#members.delete(ended));
+    } catch (error) {
+      if (callerSignal?.aborted) throw callerSignal.reason;
+      this.#assertOpen();
+      throw error;
+    } finally {
+      for (const signal of stops) signal?.removeEventListener("abort", onStop);
+    }
+    const state = this.#hold.state;
+    if (state === "held") {
+      // Not one that ended already (lost at once): it would stay counted.
+      if (taken.hold.state === "held") this.#members.set(taken.hold, taken instanceof LockSet ? taken.locks.length : 1);
+    } else if (state === "lost") {
+      taken.hold.lose("session-ended", this.signal.reason);
+    } else {
+      // Granted just as the session was being ended: it ends with the session.
+      await taken.release().catch(() => {});
+      this.#assertOpen();
+    }
+    return taken;
   }
 
   async #finish(): Promise<void> {
-    if (this.#state !== "open") {
-      this.#close();
+    if (!this.#hold.beginRelease()) {
+      this.#hold.close();
       return;
     }
-    this.#state = "ending";
     this.#ending.abort(new SessionNotFoundError("the session was ended while the lock was awaited"));
-    const locks = [...this.#locks];
+    const members = [...this.#members.keys()];
     // The gateway ends their streams with `lost (session-ended)` as it
     // releases them: from here that is the release, not a loss.
-    for (const lock of locks) lock.sessionEnding();
+    for (const member of members) member.beginRelease();
     try {
       await this.#link.end(this.#id);
     } finally {
-      this.#state = "ended";
-      this.#close();
-      for (const lock of locks) lock.sessionEnded();
-      this.#locks.clear();
-    }
-  }
-
-  async #follow(events: AsyncIterator<ServerSentEvent>): Promise<void> {
-    try {
-      for (;;) {
-        const next = await events.next();
-        if (next.done) break;
-        if (this.#onEvent(next.value)) return;
-      }
-      this.#lose("connection-lost");
-    } catch (error) {
-      this.#lose("connection-lost", error);
+      this.#hold.settleReleased();
+      for (const member of members) member.settleReleased();
+      this.#members.clear();
     }
   }
 
   /** Handles one event of the session's stream; true when the stream has ended. */
   #onEvent(event: ServerSentEvent): boolean {
     switch (event.event as SessionStreamEventName) {
-      case "renewed": {
-        const { expiresAtMs } = readGatewayJson<SessionRenewedData>(event.data);
-        this.#expiresAt = expiresAtMs;
-        this.#watchdog.renewed(expiresAtMs);
+      case "renewed":
+        this.#hold.renewed(readGatewayJson<SessionRenewedData>(event.data).expiresAtMs);
         return false;
-      }
       case "ended": {
         const { reason } = readGatewayJson<SessionEndedData>(event.data);
-        this.#lose(reason || "expired");
+        this.#hold.lose(reason || "expired");
         return true;
       }
       default:
@@ -312,36 +318,10 @@ export class Session implements AsyncDisposable, SessionLease {
     }
   }
 
-  /** Marks the session lost (once), closes its stream, aborts `signal` and every lock taken through it. */
-  #lose(reason: string, cause?: unknown): void {
-    // Ending it ourselves, the stream's end is expected.
-    if (this.#state !== "open") return;
-    this.#state = "lost";
-    this.#close();
-    const error = new LockLostError(reason, `lost the session: ${describe(reason)}`, cause === undefined ? {} : { cause });
-    this.#loss.abort(error);
-    for (const lock of [...this.#locks]) lock.sessionLost(error);
-    this.#locks.clear();
+  /** The session is lost (`error` says how): so is every lock taken through it. */
+  #loseMembers(error: LockLostError): void {
+    const members = [...this.#members.keys()];
+    this.#members.clear();
+    for (const member of members) member.lose("session-ended", error);
   }
-
-  #close(): void {
-    this.#watchdog.stop();
-    // Closing the connection makes the gateway end the session, if it still lives.
-    this.#stream.abort();
-  }
-}
-
-/** Why the client counts a session as lost, besides the gateway's `ended` reasons. */
-type ClientLossReason = "connection-lost" | "lease-expired";
-
-const LOSSES: Record<SessionEndReason | ClientLossReason, string> = {
-  expired: "it expired (nobody kept it alive in time)",
-  deleted: "it was ended with its id by someone else",
-  "shutting-down": "the gateway ended it as it shut down",
-  "connection-lost": "the stream to the gateway broke, so nothing keeps it alive",
-  "lease-expired": "no renewal was heard before its lease could have ended",
-};
-
-function describe(reason: string): string {
-  return Object.hasOwn(LOSSES, reason) ? LOSSES[reason as keyof typeof LOSSES] : reason;
 }

@@ -160,9 +160,15 @@ export interface RenewedData {
   expiresAtMs: number;
 }
 
-/** `lost`: why the lock is no longer held. */
+/** `lost`: why the lock is no longer held, and which (of a batch, the first lock lost; none at shutdown). */
 export interface LostData {
   reason?: string;
+  key?: string | null;
+}
+
+/** `released`: the lock (of a batch, the one) released with `DELETE` and the token. */
+export interface ReleasedData {
+  key: string;
 }
 
 /** The body of `POST /locks`: a new lock, or re-entry with `token`. */

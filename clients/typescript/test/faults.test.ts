@@ -9,21 +9,16 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
 import { Gateway, LockLostError } from "lockgate";
-import { GatewayServer, Stack, abortTime, sleep, uniqueKey, untilAborted } from "./harness.js";
+import { GatewayServer, Stack, abortTime, sleep, uniqueKey, unhandledRejections, untilAborted } from "./harness.js";
 
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown) => unhandled.push(reason);
+const unhandled = unhandledRejections();
 
 let stack: Stack;
 
 before(async () => {
-  process.on("unhandledRejection", onUnhandled);
   stack = await Stack.start();
 });
-after(async () => {
-  await stack.stop();
-  process.off("unhandledRejection", onUnhandled);
-});
+after(() => stack.stop());
 
 const TTL_MS = 1_000;
 

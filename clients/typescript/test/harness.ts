@@ -7,11 +7,13 @@
  * The binary is `$LOCKGATE_BIN`, or the repository's release build.
  */
 
+import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
+import { after, before } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import type { Gateway, LockStatus } from "lockgate";
@@ -218,6 +220,43 @@ export class Stack {
     await this.gateway.stop();
     await this.redis.stop();
   }
+}
+
+/**
+ * The unhandled rejections of the test file's run, from its start: none
+ * may happen (its end fails the file otherwise). What the library starts
+ * (stream readers, lease timers) must never end in one.
+ */
+export function unhandledRejections(): readonly unknown[] {
+  const unhandled: unknown[] = [];
+  const onUnhandled = (reason: unknown) => unhandled.push(reason);
+  before(() => {
+    process.on("unhandledRejection", onUnhandled);
+  });
+  after(() => {
+    process.off("unhandledRejection", onUnhandled);
+    assert.deepEqual(unhandled, [], "no unhandled rejection");
+  });
+  return unhandled;
+}
+
+/** The admin token of a gateway started with `ADMIN_ARGS`, for revoking locks. */
+export const ADMIN_TOKEN = "lockgate-test-admin-token";
+export const ADMIN_ARGS = ["--admin-token", ADMIN_TOKEN];
+
+/**
+ * A stack for the whole test file: started before its first test (then
+ * `started` is told of it), stopped after its last; and no unhandled
+ * rejection meanwhile (`unhandledRejections`).
+ */
+export function stackForTheFile(started: (stack: Stack) => void, gatewayArgs: string[] = []): void {
+  unhandledRejections();
+  let stack: Stack | undefined;
+  before(async () => {
+    stack = await Stack.start(gatewayArgs);
+    started(stack);
+  });
+  after(() => stack?.stop());
 }
 
 /** A fresh lock key, so that tests sharing a gateway never meet. */

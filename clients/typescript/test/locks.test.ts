@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import {
   Gateway,
@@ -16,17 +16,15 @@ import {
   NotOwnerError,
   type Lock,
 } from "lockgate";
-import { GatewayServer, Stack, eventually, freePort, heldStatus, sleep, uniqueKey } from "./harness.js";
+import { GatewayServer, Stack, eventually, freePort, heldStatus, sleep, stackForTheFile, uniqueKey } from "./harness.js";
 import { FaultyProxy } from "./proxy.js";
 
 let stack: Stack;
 let gw: Gateway;
 
-before(async () => {
-  stack = await Stack.start();
-  gw = new Gateway(stack.url);
+stackForTheFile((started) => {
+  [stack, gw] = [started, new Gateway(started.url)];
 });
-after(() => stack.stop());
 
 /** The raw text of `GET /locks/{key}`, to compare fencing tokens digit for digit. */
 async function rawStatus(key: string): Promise<string> {

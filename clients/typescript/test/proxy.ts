@@ -3,7 +3,8 @@
  * forward a request and drop the connection before the answer gets back (an
  * answer lost in the network), cut every open connection (a dropped
  * stream), silence them without closing them (a dead peer behind a
- * firewall), or refuse new connections while the open ones go on.
+ * firewall), refuse new connections while the open ones go on, or change
+ * what the requests say on the way (a gateway that reads them otherwise).
  */
 
 import { createServer, connect, type Server, type Socket } from "node:net";
@@ -13,6 +14,8 @@ export class FaultyProxy {
   dropAnswers = 0;
   /** New connections are closed at once; open ones go on. */
   refuseNew = false;
+  /** Rewrites each piece of a request (its text as latin1) before the gateway gets it. */
+  rewrite: ((request: string) => string) | undefined;
   private readonly sent: { text: string }[] = [];
   private readonly open = new Set<Socket>();
   /** Connections whose answers are swallowed from now on, the connection left open. */
@@ -69,8 +72,9 @@ export class FaultyProxy {
       this.muted.delete(client);
     };
     client.on("data", (chunk: Buffer) => {
-      record.text += chunk.toString("latin1");
-      upstream.write(chunk);
+      const text = chunk.toString("latin1");
+      record.text += text;
+      upstream.write(this.rewrite ? Buffer.from(this.rewrite(text), "latin1") : chunk);
     });
     upstream.on("data", (chunk: Buffer) => {
       // The gateway has done the work and answers: the answer never arrives.

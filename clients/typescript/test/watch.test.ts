@@ -5,20 +5,18 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import { Gateway, type WatchEvent } from "lockgate";
-import { Stack, eventually, uniqueKey } from "./harness.js";
+import { Stack, eventually, stackForTheFile, uniqueKey } from "./harness.js";
 import { FaultyProxy } from "./proxy.js";
 
 let stack: Stack;
 let gw: Gateway;
 
-before(async () => {
-  stack = await Stack.start();
-  gw = new Gateway(stack.url);
+stackForTheFile((started) => {
+  [stack, gw] = [started, new Gateway(started.url)];
 });
-after(() => stack.stop());
 
 /** Collects a watch's events until it ends. */
 function collect(events: AsyncIterable<WatchEvent>): { seen: WatchEvent[]; done: Promise<void> } {

@@ -59,8 +59,11 @@ pub(super) struct Granted {
 
 /// Why an acquisition ended without a grant.
 pub(super) enum NoGrant {
+    /// No place: one may free in `free_in_ms`; a lock nobody holds is kept
+    /// by a lock-delay until `delayed_until_ms`.
     Held {
         free_in_ms: u64,
+        delayed_until_ms: Option<u64>,
     },
     LimitMismatch {
         limit: u64,
@@ -111,6 +114,7 @@ enum Outcome {
     /// No place, and not queued.
     Held {
         free_in_ms: u64,
+        delayed_until_ms: Option<u64>,
     },
     Refused(NoGrant),
 }
@@ -158,10 +162,18 @@ impl<'a> Acquisition<'a> {
         let free_in_ms = match Box::pin(self.attempt(None)).await? {
             Outcome::Granted(granted) => return Ok(granted),
             Outcome::Refused(refused) => return Err(refused),
-            Outcome::Held { free_in_ms } | Outcome::Queued { free_in_ms, .. } => free_in_ms,
+            Outcome::Held {
+                free_in_ms,
+                delayed_until_ms,
+            } => (free_in_ms, delayed_until_ms),
+            Outcome::Queued { free_in_ms, .. } => (free_in_ms, None),
         };
         if self.terms.request.wait.is_zero() || Instant::now() >= self.terms.deadline {
-            return Err(NoGrant::Held { free_in_ms });
+            let (free_in_ms, delayed_until_ms) = free_in_ms;
+            return Err(NoGrant::Held {
+                free_in_ms,
+                delayed_until_ms,
+            });
         }
         self.refused_at = Some(Instant::now());
         let reports_position = self.terms.request.positions.is_some();
@@ -176,7 +188,15 @@ impl<'a> Acquisition<'a> {
         match Box::pin(self.attempt(Some(ticket.id()))).await? {
             Outcome::Granted(granted) => return Ok(granted),
             Outcome::Refused(refused) => return Err(refused),
-            Outcome::Held { free_in_ms } => return Err(NoGrant::Held { free_in_ms }),
+            Outcome::Held {
+                free_in_ms,
+                delayed_until_ms,
+            } => {
+                return Err(NoGrant::Held {
+                    free_in_ms,
+                    delayed_until_ms,
+                });
+            }
             Outcome::Queued {
                 position,
                 free_in_ms,
@@ -221,6 +241,7 @@ impl<'a> Acquisition<'a> {
                         // began, it frees later than first heard.
                         Err(free_in_ms) => Err(NoGrant::Held {
                             free_in_ms: free_in_ms.max(1),
+                            delayed_until_ms: None,
                         }),
                     };
                 }
@@ -258,7 +279,15 @@ impl<'a> Acquisition<'a> {
                 match Box::pin(self.attempt(Some(ticket.id()))).await? {
                     Outcome::Granted(granted) => return Ok(granted),
                     Outcome::Refused(refused) => return Err(refused),
-                    Outcome::Held { free_in_ms } => return Err(NoGrant::Held { free_in_ms }),
+                    Outcome::Held {
+                        free_in_ms,
+                        delayed_until_ms,
+                    } => {
+                        return Err(NoGrant::Held {
+                            free_in_ms,
+                            delayed_until_ms,
+                        });
+                    }
                     Outcome::Queued {
                         position,
                         free_in_ms,
@@ -297,6 +326,7 @@ impl<'a> Acquisition<'a> {
                 key: self.terms.keys.key().to_owned(),
                 since: queued.since,
                 waiter_id: ticket.id().to_owned(),
+                present_until: queued.present_until,
             };
             deadlock::refused(self.locks, &start).await
         };
@@ -473,13 +503,22 @@ impl<'a> Acquisition<'a> {
                     free_in_ms,
                 }
             }
-            AcquireReply::Held { free_in_ms } => Outcome::Held { free_in_ms },
+            AcquireReply::Held {
+                free_in_ms,
+                delayed_until_ms,
+            } => Outcome::Held {
+                free_in_ms,
+                delayed_until_ms,
+            },
             AcquireReply::LimitMismatch { limit } => {
                 Outcome::Refused(NoGrant::LimitMismatch { limit })
             }
             // A fresh token holds nothing to re-enter or conflict with.
             AcquireReply::Reentered(_) | AcquireReply::NotOwner | AcquireReply::ModeConflict => {
-                Outcome::Refused(NoGrant::Held { free_in_ms: 0 })
+                Outcome::Refused(NoGrant::Held {
+                    free_in_ms: 0,
+                    delayed_until_ms: None,
+                })
             }
         })
     }

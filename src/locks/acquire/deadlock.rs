@@ -5,7 +5,11 @@
 //! waits (each checked against the queue it names, so a wait that ended
 //! is no edge). A cycle is confirmed by a second search a moment later: a
 //! deadlock stays (nobody in it can move), a cycle seen across changing
-//! state does not. Each instance searches from its own session waits (at
+//! state does not. That moment is longer than a tending round, and every
+//! wait of the cycle must have had its instance's presence renewed in
+//! between: a wait whose gateway was killed (or paused) a moment ago still
+//! has a presence that stands, but nothing renews it, so it closes no
+//! cycle. Each instance searches from its own session waits (at
 //! once when one joins a queue, then every few hundred milliseconds), so
 //! the wait that closes a cycle finds it at once, and waits without a
 //! session cost nothing.
@@ -15,14 +19,17 @@ use std::time::Duration;
 
 use crate::locks::sessions::SessionHandle;
 use crate::locks::shared::Locks;
+use crate::locks::waiting::tending::ROUND;
 use crate::redis::BackendError;
 use crate::redis::locks::view::{self, LockSight};
 use crate::redis::sessions::{self as session_keys, SessionKeys};
 
 /// How often a session's wait is searched for a cycle after it joined.
 pub(super) const CHECK_EVERY: Duration = Duration::from_millis(300);
-/// How long after a first sighting a cycle is searched for again.
-const CONFIRM_AFTER: Duration = Duration::from_millis(100);
+/// How long after a first sighting a cycle is searched for again: a
+/// tending round and some, so that every live instance of the cycle has
+/// renewed its presence in between.
+const CONFIRM_AFTER: Duration = Duration::from_millis(ROUND.as_millis() as u64 + 200);
 /// The longest cycle followed.
 const MAX_DEPTH: usize = 16;
 
@@ -33,6 +40,8 @@ pub(super) struct Wait {
     pub(super) key: String,
     pub(super) since: u64,
     pub(super) waiter_id: String,
+    /// Until when its instance's presence stood when it was read.
+    pub(super) present_until: u64,
 }
 
 /// The keys of the cycle `start` closes, when it is its youngest wait (the
@@ -57,7 +66,20 @@ pub(super) async fn refused(
             .map(|wait| wait.key.clone())
             .collect::<Vec<_>>()
     };
-    Ok((keys(&first) == keys(&again) && youngest(start, &again)).then(|| keys(&again)))
+    let confirmed =
+        keys(&first) == keys(&again) && youngest(start, &again) && renewed_between(&first, &again);
+    Ok(confirmed.then(|| keys(&again)))
+}
+
+/// Whether every wait of `again` was seen in `first` with a presence its
+/// instance has renewed since: each instance of the cycle is alive. (The
+/// first wait of both is the start, this instance's own.)
+fn renewed_between(first: &[Wait], again: &[Wait]) -> bool {
+    again.iter().skip(1).all(|wait| {
+        first
+            .iter()
+            .any(|seen| seen.waiter_id == wait.waiter_id && wait.present_until > seen.present_until)
+    })
 }
 
 /// Whether `start` is the youngest wait of `cycle`: the latest to begin
@@ -145,6 +167,7 @@ async fn waits_of(locks: &Locks, session: &SessionHandle) -> Result<Vec<Wait>, B
                 key,
                 since: queued.since,
                 waiter_id,
+                present_until: queued.present_until,
             });
         }
     }
@@ -161,7 +184,26 @@ mod tests {
             key: key.into(),
             since,
             waiter_id: format!("{session}-{key}"),
+            present_until: since + 1000,
         }
+    }
+
+    #[test]
+    fn a_cycle_is_confirmed_only_when_every_presence_was_renewed_between() {
+        let first = [wait("a", "x", 10), wait("b", "y", 20), wait("c", "z", 30)];
+        let mut again = first.clone();
+        assert!(!renewed_between(&first, &again), "nothing renewed");
+        again[1].present_until += 300;
+        assert!(!renewed_between(&first, &again), "one instance renewed");
+        again[2].present_until += 300;
+        assert!(
+            renewed_between(&first, &again),
+            "the start is this instance's"
+        );
+        assert!(
+            CONFIRM_AFTER > ROUND,
+            "a round must fit between the searches"
+        );
     }
 
     #[test]

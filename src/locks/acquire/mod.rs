@@ -366,15 +366,25 @@ impl Locks {
         waited: Option<Duration>,
     ) -> LockError {
         match refused {
-            NoGrant::Held { free_in_ms } => {
+            NoGrant::Held {
+                free_in_ms,
+                delayed_until_ms,
+            } => {
                 guard.complete();
                 self.metrics().lock(LockOutcome::Conflict);
                 if let Some(waited) = waited {
                     self.metrics().lock_wait(waited);
                 }
-                LockError::Held {
-                    key,
-                    retry_after_ms: free_in_ms,
+                match delayed_until_ms {
+                    Some(until_ms) => LockError::Delayed {
+                        key,
+                        until_ms,
+                        retry_after_ms: free_in_ms,
+                    },
+                    None => LockError::Held {
+                        key,
+                        retry_after_ms: free_in_ms,
+                    },
                 }
             }
             NoGrant::LimitMismatch { limit } => {

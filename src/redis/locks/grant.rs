@@ -63,9 +63,11 @@ pub enum AcquireReply {
         free_in_ms: u64,
         token: Option<String>,
     },
-    /// No place now, and no wait: a place may free in `free_in_ms`.
+    /// No place now, and no wait: a place may free in `free_in_ms`; a
+    /// lock nobody holds is kept by a lock-delay until `delayed_until_ms`.
     Held {
         free_in_ms: u64,
+        delayed_until_ms: Option<u64>,
     },
     NotOwner,
     /// Held with another limit.
@@ -141,6 +143,7 @@ pub async fn acquire(
         }),
         "held" => Some(AcquireReply::Held {
             free_in_ms: reply.number("free_in_ms")?,
+            delayed_until_ms: reply.number("delayed_until_ms"),
         }),
         "not-owner" => Some(AcquireReply::NotOwner),
         "limit-mismatch" => Some(AcquireReply::LimitMismatch {
@@ -174,6 +177,7 @@ async fn acquire_plain(
         "granted" => lock_state(reply, ttl_ms).map(|state| Some(AcquireReply::Granted(state))),
         "held" => Some(Some(AcquireReply::Held {
             free_in_ms: reply.number("free_in_ms")?,
+            delayed_until_ms: None,
         })),
         "busy" => Some(None),
         _ => None,
@@ -517,17 +521,35 @@ pub async fn set_value(
     })
 }
 
+/// What a revocation took back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revoked {
+    /// How many places.
+    pub holders: u64,
+    /// The revoked holders that hung on a session: (its handle, their token).
+    pub sessions: Vec<(String, String)>,
+}
+
+/// Reads `<handle> <token> <handle> <token> ...`.
+fn sessions_of(text: &str) -> Vec<(String, String)> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .chunks_exact(2)
+        .map(|pair| (pair[0].to_owned(), pair[1].to_owned()))
+        .collect()
+}
+
 /// Runs `revoke.lua`: every hold ends (or the one with the fencing token
 /// `only_fencing_token`); `longest_lease_ms` bounds the old
-/// holders' leases, which the fence counter outlives. Returns how many
-/// places were taken back; `None` when nobody held the lock (or that hold).
+/// holders' leases, which the fence counter outlives. Returns what was
+/// taken back; `None` when nobody held the lock (or that hold).
 pub async fn revoke(
     conn: &mut Connection,
     keys: &LockKeys,
     publish: &str,
     longest_lease_ms: u64,
     only_fencing_token: Option<u64>,
-) -> Result<Option<u64>, BackendError> {
+) -> Result<Option<Revoked>, BackendError> {
     let mut invocation = REVOKE.call(keys, publish);
     invocation
         .arg(FENCE_RETENTION_MS)
@@ -535,7 +557,10 @@ pub async fn revoke(
         .arg(only_fencing_token.map_or_else(String::new, |token| token.to_string()));
     let reply = REVOKE.run(&invocation, conn).await?;
     REVOKE.read(&reply, |reply| match reply.code() {
-        "revoked" => reply.number("holders").map(Some),
+        "revoked" => Some(Some(Revoked {
+            holders: reply.number("holders")?,
+            sessions: sessions_of(reply.text("sessions")?),
+        })),
         "not-found" => Some(None),
         _ => None,
     })

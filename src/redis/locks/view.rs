@@ -86,6 +86,9 @@ pub struct QueuedWait {
     /// Whether its instance's presence is current: a waiter whose
     /// instance paused or died is passed over, and waits for nothing now.
     pub present: bool,
+    /// Until when its instance's presence stands (Unix ms, Redis clock; 0
+    /// for none): a live instance moves it on every tending round.
+    pub present_until: u64,
 }
 
 /// Waiter `id` of the lock's queue, if it is there.
@@ -136,6 +139,7 @@ pub async fn queued_wait(
         session,
         since: entry.since,
         present: presence.is_some_and(|deadline| deadline >= now_ms),
+        present_until: presence.unwrap_or(0),
     }))
 }
 

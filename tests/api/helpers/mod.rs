@@ -9,6 +9,7 @@ mod postgres;
 mod process;
 mod redis_server;
 mod sale;
+pub mod security;
 
 use std::net::TcpListener;
 use std::process::Command;
