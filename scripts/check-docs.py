@@ -642,6 +642,15 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def interruptible() -> None:
+    """As a terminal's shell starts: ^C and ^\\ at their defaults. A script
+    started as a background job (`make test &`, nohup, some CI runners)
+    inherits SIGINT ignored, and a shell cannot undo a signal ignored when
+    it starts, so the ^C the docs show would end nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 class Terminal:
     """One bash session, standing for the reader's terminal: what every
     command prints, its background jobs' too, lands in one transcript."""
@@ -654,6 +663,7 @@ class Terminal:
             self.shell = subprocess.Popen(
                 ["bash", "--noprofile", "--norc"], cwd=checkout, env=env,
                 stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
+                preexec_fn=interruptible,
             )
 
     def size(self) -> int:

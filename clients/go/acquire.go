@@ -1,6 +1,8 @@
 // Taking a lock: streamed (Lock, TryLock), held while the response to
 // `POST /locks` with `Accept: text/event-stream` stays open, or a plain
-// lease (Lease), retried with one Idempotency-Key when its answer is lost.
+// lease (Lease), retried with one Idempotency-Key when its answer is lost;
+// and the streamed request read up to its grant (openHeld) that streamed
+// locks, batches and sessions share.
 
 package lockgate
 
@@ -9,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -55,6 +58,9 @@ func (g *Gateway) lockWaiting(ctx context.Context, key string, cfg lockConfig, p
 	if err := cfg.refuse("it is a session's (Session)", sessionOnly...); err != nil {
 		return nil, err
 	}
+	if err := cfg.refuse("a streamed lock is always a new grant; re-enter a Lease", "Reentry"); err != nil {
+		return nil, err
+	}
 	if cfg.sessionID() != "" {
 		if err := cfg.refuse("a lock in a session has the session's lease (SessionTTL)", "TTL"); err != nil {
 			return nil, err
@@ -99,27 +105,57 @@ func (g *Gateway) lockWaiting(ctx context.Context, key string, cfg lockConfig, p
 	}
 }
 
-// holdStream makes one streamed request; a request that failed before
-// anything came back is sent once more (nothing can have been granted: a
-// grant ends with its connection).
+// holdStream makes one streamed request for key and reads it up to its
+// grant.
 func (g *Gateway) holdStream(ctx context.Context, key string, cfg lockConfig, wait time.Duration) (*Lock, error) {
-	lock, unsent, err := g.holdStreamOnce(ctx, key, cfg, wait)
-	if unsent {
-		lock, _, err = g.holdStreamOnce(ctx, key, cfg, wait)
+	var granted grant
+	stream, err := g.openHeld(ctx, "/locks", cfg.body(key, wait), wait+g.timeout, "grant", func(events *eventReader) error {
+		return awaitGrant(events, "acquired", &granted, cfg.onQueued)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return lock, err
+	lock := newLock(ctx, g, granted, cfg, stream.sent, stream.received, stream.close)
+	go lock.lifetime.follow(stream.events, stream.body)
+	return lock, nil
 }
 
-// holdStreamOnce makes one streamed request and reads it up to its grant.
-// unsent reports a failure that got no answer at all.
-func (g *Gateway) holdStreamOnce(ctx context.Context, key string, cfg lockConfig, wait time.Duration) (lock *Lock, unsent bool, err error) {
+// heldStream is a streamed request that holds what it was granted (a
+// lock, a batch, a session) for as long as its answer stays open, read up
+// to the grant.
+type heldStream struct {
+	events *eventReader
+	body   io.Closer
+	// close ends the connection: the gateway gives back what it holds.
+	close context.CancelFunc
+	// sent is when the request was sent, received when its grant came.
+	sent, received time.Time
+}
+
+// openHeld sends a streamed request to path and reads its events up to
+// the grant with readGrant, within limit and while ctx lasts; what names
+// the grant in errors. A request that failed before anything came back is
+// sent once more: nothing can have been granted, as a grant ends with its
+// connection.
+func (g *Gateway) openHeld(ctx context.Context, path string, body any, limit time.Duration, what string,
+	readGrant func(*eventReader) error) (*heldStream, error) {
+	stream, unsent, err := g.openHeldOnce(ctx, path, body, limit, what, readGrant)
+	if unsent {
+		stream, _, err = g.openHeldOnce(ctx, path, body, limit, what, readGrant)
+	}
+	return stream, err
+}
+
+// openHeldOnce is one attempt of openHeld; unsent reports a failure that
+// got no answer at all.
+func (g *Gateway) openHeldOnce(ctx context.Context, path string, body any, limit time.Duration, what string,
+	readGrant func(*eventReader) error) (stream *heldStream, unsent bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
 	// The stream outlives ctx once granted; until then ctx, and the limit
 	// on how long a grant may take, close it (a closed stream holds nothing).
 	streamCtx, closeStream := context.WithCancel(detached{ctx})
-	limit := wait + g.timeout
 	guard := guardGrant(ctx, limit, closeStream)
 	defer guard.finish()
 	// failed is the error to return for a failure to be granted.
@@ -132,13 +168,13 @@ func (g *Gateway) holdStreamOnce(ctx context.Context, key string, cfg lockConfig
 		case errors.As(err, &problem), errors.Is(err, ErrUnavailable):
 			return err
 		case guard.timedOut.Load():
-			return &unavailableError{message: fmt.Sprintf("no grant from %s within %v", g.base, limit), err: err}
+			return &unavailableError{message: fmt.Sprintf("no %s from %s within %v", what, g.base, limit), err: err}
 		}
-		return &unavailableError{message: "the stream from " + g.base + " ended before a grant", err: err}
+		return &unavailableError{message: fmt.Sprintf("the stream from %s ended before the %s", g.base, what), err: err}
 	}
 
 	sent := time.Now()
-	response, err := g.openStream(streamCtx, http.MethodPost, "/locks", cfg.body(key, wait), nil)
+	response, err := g.openStream(streamCtx, http.MethodPost, path, body, nil)
 	if err != nil {
 		var problem *Problem
 		if !errors.As(err, &problem) && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil && !guard.timedOut.Load() {
@@ -148,19 +184,17 @@ func (g *Gateway) holdStreamOnce(ctx context.Context, key string, cfg lockConfig
 		return nil, false, failed(err)
 	}
 	events := newEventReader(response.Body)
-	granted, err := awaitGrant(events, cfg.onQueued)
+	err = readGrant(events)
 	received := time.Now()
 	guard.finish()
 	if err == nil && (ctx.Err() != nil || guard.timedOut.Load()) {
-		err = errors.New("cancelled at the grant")
+		err = errors.New("cancelled at the " + what)
 	}
 	if err != nil {
 		response.Body.Close()
 		return nil, false, failed(err)
 	}
-	lock = newLock(ctx, g, granted, cfg, sent, received, closeStream)
-	go lock.follow(events, response.Body)
-	return lock, false, nil
+	return &heldStream{events: events, body: response.Body, close: closeStream, sent: sent, received: received}, false, nil
 }
 
 // grantGuard closes a streamed request's connection when the caller's
@@ -200,23 +234,23 @@ func (guard *grantGuard) finish() {
 	})
 }
 
-// awaitGrant reads a streamed lock's events up to its grant: `queued`
-// while it waits, then `acquired`, or `refused` with a problem document.
-func awaitGrant(events *eventReader, onQueued func(int)) (grant, error) {
+// awaitGrant reads a stream's events up to its grant, the event named
+// granted (`acquired`, a session's `opened`), whose data it reads into v:
+// `queued` while it waits, or `refused` with a problem document.
+func awaitGrant(events *eventReader, granted string, v any, onQueued func(int)) error {
 	for {
 		event, err := events.Next()
 		if err != nil {
-			return grant{}, err
+			return err
 		}
 		switch event.Type {
-		case "acquired":
-			var granted grant
-			if err := json.Unmarshal([]byte(event.Data), &granted); err != nil {
-				return grant{}, &unavailableError{message: "reading the grant", err: err}
+		case granted:
+			if err := json.Unmarshal([]byte(event.Data), v); err != nil {
+				return &unavailableError{message: "reading the grant", err: err}
 			}
-			return granted, nil
+			return nil
 		case "refused":
-			return grant{}, parseRefusal(http.StatusConflict, nil, []byte(event.Data))
+			return parseRefusal(http.StatusConflict, nil, []byte(event.Data))
 		case "queued":
 			var queued struct {
 				Position int `json:"position"`
@@ -238,7 +272,8 @@ func awaitGrant(events *eventReader, onQueued func(int)) (grant, error) {
 // (a fresh one, or the IdempotencyKey option's): when the answer is lost
 // (a reset connection, a timeout, a 503), it is sent again, and a grant
 // the lost answer carried is answered again (Replayed reports it) rather
-// than a second grant made.
+// than a second grant made. With Reentry it re-enters a lease held with a
+// token instead: one more hold, sent once.
 func (g *Gateway) Lease(ctx context.Context, key string, options ...LockOption) (*Lock, error) {
 	cfg := newLockConfig(options)
 	if err := cfg.refuse("it is a session's (Session)", sessionOnly...); err != nil {
@@ -249,16 +284,19 @@ func (g *Gateway) Lease(ctx context.Context, key string, options ...LockOption) 
 	if err := cfg.refuse("a lock in a session is a streamed lock (Lock, TryLock)", "InSession"); err != nil {
 		return nil, err
 	}
-	idempotencyKey := cfg.idempotencyKey
-	if idempotencyKey == "" {
-		idempotencyKey = newUUID()
-	}
-	request := call{
-		method: http.MethodPost,
-		path:   "/locks",
-		body:   cfg.body(key, cfg.wait),
-		header: http.Header{"Idempotency-Key": {idempotencyKey}},
-		extra:  cfg.wait,
+	request := call{method: http.MethodPost, path: "/locks", body: cfg.body(key, cfg.wait), extra: cfg.wait}
+	retries := 0
+	if cfg.reentry != "" {
+		if err := cfg.refuse("a re-entry repeats nothing", "IdempotencyKey", "Wait"); err != nil {
+			return nil, err
+		}
+	} else {
+		idempotencyKey := cfg.idempotencyKey
+		if idempotencyKey == "" {
+			idempotencyKey = newUUID()
+		}
+		request.header = http.Header{"Idempotency-Key": {idempotencyKey}}
+		retries = leaseRetries
 	}
 	// A grant answered again was made for the first attempt: its lease is
 	// timed from that attempt's sending.
@@ -274,7 +312,7 @@ func (g *Gateway) Lease(ctx context.Context, key string, options ...LockOption) 
 			lock.replayed = a.header.Get("Idempotent-Replayed") == "true"
 			return lock, nil
 		}
-		if attempt >= leaseRetries || ctx.Err() != nil || !errors.Is(err, ErrUnavailable) {
+		if attempt >= retries || ctx.Err() != nil || !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
 		if err := sleep(ctx, backoff(attempt, 100*time.Millisecond, err)); err != nil {

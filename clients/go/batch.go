@@ -1,15 +1,16 @@
 // LockAll: several locks taken at once (`POST /locks/batch`), all or
-// none, for one owner token, held as a LockSet that the client renews and
-// whose Context is cancelled once any of its locks is lost.
+// none, for one owner token, held as a LockSet through a streamed batch:
+// the gateway renews every lock while the response stays open, and the
+// set's Context is cancelled once any of its locks is lost.
 
 package lockgate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 )
 
@@ -64,40 +65,31 @@ type batchGrant struct {
 	Locks       []HeldLock `json:"locks"`
 }
 
-// LockSet is several locks held for one owner token. The gateway does not
-// stream a batch: each lock is an ordinary lease of the token, which the
-// set renews (`PUT /locks/{key}/ttl`, every TTL/3) while it is held. Its
-// Context is cancelled once any lock is lost: a renewal found it gone
-// (expired, revoked, released with the token elsewhere), no renewal
-// succeeded before the lease could have ended, or the session it hangs on
-// ended. A LockSet is safe for use by many goroutines; Release it when done.
+// LockSet is several locks held for one owner token, through a streamed
+// batch (`POST /locks/batch` with `Accept: text/event-stream`), as a Lock
+// is held through a streamed lock: the gateway renews every lock of it
+// every TTL/3 for as long as the response stays open, and releases them
+// all at once when the connection closes. The set is one thing: its
+// Context is cancelled once any of its locks is lost (deleted, revoked,
+// released with the token elsewhere, held by another, its gateway gone or
+// shutting down, no renewal before the lease could have ended, the session
+// it hangs on ended), and the gateway gives back the others. A LockSet is
+// safe for use by many goroutines; Release it when done.
 type LockSet struct {
 	gw     *Gateway
 	token  string
 	locks  []HeldLock
 	waited time.Duration
-
-	ctx    context.Context
-	cancel func(cause error)
-	// stopRenewing ends the renewing goroutine; renewed is closed once it
-	// has returned (nil for a set in a session, which is not renewed).
-	stopRenewing context.CancelFunc
-	renewed      chan struct{}
-
-	mu    sync.Mutex
-	state lockState
-	err   error
-	lease leaseClock
-
-	releaseOnce sync.Once
-	releaseErr  error
+	// lifetime: Context, Done, Err, TTL, ExpiresAt and Remaining.
+	*lifetime
 }
 
-// LockAll takes every lock of locks or none (`POST /locks/batch`), for one
-// owner token. Wait bounds the whole batch's wait (default: try once);
-// TTL, Value and InSession are taken as Lock takes them (Session.LockAll
-// hangs the set on a session opened here). Batches that name the same
-// keys in any order never deadlock each other.
+// LockAll takes every lock of locks or none, for one owner token, and
+// holds them through a streamed batch. Wait bounds the whole batch's wait
+// (default: try once; at most the gateway's longest wait, 60 s by
+// default); TTL, Value and InSession are taken as Lock takes them
+// (Session.LockAll hangs the set on a session opened here). Batches that
+// name the same keys in any order never deadlock each other.
 //
 // A refusal is an error matching ErrLockHeld, whose *Problem's Key names
 // the lock that was held, or a *DeadlockError; none of the locks is held
@@ -108,7 +100,7 @@ func (g *Gateway) LockAll(ctx context.Context, locks []BatchLock, options ...Loc
 
 func (g *Gateway) lockAll(ctx context.Context, locks []BatchLock, cfg lockConfig) (*LockSet, error) {
 	if err := cfg.refuse("each lock of a batch says how it is held (BatchLock)", "Shared", "Limit", "Permits",
-		"IdempotencyKey", "OnQueued", "SessionTTL", "LockDelay"); err != nil {
+		"IdempotencyKey", "Reentry", "OnQueued", "SessionTTL", "LockDelay"); err != nil {
 		return nil, err
 	}
 	if len(locks) == 0 {
@@ -125,49 +117,52 @@ func (g *Gateway) lockAll(ctx context.Context, locks []BatchLock, cfg lockConfig
 		}
 		body.Locks = append(body.Locks, entry)
 	}
-	sent := time.Now()
-	// Not sent again when the answer is lost: a second batch would wait
-	// for the locks the first may hold (their lease ends them).
-	a, err := g.do(ctx, call{method: http.MethodPost, path: "/locks/batch", body: body, extra: cfg.wait})
+	// The batch waits before its answer begins: a refusal is a plain
+	// problem response, and the grant the stream's first event.
+	var granted batchGrant
+	stream, err := g.openHeld(ctx, "/locks/batch", body, cfg.wait+g.timeout, "batch's grant", func(events *eventReader) error {
+		return awaitGrant(events, "acquired", &granted, nil)
+	})
+	var unstreamed *unstreamedAnswer
+	if errors.As(err, &unstreamed) && unstreamed.status == http.StatusCreated {
+		return nil, g.giveBackBatch(ctx, unstreamed)
+	}
 	if err != nil {
 		return nil, err
 	}
-	var granted batchGrant
-	if err := decode(a, &granted); err != nil {
-		return nil, err
-	}
-	return newLockSet(ctx, g, granted, cfg, sent, time.Now()), nil
+	set := newLockSet(ctx, g, granted, cfg, stream)
+	go set.lifetime.follow(stream.events, stream.body)
+	return set, nil
 }
 
-func newLockSet(parent context.Context, g *Gateway, gr batchGrant, cfg lockConfig, sent, received time.Time) *LockSet {
+// giveBackBatch releases the locks of a plain grant, the answer of a
+// gateway that does not stream batches (one older than the streamed
+// batch, met in a rolling upgrade): nothing would renew them.
+func (g *Gateway) giveBackBatch(ctx context.Context, answer *unstreamedAnswer) error {
+	var granted batchGrant
+	if json.Unmarshal(answer.body, &granted) != nil {
+		return answer
+	}
+	for _, lock := range granted.Locks {
+		_ = g.releaseAll(detached{ctx}, lock.Key, granted.Token)
+	}
+	return fmt.Errorf("%w: the gateway at %s granted the batch without streaming it (a gateway older than the streamed batch), and its locks were given back",
+		ErrUnavailable, g.base)
+}
+
+func newLockSet(parent context.Context, g *Gateway, gr batchGrant, cfg lockConfig, stream *heldStream) *LockSet {
 	waited := time.Duration(gr.WaitedMs) * time.Millisecond
-	set := &LockSet{
-		gw:     g,
-		token:  gr.Token,
-		locks:  gr.Locks,
-		waited: waited,
-		lease:  newLeaseClock(time.Duration(gr.TTLMs)*time.Millisecond, gr.ExpiresAtMs, sent, received, waited),
-	}
-	set.ctx, set.cancel = withEndCause(detached{parent})
-	switch {
-	case cfg.session != nil:
-		// Its lease is the session's: the session's end is the set's.
-		go func() {
-			select {
-			case <-cfg.session.Done():
-				set.lose(ReasonSessionEnded, cfg.session.Err())
-			case <-set.ctx.Done():
-			}
-		}()
-	case cfg.sessionID() == "":
-		set.mu.Lock()
-		set.lease.start(set.onDeadline)
-		set.mu.Unlock()
-		var renewing context.Context
-		renewing, set.stopRenewing = context.WithCancel(context.Background())
-		set.renewed = make(chan struct{})
-		go set.renew(renewing, time.Duration(gr.TTLMs)*time.Millisecond)
-	}
+	set := &LockSet{gw: g, token: gr.Token, locks: gr.Locks, waited: waited}
+	lease := newLeaseClock(time.Duration(gr.TTLMs)*time.Millisecond, gr.ExpiresAtMs, stream.sent, stream.received, waited)
+	set.lifetime = newLifetime(parent, lease, stream.close, func(reason, key string, cause error) error {
+		if key == "" {
+			key = set.String()
+		}
+		return &LostError{Key: key, Reason: reason, Err: cause}
+	})
+	// In a session the gateway renews nothing (the session's lease holds
+	// the locks): the set ends with the session, or with its stream's news.
+	set.lifetime.keep(cfg)
 	return set
 }
 
@@ -193,20 +188,6 @@ func (s *LockSet) FencingToken(key string) uint64 {
 // Waited is how long the batch waited for its locks.
 func (s *LockSet) Waited() time.Duration { return s.waited }
 
-// Context is cancelled once the set is lost or released.
-func (s *LockSet) Context() context.Context { return s.ctx }
-
-// Done is Context().Done().
-func (s *LockSet) Done() <-chan struct{} { return s.ctx.Done() }
-
-// Err is nil while every lock is held; ErrReleased after Release; a
-// *LostError (ErrLockLost) once the set was lost.
-func (s *LockSet) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
 func (s *LockSet) String() string {
 	keys := make([]string, len(s.locks))
 	for i, lock := range s.locks {
@@ -215,122 +196,65 @@ func (s *LockSet) String() string {
 	return fmt.Sprintf("lockgate.LockSet(%v)", keys)
 }
 
-// renew extends every lock each period (a third of the lease) until ctx
-// ends; a lock found gone loses the set, an unreachable gateway is left to
-// the deadline (a later renewal may still come in time).
-func (s *LockSet) renew(ctx context.Context, ttl time.Duration) {
-	defer close(s.renewed)
-	ticker := time.NewTicker(ttl / 3)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		earliest := int64(-1)
-		for _, lock := range s.locks {
-			a, err := s.gw.do(ctx, call{method: http.MethodPut, path: lockPath(lock.Key, "/ttl"),
-				body: map[string]any{"token": s.token, "ttl_ms": ttl.Milliseconds()}})
-			var state leaseState
-			if err == nil {
-				err = decode(a, &state)
-			}
-			switch {
-			case errors.Is(err, ErrLockLost), errors.Is(err, ErrNotOwner):
-				s.lose(ReasonLockGone, err)
-				return
-			case err != nil:
-				earliest = 0
-			case earliest < 0 || state.ExpiresAtMs < earliest:
-				earliest = state.ExpiresAtMs
-			}
-			if earliest == 0 {
-				break
-			}
-		}
-		if earliest > 0 {
-			s.mu.Lock()
-			if s.state == held {
-				s.lease.renewed(earliest)
-			}
-			s.mu.Unlock()
-		}
-	}
-}
-
-func (s *LockSet) onDeadline() {
-	s.mu.Lock()
-	due := s.state == held && s.lease.due()
-	s.mu.Unlock()
-	if due {
-		s.lose(ReasonLeaseExpired, nil)
-	}
-}
-
-// lose marks a held set lost (once) and cancels its context.
-func (s *LockSet) lose(reason string, cause error) {
-	s.mu.Lock()
-	if s.state != held {
-		s.mu.Unlock()
-		return
-	}
-	err := &LostError{Key: s.String(), Reason: reason, Err: cause}
-	s.state, s.err = lost, err
-	s.lease.stop()
-	s.mu.Unlock()
-	if s.stopRenewing != nil {
-		s.stopRenewing()
-	}
-	s.cancel(err)
-}
-
-// Release gives every lock back (`DELETE` with the token) and stops the
-// renewals; Context is then cancelled. Safe to defer and to call more than
-// once. It returns nil when it gave them all back; the *LostError when the
-// set had been lost; or the first failure to release one (its lease ends
-// it).
+// Release gives every lock back (`DELETE` with the token, each lock, so
+// that every lock is free when it returns), then closes the stream;
+// Context is then cancelled. Safe to defer and to call more than once
+// (later calls return what the first did). It returns nil when it gave
+// them all back; the *LostError when the set had been lost (the work done
+// under it was not protected all along); or an error matching
+// ErrUnavailable when the gateway could not confirm a release (the closed
+// stream releases them, or their lease ends them).
 func (s *LockSet) Release(ctx context.Context) error {
-	s.releaseOnce.Do(func() { s.releaseErr = s.release(ctx) })
-	return s.releaseErr
+	return s.lifetime.end(ctx, func() error { return s.release(ctx) })
 }
 
 func (s *LockSet) release(ctx context.Context) error {
-	s.mu.Lock()
-	wasHeld := s.state == held
-	if wasHeld {
-		s.state = releasing
-	}
-	s.lease.stop()
-	s.mu.Unlock()
-	if s.stopRenewing != nil {
-		s.stopRenewing()
-		<-s.renewed
-	}
-	var first error
-	for _, lock := range s.locks {
-		if err := s.gw.releaseAll(ctx, lock.Key, s.token); err != nil && first == nil {
-			first = err
+	first := s.gw.releaseAll(ctx, s.locks[0].Key, s.token)
+	end := s.releaseEnd(ctx, first)
+	// The first release ended the set's stream, and the gateway gives
+	// back the others: what is left of them is gone when Release returns.
+	var unanswered error
+	for _, lock := range s.locks[1:] {
+		err := s.gw.releaseAll(ctx, lock.Key, s.token)
+		if _, gone := lossOf(err); err != nil && !gone && unanswered == nil {
+			unanswered = unconfirmed(lock.Key, err)
 		}
 	}
-	s.mu.Lock()
-	end := s.err
-	if wasHeld {
-		end = ErrReleased
-		s.state, s.err = released, ErrReleased
-	}
-	s.mu.Unlock()
-	s.cancel(end)
-	if !wasHeld {
+	s.lifetime.finishEnd(ctx, end)
+	switch {
+	case end != ErrReleased:
 		return end
+	case first != nil:
+		return unconfirmed(s.locks[0].Key, first)
 	}
-	return first
+	return unanswered
+}
+
+// releaseEnd is how a set ended whose first lock's release answered err.
+// When the release was heard, the stream's last event tells: our own
+// release of that lock, given back; another end (a lock lost, or released
+// elsewhere, before Release), lost. Without that event the answer decides.
+func (s *LockSet) releaseEnd(ctx context.Context, err error) error {
+	reason, gone := lossOf(err)
+	if err != nil && !gone {
+		return ErrReleased // not confirmed: closing the stream releases them
+	}
+	told := s.lifetime.lastNews(ctx, time.Second)
+	switch {
+	case told.event == "released" && told.key == s.locks[0].Key && !gone:
+		return ErrReleased
+	case told.event != "":
+		return s.lifetime.lostError(told.reason, told.key, nil)
+	case gone:
+		return s.lifetime.lostError(reason, s.locks[0].Key, err)
+	}
+	return ErrReleased
 }
 
 // LockAll takes several locks at once hanging on the session, as
 // Gateway.LockAll takes them: they live as long as the session (TTL is
 // refused) unless released first, and the set's Context is cancelled when
-// the session ends.
+// the session ends. Close releases them with the session's other locks.
 func (s *Session) LockAll(ctx context.Context, locks []BatchLock, options ...LockOption) (*LockSet, error) {
 	cfg := newLockConfig(options)
 	if err := cfg.refuse("the locks are in this session, whose lease is theirs", "InSession", "TTL"); err != nil {
@@ -340,5 +264,12 @@ func (s *Session) LockAll(ctx context.Context, locks []BatchLock, options ...Loc
 		return nil, err
 	}
 	cfg.session = s
-	return s.gw.lockAll(ctx, locks, cfg)
+	set, err := s.gw.lockAll(ctx, locks, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.adopt(set.lifetime); err != nil {
+		return nil, err
+	}
+	return set, nil
 }

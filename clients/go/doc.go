@@ -26,12 +26,17 @@
 // says which. On Go 1.20 and later context.Cause(lock.Context()) returns
 // the same error.
 //
-// Besides streamed locks: Session opens one lease for many locks (its
-// locks end when it does, as with etcd's concurrency.Session); Lease takes
-// a plain lease that its holder extends (retried with one Idempotency-Key
-// when an answer is lost); Inspect and Revoke read and end locks; Watch
-// follows a lock's events, resuming with Last-Event-ID; Campaign, Leader
-// and Observe elect a leader.
+// Besides streamed locks: LockAll takes several locks at once, all or
+// none, held as one through a streamed batch (a LockSet, lost as a lock
+// is); Session opens one lease for many locks (its locks and sets end when
+// it does, as with etcd's concurrency.Session); Lease takes a plain lease
+// that its holder extends (retried with one Idempotency-Key when an answer
+// is lost); Inspect, List and Revoke read and end locks; Watch follows a
+// lock's events, resuming with Last-Event-ID; Campaign, Leader and Observe
+// elect a leader.
+//
+// A Lock, a LockSet and a Session end the same way: Context, Done, Err,
+// TTL, ExpiresAt and Remaining are one implementation, embedded in each.
 //
 // Refusals are *Problem values (the gateway's RFC 9457 problem documents)
 // that match the sentinel errors by their slug: ErrLockHeld, ErrNotOwner,

@@ -274,7 +274,10 @@ const (
 // it; Unwrap gives what broke, when something did (a connection error, the
 // gateway's `lock-not-found` answer).
 type LostError struct {
-	// Key is the lock's key.
+	// Key is the lock's key. For a LockSet, the key of the lock whose loss
+	// lost the set, as the gateway named it; when no one lock was lost (a
+	// broken stream, no renewal in time, the gateway shutting down, the
+	// end of a session opened here), the set as its String shows it.
 	Key string
 	// Reason is one of the Reason constants (or a reason a newer gateway
 	// sends).

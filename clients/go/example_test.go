@@ -119,6 +119,45 @@ func ExampleGateway_Session() {
 	_ = db.Write(sess.Context(), "credit", to.FencingToken())
 }
 
+func ExampleGateway_LockAll() {
+	gw := lockgate.New("http://127.0.0.1:8080")
+	ctx := context.Background()
+	set, err := gw.LockAll(ctx, lockgate.Keys("acct:1", "acct:2"), lockgate.TTL(30*time.Second), lockgate.Wait(5*time.Second))
+	if err != nil {
+		var problem *lockgate.Problem
+		if errors.Is(err, lockgate.ErrLockHeld) && errors.As(err, &problem) {
+			log.Fatalf("%s was held for 5 s; neither lock was taken", problem.Key)
+		}
+		log.Fatal(err)
+	}
+	defer set.Release(context.Background())
+	// The gateway renews both; set.Context() is cancelled once either is lost.
+	var db store
+	if err := db.Write(set.Context(), "debit acct:1", set.FencingToken("acct:1")); err != nil {
+		log.Printf("stopped: %v", set.Err()) // a *lockgate.LostError naming the lock that was lost
+		return
+	}
+	_ = db.Write(set.Context(), "credit acct:2", set.FencingToken("acct:2"))
+}
+
+func ExampleGateway_List() {
+	gw := lockgate.New("http://127.0.0.1:8080")
+	ctx := context.Background()
+	page, err := gw.List(ctx, "orders:", lockgate.PageSize(100))
+	for err == nil {
+		for _, lock := range page.Locks {
+			fmt.Println(lock.Key, lock.Holders, lock.FencingToken)
+		}
+		if !page.More() {
+			break
+		}
+		page, err = page.Next(ctx) // or, elsewhere: gw.List(ctx, "orders:", lockgate.Cursor(page.NextCursor))
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
 func ExampleGateway_Watch() {
 	gw := lockgate.New("http://127.0.0.1:8080")
 	ctx, stop := context.WithTimeout(context.Background(), time.Minute)

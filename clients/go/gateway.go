@@ -269,11 +269,22 @@ func (g *Gateway) openStream(ctx context.Context, method, path string, body any,
 		return nil, parseRefusal(response.StatusCode, response.Header, text)
 	}
 	if kind, _, _ := mime.ParseMediaType(response.Header.Get("Content-Type")); kind != "text/event-stream" {
-		response.Body.Close()
-		return nil, &unavailableError{message: fmt.Sprintf("the answer from %s%s is %d %s, not an event stream",
-			g.base, path, response.StatusCode, response.Header.Get("Content-Type"))}
+		defer response.Body.Close()
+		text, _ := io.ReadAll(io.LimitReader(response.Body, maxAnswer))
+		return nil, &unstreamedAnswer{status: response.StatusCode, body: text,
+			unavailableError: unavailableError{message: fmt.Sprintf("the answer from %s%s is %d %s, not an event stream",
+				g.base, path, response.StatusCode, response.Header.Get("Content-Type"))}}
 	}
 	return response, nil
+}
+
+// unstreamedAnswer is an answer that is not the event stream asked for
+// (from a gateway too old to stream it, say). It matches ErrUnavailable,
+// and keeps the answer, which may be a grant to give back.
+type unstreamedAnswer struct {
+	unavailableError
+	status int
+	body   []byte
 }
 
 // lockPath is `/locks/<key><suffix>`, the key escaped for the path. Valid

@@ -337,9 +337,11 @@ type proxy struct {
 	// dropped, their connections kept open.
 	mutedBelow int
 	open       []net.Conn
-	requests   []string
-	dropped    []string
-	closeOnce  sync.Once
+	// rewrite, when set, changes what a client sends before it is passed on.
+	rewrite   func(sent []byte) []byte
+	requests  []string
+	dropped   []string
+	closeOnce sync.Once
 }
 
 func newProxy(t testing.TB, upstream string) *proxy {
@@ -370,6 +372,13 @@ func (p *proxy) refuse(on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refusing = on
+}
+
+// rewriting makes the proxy pass on what clients send changed by f.
+func (p *proxy) rewriting(f func(sent []byte) []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rewrite = f
 }
 
 // cut closes every open connection.
@@ -459,8 +468,12 @@ func (p *proxy) forwardRequests(client, upstream net.Conn) {
 		if n > 0 {
 			p.mu.Lock()
 			p.requests = append(p.requests, string(buf[:n]))
+			sent := buf[:n]
+			if p.rewrite != nil {
+				sent = p.rewrite(sent)
+			}
 			p.mu.Unlock()
-			if _, werr := upstream.Write(buf[:n]); werr != nil {
+			if _, werr := upstream.Write(sent); werr != nil {
 				return
 			}
 		}

@@ -1,5 +1,6 @@
-// Plain leases: Extend, the loss at the lease's end, and the acquisition
-// retried with one Idempotency-Key after its answer was lost on the way.
+// Plain leases: Extend, the loss at the lease's end, re-entry with a
+// token, and the acquisition retried with one Idempotency-Key after its
+// answer was lost on the way.
 
 package lockgate_test
 
@@ -160,5 +161,68 @@ func TestALeaseRetriedAcrossCallsWithItsIdempotencyKeyGetsTheSameGrant(t *testin
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestAReentryAddsAHoldThatItsReleaseGivesBackAlone(t *testing.T) {
+	gw := sharedGateway(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	first, err := gw.Lease(ctx, key, lockgate.TTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release(ctx)
+	// Another process, handed the token, re-enters the lock.
+	elsewhere := sharedGateway(t)
+	again, err := elsewhere.Lease(ctx, key, lockgate.Reentry(first.Token()), lockgate.TTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Holds() != 1 || again.Holds() != 2 || again.Token() != first.Token() || again.FencingToken() != first.FencingToken() {
+		t.Fatalf("holds %d then %d; same token %v, fencing tokens %d and %d", first.Holds(), again.Holds(),
+			again.Token() == first.Token(), first.FencingToken(), again.FencingToken())
+	}
+	status, err := gw.Inspect(ctx, key)
+	if err != nil || status == nil || status.Holds != 2 || status.TTL <= 10*time.Second {
+		t.Fatalf("after the re-entry: %+v %v", status, err)
+	}
+	// Its Release gives back its own hold: the lock stays held by the first.
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := gw.Inspect(ctx, key); status == nil || status.Holds != 1 || first.Err() != nil {
+		t.Fatalf("after the re-entry's Release: %+v, %v", status, first.Err())
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if holders(t, gw, key) != 0 {
+		t.Fatal("held after both Releases")
+	}
+}
+
+func TestAReentryWithATokenThatHoldsNothingIsRefused(t *testing.T) {
+	gw := sharedGateway(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	mustLock(t, gw, key)
+	stranger := "3f9a1c2e-7b4d-4e6f-8a1b-2c3d4e5f6a7b"
+	if _, err := gw.Lease(ctx, key, lockgate.Reentry(stranger)); !errors.Is(err, lockgate.ErrNotOwner) {
+		t.Fatalf("re-entering another owner's lock: %v", err)
+	}
+	if _, err := gw.Lease(ctx, uniqueKey(t), lockgate.Reentry(stranger)); !errors.Is(err, lockgate.ErrNotOwner) {
+		t.Fatalf("re-entering a free lock: %v", err)
+	}
+	for what, options := range map[string][]lockgate.LockOption{
+		"with an idempotency key": {lockgate.Reentry(stranger), lockgate.IdempotencyKey("k-1")},
+		"with a wait":             {lockgate.Reentry(stranger), lockgate.Wait(time.Second)},
+	} {
+		if _, err := gw.Lease(ctx, key, options...); !errors.Is(err, lockgate.ErrInvalidRequest) {
+			t.Errorf("a re-entry %s: %v", what, err)
+		}
+	}
+	if _, err := gw.Lock(ctx, key, lockgate.Reentry(stranger)); !errors.Is(err, lockgate.ErrInvalidRequest) {
+		t.Fatalf("a streamed re-entry: %v", err)
 	}
 }

@@ -6,10 +6,8 @@ package lockgate
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -17,15 +15,6 @@ import (
 
 // errExtendStreamed is Extend's answer for a streamed lock.
 var errExtendStreamed = fmt.Errorf("%w: a streamed lock is renewed by the gateway; Extend is for a Lease", ErrInvalidRequest)
-
-type lockState int
-
-const (
-	held lockState = iota
-	releasing
-	released
-	lost
-)
 
 // grant is a `201` answer to `POST /locks`, and a streamed lock's
 // `acquired` event.
@@ -58,72 +47,47 @@ type Lock struct {
 	permits  int
 	streamed bool
 	replayed bool
-
-	ctx    context.Context
-	cancel func(cause error)
-
-	// closeStream ends a streamed lock's connection (which makes the
-	// gateway release what it still holds); followed is closed when the
-	// goroutine reading its events has returned. Both are nil for a lease.
-	closeStream context.CancelFunc
-	followed    chan struct{}
-
-	// session is the session opened here that the lock hangs on (nil
-	// for none, or one opened elsewhere): its lease is the lock's.
-	session *Session
-	// inSession: the lock hangs on a session, whose keepalive, not the
-	// gateway's renewal of the lock, keeps it; it has no timer of its own.
-	inSession bool
+	// holds is the token's holds once this grant was made; reentered: the
+	// grant added one hold to a lock held with its token (Reentry).
+	holds     int
+	reentered bool
+	// lifetime: Context, Done, Err, TTL, ExpiresAt and Remaining.
+	*lifetime
 
 	mu sync.Mutex
 	// fencing and mode change with an upgrade or a downgrade.
 	fencing uint64
 	mode    string
-	state   lockState
-	err     error
 	value   *string
-	// lease is the lock's lease by this process's clock; its timer ends
-	// the lock when no renewal (or Extend) came in time.
-	lease leaseClock
-
-	releaseOnce sync.Once
-	releaseErr  error
 }
 
 // newLock makes the Lock for a grant. sent is when the request that was
 // granted was sent, received when its grant arrived; the lease's local
 // deadline is timed from the earliest moment the grant could have been
 // made (the sending, plus the wait the gateway reports), so it never falls
-// after the real end.
-// closeStream is a streamed lock's (nil for a lease).
+// after the real end. closeStream is a streamed lock's (nil for a lease).
 func newLock(parent context.Context, g *Gateway, gr grant, cfg lockConfig, sent, received time.Time, closeStream context.CancelFunc) *Lock {
 	waited := time.Duration(gr.WaitedMs) * time.Millisecond
 	l := &Lock{
-		gw:          g,
-		key:         gr.Key,
-		token:       gr.Token,
-		fencing:     gr.FencingToken,
-		mode:        cfg.mode(),
-		waited:      waited,
-		permits:     cfg.permits,
-		value:       cfg.value,
-		streamed:    closeStream != nil,
-		closeStream: closeStream,
-		session:     cfg.session,
-		inSession:   cfg.sessionID() != "",
-		lease:       newLeaseClock(time.Duration(gr.TTLMs)*time.Millisecond, gr.ExpiresAtMs, sent, received, waited),
+		gw:        g,
+		key:       gr.Key,
+		token:     gr.Token,
+		fencing:   gr.FencingToken,
+		mode:      cfg.mode(),
+		waited:    waited,
+		permits:   cfg.permits,
+		value:     cfg.value,
+		streamed:  closeStream != nil,
+		holds:     gr.Holds,
+		reentered: cfg.reentry != "",
 	}
-	if l.streamed {
-		l.followed = make(chan struct{})
-	}
-	l.ctx, l.cancel = withEndCause(detached{parent})
+	lease := newLeaseClock(time.Duration(gr.TTLMs)*time.Millisecond, gr.ExpiresAtMs, sent, received, waited)
+	l.lifetime = newLifetime(parent, lease, closeStream, func(reason, _ string, cause error) error {
+		return &LostError{Key: l.key, Reason: reason, Err: cause}
+	})
 	// The gateway does not renew a lock in a session (the session's
 	// keepalive keeps it): its end is the session's, or its stream's news.
-	if !l.inSession {
-		l.mu.Lock()
-		l.lease.start(l.onDeadline)
-		l.mu.Unlock()
-	}
+	l.lifetime.keep(cfg)
 	return l
 }
 
@@ -165,7 +129,7 @@ func (l *Lock) Permits() int { return l.permits }
 func (l *Lock) Upgrade(ctx context.Context, options ...LockOption) error {
 	cfg := newLockConfig(options)
 	if err := cfg.refuse("an upgrade takes only Wait", "TTL", "Shared", "Limit", "Permits", "IdempotencyKey",
-		"OnQueued", "InSession", "SessionTTL", "LockDelay"); err != nil {
+		"Reentry", "OnQueued", "InSession", "SessionTTL", "LockDelay"); err != nil {
 		return err
 	}
 	return l.changeMode(ctx, "exclusive", cfg.wait)
@@ -199,6 +163,11 @@ func (l *Lock) changeMode(ctx context.Context, mode string, wait time.Duration) 
 	return nil
 }
 
+// Holds is how many holds the token had once this grant was made: 1 for
+// a new grant, more for a re-entry (Reentry), which counts the holds
+// before it.
+func (l *Lock) Holds() int { return l.holds }
+
 // Waited is how long the request waited in the lock's queue.
 func (l *Lock) Waited() time.Duration { return l.waited }
 
@@ -211,81 +180,20 @@ func (l *Lock) Streamed() bool { return l.streamed }
 // (`Idempotent-Replayed: true`).
 func (l *Lock) Replayed() bool { return l.replayed }
 
-// Context is cancelled once the lock is lost or released. Give it to the
-// work the lock protects, so that the work stops when the lock is gone.
-// It carries the values of the context the lock was acquired with, but not
-// its cancellation: that context bounds the acquisition only. On Go 1.20
-// and later context.Cause(lock.Context()) is what Err returns.
-func (l *Lock) Context() context.Context { return l.ctx }
-
-// Done is Context().Done().
-func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
-
-// Err is nil while the lock is held; ErrReleased once Release gave it
-// back; and once it was lost, a *LostError (errors.Is(err, ErrLockLost))
-// whose Reason says why.
-func (l *Lock) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-// TTL is the lease length; for a lock in a session, the session's.
-func (l *Lock) TTL() time.Duration {
-	if l.session != nil {
-		return l.session.TTL()
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lease.ttl
-}
-
-// ExpiresAt is when the lease ends by the Redis server's clock, as the
-// gateway last reported it (the grant, the last renewal, Extend). A lock
-// in a session has the session's lease: that of a Session opened here as
-// its last keepalive reported it, that of one opened elsewhere (InSession)
-// as the grant did.
-func (l *Lock) ExpiresAt() time.Time {
-	if l.session != nil {
-		return l.session.ExpiresAt()
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return time.UnixMilli(l.lease.expiresAtMs)
-}
-
-// Remaining is how long the lease is sure to last, by this process's
-// clock, unless a renewal (or Extend) comes first; 0 once it is not held.
-// For a lock in a session, see ExpiresAt.
-func (l *Lock) Remaining() time.Duration {
-	l.mu.Lock()
-	state := l.state
-	left := l.lease.remaining()
-	l.mu.Unlock()
-	switch {
-	case state != held:
-		return 0
-	case l.session != nil:
-		return l.session.Remaining()
-	}
-	return left
-}
-
 // Value is the holder's public value, as last set ("" when none).
 func (l *Lock) Value() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.value == nil {
-		return ""
-	}
-	return *l.value
+	return text(l.value)
 }
 
 // Release gives the lock back: `DELETE /locks/{key}` with the token, so
 // the next owner may take it as soon as Release returns, then, for a
 // streamed lock, the connection is closed. Context is then cancelled and
 // Err returns ErrReleased. It is safe to defer, and to call more than once
-// (later calls return what the first did).
+// (later calls return what the first did). A re-entry (Reentry) gives back
+// its one hold, and the lock stays held by the token's others; any other
+// Lock gives back every hold of its token.
 //
 // It returns nil when it gave the lock back; the *LostError when the lock
 // had been lost (the work done under it was not protected all along); or
@@ -293,84 +201,35 @@ func (l *Lock) Value() string {
 // release. A streamed lock is released all the same then, as the gateway
 // releases a lock whose connection closes, and a lease ends with its TTL.
 func (l *Lock) Release(ctx context.Context) error {
-	l.releaseOnce.Do(func() { l.releaseErr = l.release(ctx) })
-	return l.releaseErr
+	return l.lifetime.end(ctx, func() error { return l.release(ctx) })
 }
 
 func (l *Lock) release(ctx context.Context) error {
-	if ended, err := l.beginRelease(); !ended {
-		l.shut(ctx)
-		return err
+	var err error
+	if l.reentered {
+		// One hold, sent once: a DELETE whose answer was lost may have
+		// given it back, and a second would give back another's.
+		_, err = l.gw.do(ctx, call{method: http.MethodDelete, path: lockPath(l.key, ""),
+			header: http.Header{"Lock-Token": {l.token}}})
+	} else {
+		err = l.gw.releaseAll(ctx, l.key, l.token)
 	}
-	err := l.gw.releaseAll(ctx, l.key, l.token)
 	end := ErrReleased
-	switch {
-	case errors.Is(err, ErrLockLost):
-		end = &LostError{Key: l.key, Reason: ReasonLockGone, Err: err}
-	case errors.Is(err, ErrNotOwner):
-		end = &LostError{Key: l.key, Reason: ReasonHeldByAnother, Err: err}
-	case err != nil:
-		err = fmt.Errorf("lockgate: the release of %s was not confirmed (the lock ends when its stream closes or its lease runs out): %w", l.key, err)
+	if reason, gone := lossOf(err); gone {
+		end = l.lifetime.lostError(reason, "", err)
+	} else if err != nil {
+		err = unconfirmed(l.key, err)
 	}
-	l.finishRelease(ctx, end)
+	l.lifetime.finishEnd(ctx, end)
 	if end != ErrReleased {
 		return end
 	}
 	return err
 }
 
-// beginRelease marks a held lock as being released, so that news of its
-// end (its stream's `released`, a loss) no longer changes how it ended;
-// false, with how it ended, when it is no longer held.
-func (l *Lock) beginRelease() (bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch l.state {
-	case held:
-		l.state = releasing
-		return true, nil
-	case released:
-		return false, nil
-	}
-	return false, l.err
-}
-
-// finishRelease ends a lock being released: released when end is
-// ErrReleased, lost (end, a *LostError) otherwise; it closes the stream
-// and cancels the context.
-func (l *Lock) finishRelease(ctx context.Context, end error) {
-	l.mu.Lock()
-	l.err = end
-	if end == ErrReleased {
-		l.state = released
-	} else {
-		l.state = lost
-	}
-	l.lease.stop()
-	l.mu.Unlock()
-	l.shut(ctx)
-	l.cancel(end)
-	l.detach()
-}
-
-// detach takes an ended lock off its session's list.
-func (l *Lock) detach() {
-	if l.session != nil {
-		l.session.forget(l)
-	}
-}
-
-// shut closes a streamed lock's connection and waits (while ctx lasts) for
-// the goroutine reading it to return.
-func (l *Lock) shut(ctx context.Context) {
-	if l.closeStream == nil {
-		return
-	}
-	l.closeStream()
-	select {
-	case <-l.followed:
-	case <-ctx.Done():
-	}
+// unconfirmed is the error of a release that got no answer.
+func unconfirmed(what string, err error) error {
+	return fmt.Errorf("lockgate: the release of %s was not confirmed (the lock ends when its stream closes or its lease runs out): %w", what, err)
 }
 
 // Extend makes a lease end ttl from now (`PUT /locks/{key}/ttl`); extend it
@@ -395,13 +254,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := decode(a, &state); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state == lost {
-		return l.err
-	}
-	l.lease.extended(time.Duration(state.TTLMs)*time.Millisecond, state.ExpiresAtMs, sent)
-	return nil
+	return l.lifetime.extended(time.Duration(state.TTLMs)*time.Millisecond, state.ExpiresAtMs, sent)
 }
 
 // SetValue replaces the holder's public value (`PUT /locks/{key}/value`,
@@ -423,14 +276,11 @@ func (l *Lock) SetValue(ctx context.Context, value string) error {
 
 // failed turns the gateway's news that the lock is gone into its loss.
 func (l *Lock) failed(err error) error {
-	switch {
-	case errors.Is(err, ErrLockLost):
-		l.lose(ReasonLockGone, err)
-	case errors.Is(err, ErrNotOwner):
-		l.lose(ReasonHeldByAnother, err)
-	default:
+	reason, gone := lossOf(err)
+	if !gone {
 		return err
 	}
+	l.lifetime.lose(reason, "", err)
 	if lostErr := l.Err(); lostErr != nil {
 		return lostErr
 	}
@@ -439,95 +289,6 @@ func (l *Lock) failed(err error) error {
 
 func (l *Lock) String() string {
 	return fmt.Sprintf("lockgate.Lock(%s, fencing token %d)", l.key, l.FencingToken())
-}
-
-// lose marks the lock lost (once), closes its stream and cancels its
-// context with the *LostError. While it is being released, the release
-// decides how it ended.
-func (l *Lock) lose(reason string, cause error) {
-	l.mu.Lock()
-	if l.state != held {
-		l.mu.Unlock()
-		return
-	}
-	l.loseLocked(reason, cause)
-}
-
-// loseLocked is lose with l.mu held; it unlocks it.
-func (l *Lock) loseLocked(reason string, cause error) {
-	err := &LostError{Key: l.key, Reason: reason, Err: cause}
-	l.state = lost
-	l.err = err
-	l.lease.stop()
-	l.mu.Unlock()
-	if l.closeStream != nil {
-		l.closeStream()
-	}
-	l.cancel(err)
-	l.detach()
-}
-
-// onDeadline runs when the lease could have ended: the lock is lost unless
-// a renewal moved the deadline meanwhile.
-func (l *Lock) onDeadline() {
-	l.mu.Lock()
-	if l.state != held || !l.lease.due() {
-		l.mu.Unlock()
-		return
-	}
-	l.loseLocked(ReasonLeaseExpired, nil)
-}
-
-// renewed moves the deadline after a `renewed` event.
-func (l *Lock) renewed(expiresAtMs int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != held && l.state != releasing {
-		return
-	}
-	l.lease.renewed(expiresAtMs)
-}
-
-// follow reads a streamed lock's events until its stream ends, and turns
-// that end into the lock's release or loss.
-func (l *Lock) follow(events *eventReader, body io.Closer) {
-	defer close(l.followed)
-	defer body.Close()
-	for {
-		event, err := events.Next()
-		if err != nil {
-			l.lose(ReasonConnectionLost, err)
-			return
-		}
-		switch event.Type {
-		case "renewed":
-			var renewal struct {
-				ExpiresAtMs int64 `json:"expires_at_ms"`
-			}
-			if json.Unmarshal([]byte(event.Data), &renewal) == nil {
-				l.renewed(renewal.ExpiresAtMs)
-			}
-		case "released":
-			// Our own Release's DELETE ends the stream this way too; then
-			// the release is already under way and lose does nothing.
-			l.lose(ReasonReleasedElsewhere, nil)
-			return
-		case "lost":
-			var loss struct {
-				Reason string `json:"reason"`
-			}
-			_ = json.Unmarshal([]byte(event.Data), &loss)
-			if loss.Reason == "" {
-				loss.Reason = ReasonLockGone
-			}
-			var cause error
-			if loss.Reason == ReasonSessionEnded && l.session != nil {
-				cause = l.session.Err()
-			}
-			l.lose(loss.Reason, cause)
-			return
-		}
-	}
 }
 
 // releaseAll gives back every hold of token, until the lock is free (or

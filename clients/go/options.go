@@ -23,7 +23,9 @@ type lockConfig struct {
 	permits        int
 	value          *string
 	idempotencyKey string
-	onQueued       func(position int)
+	// reentry is the token of the hold a Lease re-enters.
+	reentry  string
+	onQueued func(position int)
 
 	// session is the session opened here that the lock hangs on;
 	// foreignSession the id of one opened elsewhere (InSession).
@@ -72,7 +74,7 @@ func (c *lockConfig) sessionID() string {
 // refuses.
 var (
 	sessionOnly = []string{"SessionTTL", "LockDelay"}
-	lockOnly    = []string{"TTL", "Wait", "Shared", "Limit", "Permits", "IdempotencyKey", "OnQueued", "InSession"}
+	lockOnly    = []string{"TTL", "Wait", "Shared", "Limit", "Permits", "IdempotencyKey", "Reentry", "OnQueued", "InSession"}
 )
 
 // TTL is the lease length (default: the gateway's, 30 s): how long the
@@ -157,6 +159,19 @@ func IdempotencyKey(key string) LockOption {
 	return func(c *lockConfig) { c.idempotencyKey = key; c.given = append(c.given, "IdempotencyKey") }
 }
 
+// Reentry makes a Lease re-enter the lock held with token (the Token of a
+// Lease, this process's or one handed over): `POST /locks` with the token
+// adds one hold and starts the lease again for TTL, without waiting. The
+// Lock returned stands for that one hold: its Release gives back that
+// hold alone, and the lock stays held by the token's other holds. A token
+// that holds no hold of the key is refused with an error matching
+// ErrNotOwner. A re-entry is never sent twice (an answer lost may have
+// added a hold), and takes no IdempotencyKey; a streamed lock cannot be
+// re-entered.
+func Reentry(token string) LockOption {
+	return func(c *lockConfig) { c.reentry = token; c.given = append(c.given, "Reentry") }
+}
+
 // OnQueued is called with the request's place in the lock's queue (1 is
 // next) while a streamed lock waits, each time the place changes. It runs
 // on the acquiring goroutine and must not block.
@@ -174,11 +189,12 @@ type acquireBody struct {
 	Permits int     `json:"permits,omitempty"`
 	Value   *string `json:"value,omitempty"`
 	Session string  `json:"session,omitempty"`
+	Token   string  `json:"token,omitempty"`
 }
 
 func (c *lockConfig) body(key string, wait time.Duration) acquireBody {
 	body := acquireBody{Key: key, TTLMs: millis(c.ttl), WaitMs: millis(wait), Limit: c.limit, Permits: c.permits,
-		Value: c.value, Session: c.sessionID()}
+		Value: c.value, Session: c.sessionID(), Token: c.reentry}
 	if c.shared {
 		body.Mode = "shared"
 	}

@@ -1,5 +1,6 @@
 // Reading and revoking locks: Inspect (`GET /locks/{key}`) and Revoke
-// (`DELETE /locks/{key}?force=true`), with the lock's state as Go types.
+// (`DELETE /locks/{key}?force=true`), with the lock's state as Go types
+// (which List's pages hold too).
 
 package lockgate
 
@@ -94,6 +95,11 @@ func parseLockStatus(data []byte) (*LockStatus, error) {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, err
 	}
+	return w.status(), nil
+}
+
+// status is the lock the gateway described.
+func (w *lockStatusWire) status() *LockStatus {
 	s := &LockStatus{
 		Key: w.Key, Held: w.Held, Mode: w.Mode, Limit: w.Limit, Holders: w.Holders,
 		FencingToken: w.FencingToken, Holds: w.Holds,
@@ -116,7 +122,7 @@ func parseLockStatus(data []byte) (*LockStatus, error) {
 			Position: waiter.Position, Mode: waiter.Mode, WaitingSince: unixMilli(waiter.WaitingSinceMs),
 		})
 	}
-	return s, nil
+	return s
 }
 
 // unixMilli is the time of a `*_at_ms` field; zero for 0 (absent).

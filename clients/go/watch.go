@@ -25,6 +25,9 @@ const (
 	EventAcquired EventType = "acquired"
 	// EventValue: a holder replaced its public value.
 	EventValue EventType = "value"
+	// EventMode: a holder upgraded or downgraded its hold (WatchEvent.Mode,
+	// and FencingToken, new after an upgrade).
+	EventMode EventType = "mode"
 	// EventReleased: the hold with this fencing token was released.
 	EventReleased EventType = "released"
 	// EventExpired: the hold's lease ran out (told at most 1 s after).

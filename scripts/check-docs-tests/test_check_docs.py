@@ -8,6 +8,7 @@ default target/release/lockgate); they fail, not skip, without them.
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -194,13 +195,13 @@ class WholeRuns(unittest.TestCase):
         cls.env = dict(os.environ, LOCKGATE_BIN=binary)
         cls.text = FIXTURE.read_text()
 
-    def run_on(self, text):
+    def run_on(self, text, preexec_fn=None):
         with tempfile.TemporaryDirectory() as scratch:
             doc = Path(scratch) / "changed.md"
             doc.write_text(text)
             # A failed run keeps its scratch directory: here, in this one.
             done = subprocess.run([sys.executable, str(SCRIPT), str(doc)],
-                                  env=dict(self.env, TMPDIR=scratch),
+                                  env=dict(self.env, TMPDIR=scratch), preexec_fn=preexec_fn,
                                   capture_output=True, text=True, timeout=120)
         return done.returncode, done.stdout + done.stderr
 
@@ -213,6 +214,15 @@ class WholeRuns(unittest.TestCase):
         self.assertEqual(status, 0, printed)
         self.assertIn("7 commands in 2 blocks agree with the gateway; 1 block skipped "
                       "(line 39: a gateway the test does not start)", printed)
+
+    def test_it_agrees_started_as_a_background_job_with_sigint_ignored(self):
+        # `make test &`, nohup and some CI runners start it so: the ^C it
+        # sends a streamed curl must still end that curl.
+        def ignore_sigint():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+        status, printed = self.run_on(self.text, preexec_fn=ignore_sigint)
+        self.assertEqual(status, 0, printed)
 
     def test_a_change_in_the_docs_fails_naming_the_line_and_what_differs(self):
         changes = [
