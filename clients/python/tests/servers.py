@@ -186,6 +186,8 @@ class Proxy:
     lost on the way back). `cut()`: closes every open connection;
     `cut_connection(n)` only the n-th accepted (from 1), such as one
     streamed request's. `refuse(True)`: new connections are closed at once.
+    `rewrite_requests(old, new)`: what clients send has `old` replaced by
+    `new` on its way (a header, say).
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -202,6 +204,7 @@ class Proxy:
         self.dropped_answers: List[bytes] = []
         self._drop_next = 0
         self._refusing = False
+        self._rewrites: List[Tuple[bytes, bytes]] = []
         self._open: List[socket.socket] = []
         #: Each accepted connection's two sockets, in the order accepted.
         self._pairs: Dict[int, Tuple[socket.socket, socket.socket]] = {}
@@ -217,6 +220,10 @@ class Proxy:
     def drop_responses(self, count: int) -> None:
         with self._guard:
             self._drop_next = count
+
+    def rewrite_requests(self, old: bytes, new: bytes) -> None:
+        with self._guard:
+            self._rewrites.append((old, new))
 
     def refuse(self, refusing: bool) -> None:
         with self._guard:
@@ -279,6 +286,10 @@ class Proxy:
                         self.dropped += 1
                         self.dropped_answers.append(data)
                     break
+                if drop is None:  # from the client
+                    with self._guard:
+                        for old, new in self._rewrites:
+                            data = data.replace(old, new)
                 target.sendall(data)
         except OSError:
             pass

@@ -40,6 +40,24 @@ async def test_acquire_hold_release(gateway, key: str) -> None:
         assert 0.3 <= time.monotonic() - started < 3
 
 
+async def test_a_waiter_is_told_its_place_and_a_holder_replaces_its_value(gateway, key: str) -> None:
+    async with AsyncGateway(gateway.url) as gw:
+        places: List[int] = []
+        async with gw.lock(key, ttl=5, value="10.0.0.7:9000") as holder:
+            waiting = asyncio.ensure_future(gw.lock(key, ttl=5, wait=10, on_queued=places.append).acquire())
+            for _ in range(250):
+                if places:
+                    break
+                await asyncio.sleep(0.02)
+            assert places == [1]
+            await holder.set_value("10.0.0.8:9000")
+            info = await gw.inspect(key)
+            assert info is not None and info.leases[0].value == "10.0.0.8:9000"
+        waiter = await asyncio.wait_for(waiting, 5)
+        assert waiter.position is None and places == [1]
+        await waiter.release()
+
+
 async def test_lost_lock_cancels_the_body(gateway, redis, key: str) -> None:
     task = asyncio.current_task()
     assert task is not None

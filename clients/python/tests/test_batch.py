@@ -1,18 +1,20 @@
 """Several locks at once (`lock_all`: all or none, one token, a wait for
-the last one, all released together, lost when one of them is), the
-upgrade and downgrade of a held lock, and the permits of a counting lock,
-sync and asyncio, against the real gateway."""
+the last one, held through a streamed batch the gateway renews, all
+released together, lost together when one of them is, in a session or
+not), the upgrade and downgrade of a held lock, and the permits of a
+counting lock, sync and asyncio, against the real gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+from typing import List
 
 import httpx
 import pytest
 
-from lockgate import AsyncGateway, Deadlock, Gateway, LockHeld, LockLost
+from lockgate import AsyncGateway, Deadlock, Gateway, GatewayUnavailable, LockHeld, LockLost
 from servers import wait_until
 
 
@@ -72,40 +74,147 @@ def test_lock_all_waits_for_the_last_lock_and_takes_all_at_once(gw: Gateway, key
     assert result["waited"] > 0
 
 
-def test_lock_all_keeps_its_locks_past_their_lease(gw: Gateway, key: str) -> None:
+def test_lock_all_is_renewed_by_the_gateway_past_its_lease(gateway, proxy_to, key: str) -> None:
     a, b = f"{key}:a", f"{key}:b"
-    with gw.lock_all([a, b], ttl=0.6) as locks:
+    proxy = proxy_to(gateway.port)
+    with Gateway(proxy.url, timeout=5) as gw, gw.lock_all([a, b], ttl=0.6) as locks:
         first = locks.fencing_tokens
-        time.sleep(1.5)  # over two leases: only the client's renewals keep them
+        granted_until = locks.expires_at_ms
+        assert granted_until == locks.grant["expires_at_ms"]
+        time.sleep(1.5)  # over two leases
         locks.check()
-        for k in (a, b):
-            info = gw.inspect(k)
-            assert info is not None and info.fencing_token == first[k]
+        assert 0 < locks.remaining <= 0.6
+        assert locks.expires_at_ms is not None and locks.expires_at_ms >= granted_until + 800
+        # One connection all along, the streamed batch's: the client sent
+        # no renewal of its own (a request would have needed another, as a
+        # stream's connection is never pooled).
+        assert proxy.connections == 1
+        with Gateway(gateway.url, timeout=5) as direct:
+            for k in (a, b):
+                info = direct.inspect(k)
+                assert info is not None and info.fencing_token == first[k]
 
 
-def test_lock_all_is_lost_when_one_of_its_locks_is_gone(gw: Gateway, key: str) -> None:
+def test_a_set_whose_stream_breaks_is_lost_and_given_back_at_once(gateway, proxy_to, gw: Gateway, key: str) -> None:
+    a, b = f"{key}:a", f"{key}:b"
+    proxy = proxy_to(gateway.port)
+    with Gateway(proxy.url, timeout=5) as through_proxy:
+        with pytest.raises(LockLost) as raised:
+            with through_proxy.lock_all([a, b], ttl=30) as locks:
+                proxy.cut_connection(1)  # the batch's stream
+                assert locks.lost.wait(3), "the broken stream went unnoticed"
+                cut_at = time.monotonic()
+        assert raised.value.reason == "connection-lost"
+    # The gateway gave both back as the connection closed, not at the end
+    # of their 30 s leases.
+    wait_until(lambda: not held(gw, a) and not held(gw, b), 3, "the set to be given back")
+    assert time.monotonic() - cut_at < 3
+
+
+def test_lock_all_is_lost_when_one_of_its_locks_is_released_elsewhere(gw: Gateway, key: str) -> None:
     a, b = f"{key}:a", f"{key}:b"
     seen: list = []
-    with pytest.raises(LockLost):
+    with pytest.raises(LockLost) as raised:
         with gw.lock_all([a, b], ttl=1.5, on_lost=seen.append) as locks:
             assert locks.token is not None
             gw.release(b, locks.token)  # someone with the token let one go
             assert locks.lost.wait(5), "the set was not found lost"
-            assert locks.lost_reason == "lock-gone"
-            locks.check()
-    assert seen == [locks]
-    assert not held(gw, a), "the lost set's other lock was not released"
+            assert (locks.lost_reason, locks.lost_key) == ("released", b)
+            with pytest.raises(LockLost) as checked:
+                locks.check()
+            assert checked.value.key == b
+    assert raised.value.reason == "released"
+    assert seen == [locks] and locks.on_lost == seen.append
+    # The gateway gave the other one back as the set ended.
+    wait_until(lambda: not held(gw, a), 3, "the set's other lock to be given back")
+
+
+def test_a_revoked_lock_loses_the_set_and_the_gateway_gives_back_the_rest(make_stack, redis, key: str) -> None:
+    a, b, c = f"{key}:a", f"{key}:b", f"{key}:c"
+    _, gateway = make_stack(redis, "--admin-token", "admin-token")
+    with Gateway(gateway.url, timeout=5) as gw:
+        with pytest.raises(LockLost) as raised:
+            with gw.lock_all([a, b, c], ttl=30) as locks:
+                assert gw.revoke(b, "admin-token")
+                assert locks.lost.wait(3), "the revocation went unnoticed"
+                assert (locks.lost_reason, locks.lost_key) == ("revoked", b)
+                assert locks.remaining == 0
+                with pytest.raises(LockLost) as checked:
+                    locks.check()
+                assert (checked.value.reason, checked.value.key) == ("revoked", b)
+        assert (raised.value.reason, raised.value.key) == ("revoked", b)
+        wait_until(lambda: not held(gw, a) and not held(gw, c), 3, "the rest of the set to be given back")
+        with gw.lock_all([a, b, c], ttl=5):  # free for anyone now
+            pass
+
+
+def test_a_set_is_lost_by_the_clients_own_deadline_when_its_gateway_falls_silent(make_stack, key: str) -> None:
+    _, gateway = make_stack()
+    ttl = 1.0
+    lost_at: List[float] = []
+    with Gateway(gateway.url) as gw:
+        with pytest.raises(LockLost) as raised:
+            with gw.lock_all([f"{key}:a", f"{key}:b"], ttl=ttl, on_lost=lambda _: lost_at.append(time.monotonic())):
+                frozen_at = time.monotonic()
+                gateway.freeze()  # no event, no error, no closed connection
+                try:
+                    wait_until(lambda: lost_at, ttl + 2, "the set's own deadline")
+                finally:
+                    gateway.thaw()
+        assert raised.value.reason == "lease-expired"
+        # A safety margin before the lease could end after the last
+        # renewal, which came at most ttl/3 before the freeze.
+        assert lost_at[0] - frozen_at <= ttl + 1.0
+
+
+def test_a_set_granted_without_a_stream_is_given_back(gateway, proxy_to, gw: Gateway, key: str) -> None:
+    """A gateway older than the streamed batch (in a rolling upgrade, behind
+    the same address) answers it as a plain batch: granted, and renewed by
+    nothing. Such a gateway is what a real one is to a request whose
+    `Accept` the proxy takes out."""
+    a, b = f"{key}:a", f"{key}:b"
+    proxy = proxy_to(gateway.port)
+    proxy.rewrite_requests(b"Accept: text/event-stream\r\n", b"Accept: application/json\r\n")
+    with Gateway(proxy.url, timeout=5) as old:
+        with pytest.raises(GatewayUnavailable) as refused:
+            with old.lock_all([a, b], ttl=30):
+                pytest.fail("the body ran under locks nothing renews")
+        assert "without a stream" in str(refused.value)
+    assert not held(gw, a) and not held(gw, b)  # given back, not left to their 30 s leases
 
 
 def test_lock_all_in_a_session_hangs_on_it(gw: Gateway, key: str) -> None:
     a, b = f"{key}:a", f"{key}:b"
     with gw.session(ttl=2) as session:
         locks = session.lock_all([a, b]).acquire()
-        assert session.id
+        assert session.id and locks.session is session
         status = httpx.get(f"{gw.url}/sessions/{session.id}", timeout=5).json()
         assert sorted(lock["key"] for lock in status["locks"]) == [a, b]
+        time.sleep(2.5)  # past the session's lease: its keepalive holds the set
+        locks.check()
+        assert locks.remaining > 0
+    # Ended with the session: released with it, not lost.
     assert locks.lost_reason is None
+    with pytest.raises(LockLost) as released:
+        locks.check()
+    assert released.value.reason == "released"
     assert not held(gw, a) and not held(gw, b)
+
+
+def test_a_set_in_a_session_ended_elsewhere_is_lost_with_it(gw: Gateway, key: str) -> None:
+    a, b = f"{key}:a", f"{key}:b"
+    with pytest.raises(LockLost) as raised:
+        with gw.session(ttl=10) as session:
+            with gw.lock(f"{key}:alone", ttl=10):  # not in the session: kept
+                with session.lock_all([a, b]) as locks:
+                    deleted = httpx.delete(f"{gw.url}/sessions/{session.id}", timeout=5)
+                    assert deleted.status_code == 204
+                    assert locks.lost.wait(3), "the session's end did not reach the set"
+                    assert locks.lost_reason == "session-ended"
+                    assert session.lost.wait(3)
+                    assert not held(gw, a) and not held(gw, b)
+                    assert held(gw, f"{key}:alone")
+    assert raised.value.reason == "session-ended"
 
 
 # -- upgrade, downgrade, permits -------------------------------------------
@@ -188,13 +297,32 @@ def test_async_lock_all_cancels_the_body_when_lost(gateway, key: str) -> None:
             assert await gw.inspect(a) is None and await gw.inspect(b) is None
 
             started = time.monotonic()
-            with pytest.raises(LockLost):
+            with pytest.raises(LockLost) as raised:
                 async with gw.lock_all([a, b], ttl=1.5) as locks:
                     assert locks.token is not None
                     await gw.release(a, locks.token)
                     await asyncio.sleep(30)  # cancelled by the loss
             assert time.monotonic() - started < 10
+            assert (raised.value.reason, locks.lost_key) == ("released", a)
+            for _ in range(100):  # the gateway gives the other one back
+                if await gw.inspect(b) is None:
+                    break
+                await asyncio.sleep(0.03)
             assert await gw.inspect(b) is None
+
+            # Past its lease, renewed by the gateway; then ended with its session.
+            with pytest.raises(LockLost) as ended:
+                async with gw.session(ttl=10) as session:
+                    async with gw.lock_all([a, b], ttl=0.6) as locks:
+                        await asyncio.sleep(1.5)
+                        locks.check()
+                    async with session.lock_all([a, b]) as locks:
+                        await asyncio.get_running_loop().run_in_executor(
+                            None, lambda: httpx.delete(f"{gateway.url}/sessions/{session.id}", timeout=5)
+                        )
+                        await asyncio.sleep(30)  # cancelled by the session's end
+            assert ended.value.reason == "session-ended" and locks.lost_reason == "session-ended"
+            assert time.monotonic() - started < 20
 
             lease = await gw.acquire(f"{key}:rw", mode="shared")
             await lease.upgrade()

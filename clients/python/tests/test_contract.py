@@ -165,6 +165,8 @@ def _mutated(change: str) -> Schema:
         grant = schemas["SessionGrant"]
         grant["properties"]["session_id"] = grant["properties"].pop("id")
         grant["required"] = ["session_id" if field == "id" else field for field in grant["required"]]
+    elif change == "lost key dropped":
+        del schemas["LostEvent"]["properties"]["key"]
     elif change == "slug renamed":
         for operations in document["paths"].values():
             for operation in operations.values():
@@ -184,6 +186,7 @@ def _mutated(change: str) -> Schema:
         ("enum value dropped", "LockStreamEvent.event: the client reads"),
         ("mode enum dropped", "LockStatus.mode: the client reads"),
         ("session field renamed", "SessionGrant.id: no such field"),
+        ("lost key dropped", "LostEvent.key: no such field"),
         ("slug renamed", "problem lock-held: not in the document"),
     ],
 )

@@ -56,11 +56,48 @@ def test_waiter_gets_the_lock_once_released(gw: Gateway, key: str) -> None:
         assert waiter.fencing_token > holder.fencing_token  # type: ignore[operator]
 
 
+def test_a_waiter_is_told_its_place_in_the_queue(gw: Gateway, key: str) -> None:
+    holder = gw.lock(key, ttl=5).acquire()
+    first = gw.lock(key, ttl=5, wait=10)
+    first_waits = threading.Thread(target=first.acquire, daemon=True)
+    first_waits.start()
+    wait_until(lambda: first.position == 1, 5, "the first waiter to queue")
+    places: List[int] = []
+    second = gw.lock(key, ttl=5, wait=10, on_queued=places.append)
+    second_waits = threading.Thread(target=second.acquire, daemon=True)
+    second_waits.start()
+    wait_until(lambda: places == [2], 5, "the second waiter to be told its place")
+    holder.release()  # the first is granted, the second moves up
+    first_waits.join(5)
+    wait_until(lambda: places == [2, 1], 5, "the second waiter to be told it is next")
+    assert second.position == 1 and first.position is None
+    first.release()
+    second_waits.join(5)
+    assert second.token is not None and second.position is None and places == [2, 1]
+    second.release()
+
+
+def test_a_held_lock_replaces_its_value(gw: Gateway, key: str) -> None:
+    with gw.lock(key, ttl=5, value="10.0.0.7:9000") as lock:
+        lock.set_value("10.0.0.8:9000")
+        info = gw.inspect(key)
+        assert info is not None and [lease.value for lease in info.leases] == ["10.0.0.8:9000"]
+        assert lock.value == "10.0.0.8:9000"
+        lock.set_value(None)
+        info = gw.inspect(key)
+        assert info is not None and info.leases[0].value is None
+    with pytest.raises(LockLost):
+        lock.set_value("too late")  # released: nothing to set it on
+
+
 def test_streamed_renewals_keep_it_past_its_lease(gw: Gateway, key: str) -> None:
     with gw.lock(key, ttl=0.6) as lock:
+        granted_until = lock.expires_at_ms
+        assert granted_until == lock.grant["expires_at_ms"]
         time.sleep(1.8)  # three leases
         lock.check()
         assert lock.remaining > 0
+        assert lock.expires_at_ms is not None and lock.expires_at_ms >= granted_until + 1000
         info = gw.inspect(key)
         assert info is not None and info.fencing_token == lock.fencing_token
     assert gw.inspect(key) is None

@@ -68,6 +68,7 @@ def test_every_kind_of_lock_hangs_on_the_session_and_ends_with_it(gateway, gw: G
             for lock in (writer, reader, place):
                 lock.check()
                 assert lock.remaining > 0
+                assert lock.expires_at_ms == session.expires_at_ms  # the session's lease is theirs
             session.check()
             assert session.expires_at_ms > started_at + 1000
             info = gw.inspect(exclusive)
@@ -227,6 +228,44 @@ def test_a_cycle_of_session_waits_is_a_deadlock(gw: Gateway, key: str) -> None:
             # The second session ended, and its lock with it: the first is served.
             waiting.join(5)
             assert len(granted) == 1
+
+
+def test_locks_hang_on_a_session_opened_elsewhere_by_its_id(gateway, gw: Gateway, key: str) -> None:
+    single, a, b, plain = f"{key}:one", f"{key}:a", f"{key}:b", f"{key}:plain"
+    opener = Gateway(gateway.url)
+    session = opener.session(ttl=2).open()
+    session_id = session.id or ""  # handed over by its opener
+    with pytest.raises(LockLost) as raised:
+        with gw.lock(single, session=session_id) as lock, gw.lock_all([a, b], session=session_id) as locks:
+            lease = gw.acquire(plain, session=session_id, ttl=0.5)  # the session's lease, not 0.5 s
+            seen = session_on_gateway(gateway.url, session_id).json()
+            assert sorted(held["key"] for held in seen["locks"]) == sorted([single, a, b, plain])
+            assert lock.session is None and locks.session is None
+            # This client follows no lease of the session's: only the
+            # gateway's word ends what hangs on it.
+            assert lock.remaining == float("inf") and locks.remaining == float("inf")
+            assert lock.expires_at_ms is None and locks.expires_at_ms is None
+            time.sleep(2.5)  # past the session's lease: its opener keeps it alive
+            lock.check()
+            locks.check()
+            info = gw.inspect(plain)
+            assert info is not None and info.leases[0].fencing_token == lease.fencing_token
+            delete_session(gateway.url, session_id)  # its opener, or anyone with the id, ends it
+            assert lock.lost.wait(3) and locks.lost.wait(3), "the session's end was not told"
+            assert (lock.lost_reason, locks.lost_reason) == ("session-ended", "session-ended")
+            assert gw.inspect(plain) is None
+    assert raised.value.reason == "session-ended"
+    assert session.lost.wait(3) and session.lost_reason in ("deleted", "expired")
+    session.end()  # nothing left to end
+    opener.close()
+    for name in (single, a, b):
+        assert gw.inspect(name) is None
+    with pytest.raises(SessionNotFound):
+        gw.lock(key, session=session_id).acquire()
+    with pytest.raises(SessionNotFound):
+        gw.lock_all([a, b], session=session_id).acquire()
+    with pytest.raises(SessionNotFound):
+        gw.acquire(key, session=session_id)
 
 
 # -- asyncio ---------------------------------------------------------------

@@ -182,6 +182,14 @@ def test_election_hands_over_when_the_leader_dies(make_stack, key: str) -> None:
                 changes.append(leaders.get(timeout=5))
             assert changes[-1].value == "10.0.0.8:9000"  # type: ignore[union-attr]
 
+            # The leader publishes a new address without a new election.
+            second.proclaim("10.0.0.9:9000")
+            proclaimed = gw_b.election(key).leader()
+            assert proclaimed is not None and (proclaimed.value, proclaimed.term) == ("10.0.0.9:9000", second.term)
+            while changes[-1] is None or changes[-1].value != "10.0.0.9:9000":
+                changes.append(leaders.get(timeout=5))
+            assert changes[-1].term == second.term
+
             second.resign()
             assert gw_b.election(key).leader() is None
         finally:

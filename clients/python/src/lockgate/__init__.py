@@ -14,7 +14,8 @@ them for as long as the holder's connection stays open. Durations are
 seconds. Every error is a `LockgateError`.
 
 The map: `_async/` is the client, written once for asyncio (`gateway`,
-`lock`, `batch`, `session`, `watch`); `_sync/` is the same written by
+`lock`, `batch`, `session`, `watch`, and `holding`: what a lock, a lock
+set and a session share while held); `_sync/` is the same written by
 scripts/unasync.py, each with its own `_concurrency` (tasks or threads);
 `_protocol` is what needs no
 I/O (request bodies, answers, the lease clock); `_api` the API's documents,

@@ -229,8 +229,15 @@ class RenewedEvent(TypedDict):
     expires_at_ms: int
 
 
-class LostEvent(TypedDict):
+class _LostEventKeys(TypedDict):
     reason: str
+
+
+class LostEvent(_LostEventKeys, total=False):
+    """A streamed lock's or batch's `lost`: why, and which lock (none for
+    `shutting-down`)."""
+
+    key: Optional[str]
 
 
 class EndedEvent(TypedDict):

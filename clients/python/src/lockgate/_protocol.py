@@ -1,7 +1,8 @@
 """What the sync and asyncio clients share without doing any I/O: request
-bodies and paths, answers read into errors, the lease clock of a streamed
-lock or session and its safety margin, and the leader an election's events
-name.
+bodies and paths, answers read into errors, what tells the streams of a
+lock, a lock set and a session apart (`Kind`), the lease clock of what is
+held through one and its safety margin, and the leader an election's
+events name.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 import os
 import ssl
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
 from urllib.parse import quote
 
 import httpx
@@ -22,8 +23,8 @@ from ._api import (
     AcquiredEvent,
     BatchBody,
     BatchLockBody,
-    LockGrant,
     LockMode,
+    LockStreamEventName,
     LockWatchEventName,
     ModeBody,
     SessionBody,
@@ -256,6 +257,69 @@ def event_json(event: Event) -> Dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"data": parsed}
 
 
+class Kind(NamedTuple):
+    """What tells a lock, a lock set and a session apart while held."""
+
+    #: The route of its streamed request.
+    path: str
+    #: Whether a request that got no answer is sent again.
+    retried: bool
+    #: The event that carries the grant.
+    granted: str
+    #: The events that end its stream, each with the reason it stands for
+    #: when its data names none.
+    ends: Mapping[str, str]
+    #: What it is once held, once given back by this client, and before.
+    held: str
+    given_back: str
+    unheld: str
+    #: What giving it back is called (in the log).
+    giving_back: str
+    #: Whether its loss cancels the task running its `async with` body.
+    cancels_body: bool
+    #: The error of its loss: of what name (a key), for what reason.
+    lost: Callable[[str, str], LockLost]
+
+
+def _lock_event(name: LockStreamEventName) -> str:
+    """A streamed lock's event, by a name the contract has."""
+    return name
+
+
+def _session_lost(name: str, reason: str) -> LockLost:
+    return session_lost_error(reason)
+
+
+LOCK = Kind(
+    path="/locks",
+    retried=False,  # closing the connection withdrew it: a second one would wait for the first
+    granted=_lock_event("acquired"),
+    ends={_lock_event("released"): "released", _lock_event("lost"): "lock-gone"},
+    held="held",
+    given_back="released",
+    unheld="not acquired",
+    giving_back="releasing",
+    cancels_body=True,
+    lost=lost_error,
+)
+
+#: A streamed batch has the events of a streamed lock.
+LOCK_SET = LOCK._replace(path="/locks/batch")
+
+SESSION = Kind(
+    path="/sessions",
+    retried=True,  # a streamed session whose answer was lost ended with its connection
+    granted="opened",
+    ends={"ended": "expired"},
+    held="open",
+    given_back="ended",
+    unheld="not opened",
+    giving_back="ending",
+    cancels_body=False,  # the bodies of the locks in it are cancelled, not its own
+    lost=_session_lost,
+)
+
+
 def safety_margin(ttl: float) -> float:
     """How long before its lease could end the client counts a streamed lock
     as lost: a tenth of the lease, at least 1 s, but at most a third of it.
@@ -297,8 +361,10 @@ class LeaseClock:
         """When the lock counts as lost."""
         return self.lease_end - self.margin
 
-    def granted(self, grant: LockGrant, now: float) -> None:
-        self.started(grant["ttl_ms"], grant["expires_at_ms"], now, waited_ms=grant["waited_ms"])
+    def granted(self, grant: Mapping[str, Any], now: float) -> None:
+        """The grant of a lock, a batch (`LockGrant`, `BatchGrant`) or a
+        session (`SessionGrant`, which waited for nothing) came."""
+        self.started(grant["ttl_ms"], grant["expires_at_ms"], now, waited_ms=grant.get("waited_ms", 0))
 
     def started(self, ttl_ms: int, expires_at_ms: int, now: float, *, waited_ms: int = 0) -> None:
         """The lease began: `ttl_ms` long, ending at `expires_at_ms` on the

@@ -26,7 +26,6 @@ __all__ = [
     "StreamReader",
     "Deadline",
     "Body",
-    "Renewer",
 ]
 
 log = logging.getLogger("lockgate")
@@ -199,40 +198,3 @@ class Body:
             return bool(uncancel() <= self._cancelling) and cancelled_here
         return cancelled_here and exc is not None and exc.args[:1] == (self._message,)
 
-
-class Renewer:
-    """Calls `renew()` every `interval` seconds in a task of its own, until
-    `renew()` returns False or `stop()` is called (a batch's keepalive)."""
-
-    def __init__(self) -> None:
-        self._task: "Optional[asyncio.Task[None]]" = None
-        self._stopped: Optional[asyncio.Event] = None
-
-    def start(self, renew: Callable[[], Coroutine[Any, Any, bool]], interval: float, name: str) -> None:
-        self._stopped = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run(renew, interval, self._stopped), name=name)
-
-    @staticmethod
-    async def _run(renew: Callable[[], Coroutine[Any, Any, bool]], interval: float, stopped: asyncio.Event) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(stopped.wait(), interval)
-                return
-            except asyncio.TimeoutError:
-                pass
-            if not await renew():
-                return
-
-    def stop(self) -> None:
-        if self._stopped is not None:
-            self._stopped.set()
-
-    async def join(self, timeout: float) -> None:
-        task = self._task
-        if task is not None and not task.done() and task is not asyncio.current_task():
-            await asyncio.wait((task,), timeout=timeout)
-
-    def abandon(self) -> None:
-        """In a forked child: the task is the parent's."""
-        self._task = None
-        self._stopped = None

@@ -181,6 +181,8 @@ class AsyncGateway:
         permits: Optional[int] = None,
         value: Optional[str] = None,
         on_lost: Optional[Callable[[AsyncLock], Any]] = None,
+        on_queued: Optional[Callable[[int], Any]] = None,
+        session: Optional[str] = None,
     ) -> AsyncLock:
         """A streamed lock on `key`, taken when its `async with` block starts
         (or by `await lock.acquire()`): held for as long as the block runs,
@@ -194,9 +196,19 @@ class AsyncGateway:
         anyone inspecting the lock sees. `on_lost(lock)` is called once the
         lock is lost (by the sync client from a background thread; by the
         asyncio one on the loop, scheduling a coroutine it returns).
+        `on_queued(position)` is called with the lock's place in the queue
+        (1 is next) each time it changes while it waits, in the acquiring
+        thread (or on the loop); what it raises ends the wait.
+
+        `session` is the id of a session opened elsewhere (its opener
+        handed it over) to hang the lock on: it lives as long as that
+        session (`ttl` is not used) unless released first, and is lost
+        (`session-ended`) when the gateway ends the session. For a session
+        opened here, use `session.lock(...)`.
         """
         return AsyncLock(
-            self, key, ttl=ttl, wait=wait, mode=mode, limit=limit, permits=permits, value=value, on_lost=on_lost
+            self, key, ttl=ttl, wait=wait, mode=mode, limit=limit, permits=permits, value=value,
+            on_lost=on_lost, on_queued=on_queued, session_id=session,
         )
 
     # -- several locks at once -------------------------------------------
@@ -209,19 +221,23 @@ class AsyncGateway:
         wait: float = 0.0,
         value: Optional[str] = None,
         on_lost: Optional[Callable[[AsyncLockSet], Any]] = None,
+        session: Optional[str] = None,
     ) -> AsyncLockSet:
-        """Several locks taken together (`POST /locks/batch`) when the
-        `async with` block starts (or by `await locks.acquire()`): every one
-        or none, for one owner token, renewed by the client every `ttl / 3`
-        seconds while the block runs, all released when it ends.
+        """Several locks taken together when the `async with` block starts
+        (or by `await locks.acquire()`): every one or none, for one owner
+        token, held as one streamed lock is (a streamed `POST
+        /locks/batch`): renewed by the gateway every `ttl / 3` seconds while
+        the block runs, all released when it ends, and lost together when
+        any of them is.
 
         Each lock is a key, or a mapping with `key` and any of `mode`,
         `limit`, `permits` (as `lock` takes them). `wait` is the whole
         batch's budget; batches naming the same keys in any order never
         deadlock each other. A refusal is `LockHeld` naming the held `key`
-        in its problem.
+        in its problem. `session` is the id of a session opened elsewhere
+        to hang the set on, as for `lock`.
         """
-        return AsyncLockSet(self, locks, ttl=ttl, wait=wait, value=value, on_lost=on_lost)
+        return AsyncLockSet(self, locks, ttl=ttl, wait=wait, value=value, on_lost=on_lost, session_id=session)
 
     # -- sessions --------------------------------------------------------
 
@@ -261,6 +277,7 @@ class AsyncGateway:
         value: Optional[str] = None,
         token: Optional[str] = None,
         idempotency_key: Optional[str] = None,
+        session: Optional[str] = None,
     ) -> "AsyncLease":
         """Takes a lease on `key` (`POST /locks`) that ends after `ttl`
         seconds unless extended; raises `LockHeld` when another owner holds
@@ -271,10 +288,13 @@ class AsyncGateway:
         same one, so the gateway answers the grant it made instead of
         making another. With `token` it re-enters a lease held with that
         token (one more hold, the lease reset to `ttl`); a re-entry is only
-        sent again when it surely never reached the gateway.
+        sent again when it surely never reached the gateway. With `session`
+        (a session's id) the lease hangs on that session: it lives as long
+        as the session, and `ttl` is not used.
         """
         body = acquire_body(
-            key, ttl=ttl, wait=wait, mode=mode, limit=limit, permits=permits, value=value, token=token
+            key, ttl=ttl if session is None else None, wait=wait, mode=mode, limit=limit, permits=permits,
+            value=value, token=token, session=session,
         )
         headers: Dict[str, str] = {}
         if token is None:

@@ -28,7 +28,8 @@ from ..models import Leader, LockEvent
 from ..sse import Event
 from ._concurrency import abort_stream, close_quietly, sleep
 from ._interfaces import AsyncGatewayInterface
-from .lock import AsyncLock, stream_events
+from .holding import stream_events
+from .lock import AsyncLock
 
 __all__ = ["AsyncWatcher", "AsyncElection", "AsyncLeadership", "AsyncLeaderObserver"]
 
@@ -208,6 +209,12 @@ class AsyncLeadership(AsyncLock):
                     raise
                 await sleep(backoff(attempt) if left is None else min(backoff(attempt), left))
                 attempt += 1
+
+    async def proclaim(self, value: Optional[str]) -> None:
+        """Publishes a new value for the leader (its address, say) without
+        a new election: observers see the leader again with it."""
+        await self.set_value(value)
+        self.election.value = value
 
     async def resign(self) -> None:
         """Gives up the leadership (releases the lock)."""

@@ -25,7 +25,6 @@ __all__ = [
     "StreamReader",
     "Deadline",
     "Body",
-    "Renewer",
 ]
 
 log = logging.getLogger("lockgate")
@@ -179,36 +178,3 @@ class Body:
         """Whether `exc` is the lock's own interruption: never, here."""
         return False
 
-
-class Renewer:
-    """Calls `renew()` every `interval` seconds in a daemon thread of its
-    own, until `renew()` returns False or `stop()` is called (a batch's
-    keepalive)."""
-
-    def __init__(self) -> None:
-        self._thread: Optional[threading.Thread] = None
-        self._stopped = threading.Event()
-
-    def start(self, renew: Callable[[], bool], interval: float, name: str) -> None:
-        stopped = self._stopped
-
-        def run() -> None:
-            while not stopped.wait(interval):
-                if not renew():
-                    return
-
-        self._thread = threading.Thread(target=run, name=name, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def join(self, timeout: float) -> None:
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-    def abandon(self) -> None:
-        """In a forked child: the thread is the parent's."""
-        self._thread = None
-        self._stopped = threading.Event()

@@ -10,19 +10,21 @@ gateway.py and session.py back (httpcore's `interfaces` do the same).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Tuple
 
 import httpx
 
 from .._api import LockMode, ModeChange
-from .._protocol import LeaseClock
 from ..models import LockInfo
 
-__all__ = ["GatewayInterface", "RenewedLease", "SessionInterface", "SessionMember"]
+if TYPE_CHECKING:
+    from .holding import Holding
+
+__all__ = ["GatewayInterface", "ValuedLease", "SessionInterface"]
 
 
-class RenewedLease(Protocol):
-    """A lease as `extend` returns it: when it now ends."""
+class ValuedLease(Protocol):
+    """A lease as `set_value` returns it: when it ends."""
 
     @property
     def expires_at_ms(self) -> Optional[int]: ...
@@ -52,40 +54,19 @@ class GatewayInterface(Protocol):
 
     def _request(self, method: str, path: str, **options: Any) -> httpx.Response: ...
 
-    def extend(self, key: str, token: str, ttl: float) -> RenewedLease: ...
-
     def change_mode(self, key: str, token: str, mode: LockMode, *, wait: float = 0.0) -> ModeChange: ...
+
+    def set_value(self, key: str, token: str, value: Optional[str]) -> ValuedLease: ...
 
     def release(self, key: str, token: str) -> int: ...
 
     def inspect(self, key: str) -> Optional[LockInfo]: ...
 
 
-class SessionMember(Protocol):
-    """A lock or lock set held in a session: the session's loss is its loss,
-    and ending the session releases it."""
-
-    def _lose(self, reason: str) -> None: ...
-
-    def _ends_with_session(self) -> bool: ...
-
-    def _stop_following(self) -> None: ...
-
-
 class SessionInterface(Protocol):
     """The session (`Session`) as the locks and lock sets taken in it
-    use it: its id, its lease clock, and the bookkeeping of its members."""
+    use it: its id, and its holding, which theirs hang on."""
 
-    @property
-    def lost_reason(self) -> Optional[str]: ...
+    _holding: "Holding"
 
     def _id_for_lock(self) -> str: ...
-
-    @property
-    def _lease_clock(self) -> LeaseClock: ...
-
-    def _expire_if_due(self) -> None: ...
-
-    def _attach(self, lock: SessionMember) -> None: ...
-
-    def _detach(self, lock: SessionMember) -> None: ...

@@ -28,7 +28,8 @@ from ..models import Leader, LockEvent
 from ..sse import Event
 from ._concurrency import abort_stream, close_quietly, sleep
 from ._interfaces import GatewayInterface
-from .lock import Lock, stream_events
+from .holding import stream_events
+from .lock import Lock
 
 __all__ = ["Watcher", "Election", "Leadership", "LeaderObserver"]
 
@@ -208,6 +209,12 @@ class Leadership(Lock):
                     raise
                 sleep(backoff(attempt) if left is None else min(backoff(attempt), left))
                 attempt += 1
+
+    def proclaim(self, value: Optional[str]) -> None:
+        """Publishes a new value for the leader (its address, say) without
+        a new election: observers see the leader again with it."""
+        self.set_value(value)
+        self.election.value = value
 
     def resign(self) -> None:
         """Gives up the leadership (releases the lock)."""
