@@ -24,7 +24,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint unit model-check model cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
+.PHONY: run test lint script-tests unit model-check model cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis sqlite curl
@@ -37,6 +37,7 @@ run:
 test:
 	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go java
 	$(MAKE) lint
+	$(MAKE) script-tests
 	$(MAKE) unit
 	$(MAKE) model-check
 	$(MAKE) cluster-suite
@@ -50,6 +51,11 @@ test:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+# The project scripts' own tests that need no gateway: the anchors
+# benchmark's probes (real sockets).
+script-tests:
+	python3 -m unittest discover -s loadtest/anchors -p 'test_*.py'
 
 # cargo-nextest where installed (each test in its own process, in
 # parallel), else cargo test: scripts/run-tests.sh chooses.

@@ -36,7 +36,8 @@
 # are built here (cargo build --release). ANCHORS_DISK_DIR and
 # ANCHORS_TMPFS_DIR choose where the durable and the in-memory data go
 # (defaults: .run/anchors/data and /dev/shm). Writes the JSON of every
-# figure, with the versions, to .run/anchors/anchors.json (ANCHORS_OUT).
+# figure, with the versions, to .run/anchors/anchors.json (ANCHORS_OUT);
+# each figure is also kept as it is measured, in .run/anchors/results-*.jsonl.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -57,9 +58,13 @@ memory="$(mktemp -d "${ANCHORS_TMPFS_DIR:-/dev/shm}/lockgate-anchors.XXXXXX")"
 work="$(mktemp -d)"
 pids=()
 cleanup() {
+  local status=$?
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work" "$disk" "$memory"
+  if [ "$status" -ne 0 ] && [ -s "${results:-}" ]; then
+    printf 'anchors: stopped (status %s); the figures measured so far: %s\n' "$status" "$results" >&2
+  fi
 }
 trap cleanup EXIT
 
@@ -98,7 +103,9 @@ fi
 
 # Everything shares the machine's cores: the table says how busy it was.
 load_before="$(cut -d' ' -f1 /proc/loadavg)"
-results="$work/results.jsonl"
+# Every figure is written here as soon as it is measured, outside the
+# scratch directory: a run that stops half way keeps what it measured.
+results="$run_dir/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 : >"$results"
 # The servers' logs and the drivers' own output, kept after the run.
 logs="$run_dir/logs"
@@ -325,10 +332,8 @@ run_zookeeper() {
     stop "$zookeeper_pid"
     return
   fi
-  [ -n "${zookeeper_version:-}" ] || zookeeper_version="$(python3 -c 'import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)
-s.sendall(b"srvr")
-print(s.recv(200).decode().splitlines()[0].split(": ")[1].split("-")[0])' "$port")"
+  # Never fails the run: an answer it cannot read gives "?".
+  [ -n "${zookeeper_version:-}" ] || zookeeper_version="$(python3 "$anchors/probe.py" zookeeper-version "$port" || echo "?")"
   local phase
   for phase in cycles relay; do
     measure zookeeper "$column" "$phase" "$zookeeper_pid" -- \
