@@ -103,7 +103,9 @@ for i = 1, n do
     missing_from_a_queue = true
   end
   ready[i] = not ahead and admits(state, mode, limit, permits)
-  free_in[i] = ready[i] and 0 or math.max(state.free_in, 1)
+  -- As text with %d: a session's holder frees at its session's end, far in
+  -- the future, which Lua's own number text would write as 4.5e+15.
+  free_in[i] = string.format('%d', ready[i] and 0 or math.max(state.free_in, 1))
   if not ready[i] and not first_missing then
     first_missing = i
   end
@@ -133,7 +135,7 @@ end
 
 local missing_key = ARGV[4 + 3 * (first_missing - 1)]
 if waiter_id == '' or wait_ms <= 0 then
-  return {'held', 'key', missing_key, 'free_in_ms', free_in[first_missing]}
+  return {'held', 'key', missing_key, 'free_in_ms', tonumber(free_in[first_missing])}
 end
 -- Joins every queue in this one step; a batch that lost its place in one
 -- (its instance was away too long) joins them all again at the end, so
