@@ -461,6 +461,62 @@ async fn a_cycle_of_session_waits_is_found_and_its_youngest_wait_refused() {
     assert_eq!(older.await.unwrap().unwrap().status(), StatusCode::CREATED);
 }
 
+/// A batch's wait in a session is part of the search as a single wait is:
+/// a cycle through it is found whichever closes it, the youngest wait
+/// refused `409 deadlock` (the batch, or the single wait), the other going
+/// on. `batch_closes`: the batch is the youngest.
+async fn a_cycle_through_a_batch(batch_closes: bool) {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let a = open(&one, json!({"ttl_ms": 30_000})).await;
+    let b = open(&two, json!({"ttl_ms": 30_000})).await;
+    let (a, b) = (a["id"].as_str().unwrap(), b["id"].as_str().unwrap());
+    take_in(&one, "bcycle:x", a, json!({})).await;
+    take_in(&two, "bcycle:y", b, json!({})).await;
+    // Session a waits for y alone; session b's batch waits for x (and a free z).
+    let single = |app: &TestApp| {
+        let body = json!({"key": "bcycle:y", "session": a, "wait_ms": 20_000});
+        app.http.post(app.url("/locks")).json(&body).send()
+    };
+    let batch = |app: &TestApp| {
+        let body = json!({"locks": [{"key": "bcycle:z"}, {"key": "bcycle:x"}],
+                          "session": b, "wait_ms": 20_000});
+        app.http.post(app.url("/locks/batch")).json(&body).send()
+    };
+    let (older, closing) = if batch_closes {
+        (tokio::spawn(single(&one)), batch(&two))
+    } else {
+        (tokio::spawn(batch(&two)), single(&one))
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!older.is_finished(), "a wait in no cycle ended");
+    let started = Instant::now();
+    let refused = closing.await.unwrap();
+    let found_in = started.elapsed();
+    let problem = assert_problem(refused, 409, "deadlock").await;
+    let cycle = problem["cycle"].as_array().unwrap();
+    assert_eq!(cycle.len(), 2, "{problem}");
+    assert!(
+        found_in < Duration::from_secs(1),
+        "found {found_in:?} after it closed"
+    );
+    assert!(!older.is_finished(), "the older wait was refused too");
+    // Nothing of a refused batch is held.
+    if batch_closes {
+        assert_problem(one.get("/locks/bcycle:z").await, 404, "lock-not-found").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_closes_a_cycle_of_session_waits_is_refused_deadlock() {
+    a_cycle_through_a_batch(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_closes_a_cycle_through_a_waiting_batch_is_refused_deadlock() {
+    a_cycle_through_a_batch(false).await;
+}
+
 /// Every kind of hold hangs on a session: a wait granted later, a
 /// re-entry, a counting lock, a streamed lock (which the gateway does not
 /// renew: the session is its lease); deleting the session ends them all

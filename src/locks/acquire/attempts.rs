@@ -25,9 +25,7 @@ use crate::redis::BackendError;
 use crate::redis::locks::grant::{
     self as scripts, AcquireReply, Attempt, ExtendReply, IfGranted, LeaveReply,
 };
-use crate::redis::locks::view;
 use crate::redis::locks::{LockKeys, LockState};
-use crate::redis::sessions::{self as session_keys, SessionKeys};
 
 /// What one acquisition wants, for every attempt it makes.
 #[derive(Clone, Copy)]
@@ -141,15 +139,8 @@ impl<'a> Acquisition<'a> {
         let acquired = self.run().await;
         if waited {
             // Boxed, like every round trip here: inline, the round trip's
-            // state (some 11 KB) would be part of every waiting request's.
-            Box::pin(async {
-                let session_keys = SessionKeys::new(locks.prefix(), session.as_str());
-                if let Ok(mut conn) = locks.redis().connection().await {
-                    let _ =
-                        session_keys::note_wait(&mut conn, &session_keys, keys.key(), None).await;
-                }
-            })
-            .await;
+            // state would be part of every waiting request's.
+            Box::pin(deadlock::note_wait(locks, session, keys.key(), None)).await;
         }
         acquired
     }
@@ -300,43 +291,14 @@ impl<'a> Acquisition<'a> {
     /// Notes (or, `None`, forgets) the session's wait for this lock, as
     /// waiter `id`: what a search for cycles follows.
     pub(super) async fn note_wait(&self, session: &SessionHandle, id: Option<&str>) {
-        let keys = SessionKeys::new(self.locks.prefix(), session.as_str());
-        let noted = async {
-            let mut conn = self.locks.redis().connection().await?;
-            session_keys::note_wait(&mut conn, &keys, self.terms.keys.key(), id).await
-        };
-        if let Err(err) = noted.await {
-            tracing::debug!(error = %err, "a session's wait could not be noted");
-        }
+        deadlock::note_wait(self.locks, session, self.terms.keys.key(), id).await;
     }
 
     /// The keys of the cycle this wait closes, when it is the wait of the
     /// cycle to refuse (see `deadlock`).
     async fn closes_a_cycle(&self, ticket: &Ticket) -> Option<Vec<String>> {
         let session = self.terms.session_handle?;
-        let found = async {
-            let mut conn = self.locks.redis().connection().await?;
-            let Some(queued) = view::queued_wait(&mut conn, self.terms.keys, ticket.id()).await?
-            else {
-                return Ok(None);
-            };
-            drop(conn);
-            let start = deadlock::Wait {
-                session: session.clone(),
-                key: self.terms.keys.key().to_owned(),
-                since: queued.since,
-                waiter_id: ticket.id().to_owned(),
-                present_until: queued.present_until,
-            };
-            deadlock::refused(self.locks, &start).await
-        };
-        match found.await {
-            Ok(cycle) => cycle,
-            Err(err) => {
-                tracing::debug!(error = %err, "could not search for a cycle of waits");
-                None
-            }
-        }
+        deadlock::cycle_through(self.locks, self.terms.keys, session, ticket.id()).await
     }
 
     /// Notes a place in the queue: the ticket hears it, the client (of a

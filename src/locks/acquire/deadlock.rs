@@ -21,11 +21,12 @@ use crate::locks::sessions::SessionHandle;
 use crate::locks::shared::Locks;
 use crate::locks::waiting::tending::ROUND;
 use crate::redis::BackendError;
+use crate::redis::locks::LockKeys;
 use crate::redis::locks::view::{self, LockSight};
 use crate::redis::sessions::{self as session_keys, SessionKeys};
 
 /// How often a session's wait is searched for a cycle after it joined.
-pub(super) const CHECK_EVERY: Duration = Duration::from_millis(300);
+pub(in crate::locks) const CHECK_EVERY: Duration = Duration::from_millis(300);
 /// How long after a first sighting a cycle is searched for again: a
 /// tending round and some, so that every live instance of the cycle has
 /// renewed its presence in between.
@@ -35,21 +36,69 @@ const MAX_DEPTH: usize = 16;
 
 /// One wait of a session: the lock it waits for, since when.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Wait {
-    pub(super) session: SessionHandle,
-    pub(super) key: String,
-    pub(super) since: u64,
-    pub(super) waiter_id: String,
+struct Wait {
+    session: SessionHandle,
+    key: String,
+    since: u64,
+    waiter_id: String,
     /// Until when its instance's presence stood when it was read.
-    pub(super) present_until: u64,
+    present_until: u64,
+}
+
+/// The keys of the cycle that waiter `id`'s wait for lock `keys` (with
+/// session `session`) closes, when it is the wait of the cycle to refuse;
+/// none when it is in no cycle or no longer queued, or the search failed.
+pub(in crate::locks) async fn cycle_through(
+    locks: &Locks,
+    keys: &LockKeys,
+    session: &SessionHandle,
+    id: &str,
+) -> Option<Vec<String>> {
+    let found = async {
+        let mut conn = locks.redis().connection().await?;
+        let Some(queued) = view::queued_wait(&mut conn, keys, id).await? else {
+            return Ok(None);
+        };
+        drop(conn);
+        let start = Wait {
+            session: session.clone(),
+            key: keys.key().to_owned(),
+            since: queued.since,
+            waiter_id: id.to_owned(),
+            present_until: queued.present_until,
+        };
+        refused(locks, &start).await
+    };
+    match found.await {
+        Ok(cycle) => cycle,
+        Err(err) => {
+            tracing::debug!(error = %err, "could not search for a cycle of waits");
+            None
+        }
+    }
+}
+
+/// Notes on `session` that it waits for lock `key` as waiter `id` (an edge
+/// others may close a cycle with), or with `None` that it no longer does.
+pub(in crate::locks) async fn note_wait(
+    locks: &Locks,
+    session: &SessionHandle,
+    key: &str,
+    id: Option<&str>,
+) {
+    let keys = SessionKeys::new(locks.prefix(), session.as_str());
+    let noted = async {
+        let mut conn = locks.redis().connection().await?;
+        session_keys::note_wait(&mut conn, &keys, key, id).await
+    };
+    if let Err(err) = noted.await {
+        tracing::debug!(error = %err, "a session's wait could not be noted");
+    }
 }
 
 /// The keys of the cycle `start` closes, when it is its youngest wait (the
 /// one refused): confirmed by a second search.
-pub(super) async fn refused(
-    locks: &Locks,
-    start: &Wait,
-) -> Result<Option<Vec<String>>, BackendError> {
+async fn refused(locks: &Locks, start: &Wait) -> Result<Option<Vec<String>>, BackendError> {
     let Some(first) = cycle(locks, start).await? else {
         return Ok(None);
     };

@@ -4,7 +4,7 @@
 //! queue) and [`guard`] (a grant whose client went away is undone).
 
 mod attempts;
-mod deadlock;
+pub(super) mod deadlock;
 mod guard;
 
 use std::time::{Duration, Instant};

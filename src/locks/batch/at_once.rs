@@ -6,6 +6,12 @@
 //! (`<waiter id> ready` on the lock's grant channel) and lets nobody behind
 //! it go first; the batch then runs its script again, which takes every
 //! lock at once when each has a place.
+//!
+//! A batch that waits in a session waits for each of its locks as that
+//! session, as a single request does: each wait is noted on the session
+//! (an edge another session's search may close a cycle with) and searched
+//! for a cycle it closes, at once and every round; a cycle whose youngest
+//! wait is one of the batch's refuses the batch `409 deadlock`.
 
 use std::time::Instant;
 
@@ -13,6 +19,7 @@ use futures_util::future::select_all;
 
 use super::{BatchHold, BatchTerms};
 use crate::locks::acquire::GrantGuard;
+use crate::locks::acquire::deadlock;
 use crate::locks::error::LockError;
 use crate::locks::inputs::LockKey;
 use crate::locks::shared::Locks;
@@ -70,7 +77,13 @@ impl Locks {
         for guard in &mut guards {
             guard.queued_as(Some((&id, terms.deadline)));
         }
+        let session = terms.session.as_ref().map(|joined| &joined.handle);
         let waited = Box::pin(self.batch_wait(terms, &keys, &id)).await;
+        if let Some(session) = session {
+            for lock in &keys {
+                Box::pin(deadlock::note_wait(self, session, lock.key(), None)).await;
+            }
+        }
         match waited {
             Ok(holds) => Ok((holds, guards)),
             Err(err) => {
@@ -108,12 +121,16 @@ impl Locks {
             let _ = tokio::time::timeout_at(terms.deadline.into(), ticket.subscribed()).await;
         }
         let closing = tickets[0].closing();
-        let session = terms
-            .session
-            .as_ref()
-            .map(|joined| self.sessions().watch(&joined.handle));
+        let handle = terms.session.as_ref().map(|joined| &joined.handle);
+        let session = handle.map(|handle| self.sessions().watch(handle));
         let never = tokio_util::sync::CancellationToken::new();
         let session_ended = session.as_ref().map_or(&never, |watch| watch.ended());
+        if let Some(handle) = handle {
+            for lock in keys {
+                Box::pin(deadlock::note_wait(self, handle, lock.key(), Some(id))).await;
+            }
+        }
+        let mut cycles = tokio::time::interval(deadlock::CHECK_EVERY);
         // The first lock without a place for it, as last heard, and when a
         // place there may free.
         let mut missing: (String, u64);
@@ -147,20 +164,49 @@ impl Locks {
                     missing = (key, free_in.unwrap_or(1));
                 }
             }
-            let changes = select_all(tickets.iter_mut().map(|ticket| Box::pin(ticket.changed())));
-            tokio::select! {
-                _ = changes => {}
-                () = tokio::time::sleep_until(terms.deadline.into()) => {
-                    let (key, free_in_ms) = missing;
-                    return Err(LockError::Held {
-                        key: self.lock_key(terms, &key),
-                        retry_after_ms: free_in_ms.max(1),
-                    });
+            loop {
+                let changes =
+                    select_all(tickets.iter_mut().map(|ticket| Box::pin(ticket.changed())));
+                tokio::select! {
+                    _ = changes => break,
+                    _ = cycles.tick(), if handle.is_some() => {
+                        if let Some(err) = Box::pin(self.batch_cycle(terms, keys, id)).await {
+                            return Err(err);
+                        }
+                    }
+                    () = tokio::time::sleep_until(terms.deadline.into()) => {
+                        let (key, free_in_ms) = missing;
+                        return Err(LockError::Held {
+                            key: self.lock_key(terms, &key),
+                            retry_after_ms: free_in_ms.max(1),
+                        });
+                    }
+                    () = closing.cancelled() => return Err(WaitRefused::ShuttingDown.into()),
+                    () = session_ended.cancelled() => return Err(LockError::SessionNotFound),
                 }
-                () = closing.cancelled() => return Err(WaitRefused::ShuttingDown.into()),
-                () = session_ended.cancelled() => return Err(LockError::SessionNotFound),
             }
         }
+    }
+
+    /// The deadlock a waiting batch's wait for one of its locks closes, as
+    /// the youngest wait of the cycle: its refusal (see the module's text).
+    async fn batch_cycle(
+        &self,
+        terms: &BatchTerms<'_>,
+        keys: &[LockKeys],
+        id: &str,
+    ) -> Option<LockError> {
+        let session = &terms.session.as_ref()?.handle;
+        for lock in keys {
+            if let Some(cycle) = deadlock::cycle_through(self, lock, session, id).await {
+                self.metrics().deadlock();
+                return Some(LockError::Deadlock {
+                    key: self.lock_key(terms, lock.key()),
+                    cycle,
+                });
+            }
+        }
+        None
     }
 
     /// Runs the batch's script once, as waiter `id` (joining every queue if
