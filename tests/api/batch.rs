@@ -564,3 +564,29 @@ async fn a_streamed_batch_is_refused_with_the_ordinary_answers() {
         StatusCode::NO_CONTENT
     );
 }
+
+/// A batch waiting for a lock held in a session waits (its session's lease
+/// is far ahead) and is answered as any batch is when its wait runs out.
+#[tokio::test]
+async fn a_batch_waits_for_a_lock_held_in_a_session() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let opened: Value = app
+        .post_json("/sessions", &json!({"ttl_ms": 30_000}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let taken = app
+        .acquire(json!({"key": "sess:held", "session": opened["id"]}))
+        .await;
+    assert_eq!(taken.status(), StatusCode::CREATED);
+    let refused = batch(
+        &app,
+        json!({"locks": [{"key": "sess:free"}, {"key": "sess:held"}], "wait_ms": 300}),
+    )
+    .await;
+    let problem = assert_problem(refused, 409, "lock-held").await;
+    assert_eq!(problem["key"], "sess:held");
+    assert!(!held(&app, "sess:free").await);
+}
