@@ -54,6 +54,6 @@ else
   end
 end
 -- A place offered from the queue is announced now, claimed for its lease.
-on_claimed(ctx, token, place.fence, place.value, mode, ends)
+on_claimed(ctx, token, place.fence, place.value, mode, ends, session)
 return {'extended', 'fence', place.fence, 'holds', place.holds, 'expires_at_ms', ends,
   'session', session or ''}

@@ -40,14 +40,17 @@ local function record(ctx, kind, data)
   return id
 end
 
--- A holder was granted the lock.
-local function on_acquired(ctx, token, fence, value, mode, expires_at)
+-- A holder was granted the lock. A session's holder names its session
+-- (the handle, public): its lease is the session's, which the gateway
+-- sending the event reads (the session's keys are in another slot).
+local function on_acquired(ctx, token, fence, value, mode, expires_at, session)
   if not watched(ctx) then
     return
   end
   redis.call('HSET', ctx.watch, fence_field(fence), token)
   record(ctx, 'acquired', json({{'key', ctx.key}, {'fencing_token', fence},
-    {'value', value or false}, {'mode', mode}, {'expires_at_ms', expires_at}}))
+    {'value', value or false}, {'mode', mode}, {'expires_at_ms', expires_at},
+    {'session', session or false}}))
 end
 
 -- A place was offered to a waiter, until it claims it.
@@ -58,9 +61,9 @@ local function on_offered(ctx, token, fence)
 end
 
 -- A waiter claimed the place it was offered, for its whole lease.
-local function on_claimed(ctx, token, fence, value, mode, expires_at)
+local function on_claimed(ctx, token, fence, value, mode, expires_at, session)
   if watched(ctx) and redis.call('HDEL', ctx.watch, fence_field(fence, 'o:')) == 1 then
-    on_acquired(ctx, token, fence, value, mode, expires_at)
+    on_acquired(ctx, token, fence, value, mode, expires_at, session)
   end
 end
 

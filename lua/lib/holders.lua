@@ -225,6 +225,11 @@ local function made_under_key(ctx, idem)
   return token, string.match(record, ' ([^ ]*)$')
 end
 
+-- The handle of a holder's session (from its `session` record), or nil.
+local function session_of(place)
+  return place.session and string.match(place.session, '^(%S+)')
+end
+
 -- Grants a place to `grant` (token, mode, limit, ttl, streamed, value, idem,
 -- body, offer) for `lease_ms`, at `now`; `keep_ms` is how long the fence
 -- counter outlives the lease. Records the `acquired` event (for an offer to
@@ -297,7 +302,7 @@ local function grant_place(ctx, grant, lease_ms, keep_ms)
   if grant.offer then
     on_offered(ctx, token, fence)
   else
-    on_acquired(ctx, token, fence, grant.value, grant.mode, ends)
+    on_acquired(ctx, token, fence, grant.value, grant.mode, ends, session_of(grant))
   end
   return fence, ends
 end
@@ -331,11 +336,6 @@ local function holder(ctx, token)
   end
   return {fence = tonumber(many[2]), holds = tonumber(many[1]), ends = ends,
     streamed = many[3], value = many[4], session = many[5]}
-end
-
--- The handle of a holder's session (from its `session` record), or nil.
-local function session_of(place)
-  return place.session and string.match(place.session, '^(%S+)')
 end
 
 -- The lock-delay of a holder's session, in ms (0 without one).

@@ -35,7 +35,13 @@ pub struct AcquiredEvent {
     /// `exclusive`, `shared` or `counted`.
     #[schema(example = "exclusive")]
     mode: String,
+    /// When the lease ends (Unix ms): for a session's holder, its
+    /// session's, as the event is sent.
     expires_at_ms: u64,
+    /// The public handle of the session the holder's lock hangs on (as
+    /// `GET /locks/{key}` names it), or null.
+    #[schema(example = "5f0c8e2a9d4b6c1e7a3f2b8d9c0e1f2a")]
+    session: Option<String>,
 }
 
 /// `value`: a holder replaced its public value.

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LockError;
 use super::inputs::LockKey;
-use super::sessions::Sessions;
+use super::sessions::{SessionHandle, Sessions};
 use super::waiting::{WaitRefused, Waiting};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
@@ -346,7 +346,7 @@ impl Watcher {
                     WatchEvent::Snapshot { id, .. } => self.last_given = Some(id.clone()),
                     WatchEvent::Gap => {}
                 }
-                return Some(event);
+                return Some(self.with_session_lease(event).await);
             }
             tokio::select! {
                 () = self.watches.0.closing.cancelled() => return None,
@@ -368,6 +368,46 @@ impl Watcher {
                 }
             }
         }
+    }
+
+    /// An `acquired` event of a session's holder, with its session's lease
+    /// as it stands, as `GET` shows it: the script wrote the grant's first
+    /// lease and names the session, whose keys are in another slot.
+    async fn with_session_lease(&self, event: WatchEvent) -> WatchEvent {
+        let WatchEvent::Event { id, kind, data } = event else {
+            return event;
+        };
+        if kind != "acquired" || !data.contains("\"session\":\"") {
+            return WatchEvent::Event { id, kind, data };
+        }
+        let mut fields: serde_json::Map<String, serde_json::Value> =
+            match serde_json::from_str(&data) {
+                Ok(fields) => fields,
+                Err(_) => return WatchEvent::Event { id, kind, data },
+            };
+        let Some(handle) = fields.get("session").and_then(|handle| handle.as_str()) else {
+            return WatchEvent::Event { id, kind, data };
+        };
+        let handle = SessionHandle::from_stored(handle);
+        let data = match self
+            .watches
+            .0
+            .sessions
+            .expiries(std::slice::from_ref(&handle))
+            .await
+        {
+            Ok((expiries, now)) => {
+                // A session that ended is ending its locks: as it stands.
+                let ends = expiries.get(&handle).copied().unwrap_or(now);
+                fields.insert("expires_at_ms".into(), ends.into());
+                serde_json::to_string(&fields).unwrap_or(data)
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "could not read a session's lease for its lock's event");
+                data
+            }
+        };
+        WatchEvent::Event { id, kind, data }
     }
 
     /// Whether `id` comes after the last one given.

@@ -75,7 +75,7 @@ async fn a_watcher_sees_every_change_in_order_and_resumes_through_another_instan
         [(
             "acquired".to_owned(),
             json!({"key": "leader", "fencing_token": fence, "value": "10.0.0.7:9000",
-                "mode": "exclusive", "expires_at_ms": grant["expires_at_ms"]})
+                "mode": "exclusive", "expires_at_ms": grant["expires_at_ms"], "session": null})
         )]
     );
     // The client goes away here; the lock changes while it is gone.
@@ -205,7 +205,8 @@ async fn a_waiter_granted_from_the_queue_is_announced_with_its_whole_lease() {
             (
                 "acquired".to_owned(),
                 json!({"key": "desk", "fencing_token": grant["fencing_token"], "value": "next",
-                    "mode": "exclusive", "expires_at_ms": grant["expires_at_ms"]})
+                    "mode": "exclusive", "expires_at_ms": grant["expires_at_ms"],
+                    "session": null})
             ),
         ]
     );
@@ -541,4 +542,51 @@ async fn a_revocation_naming_a_fencing_token_ends_only_that_hold() {
         release(held.fencing_token).await.unwrap().status(),
         StatusCode::NO_CONTENT
     );
+}
+
+/// A lock taken in a session, at once or after a wait, is announced with
+/// its session's lease (as the snapshot shows it), not the grant's first
+/// one, and with the session's public handle.
+#[tokio::test]
+async fn an_acquired_event_of_a_lock_in_a_session_carries_the_sessions_lease() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    let session: Value = app
+        .post_json("/sessions", &json!({"ttl_ms": 60_000}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = session["id"].as_str().unwrap();
+    let mut watcher = watch(&app, "sess:watched", None).await;
+    let mut last = next(&mut watcher).await.id.unwrap();
+    let blocker = app.take("sess:watched", 300).await;
+
+    // Waits behind a 300 ms lease, then is granted in its session.
+    let grant: Value = app
+        .acquire(json!({"key": "sess:watched", "session": id, "ttl_ms": 1000, "wait_ms": 5000}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let events = take(&mut watcher, 3, &mut last).await;
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["acquired", "expired", "acquired"], "{events:?}");
+    assert_eq!(events[0].1["session"], Value::Null);
+    let acquired = &events[2].1;
+    assert_eq!(acquired["fencing_token"], grant["fencing_token"]);
+    let view: Value = app.get("/locks/sess:watched").await.json().await.unwrap();
+    let session_lease = &view["leases"][0];
+    assert_eq!(
+        acquired["session"], session_lease["session"],
+        "{acquired} {view}"
+    );
+    assert_eq!(
+        acquired["expires_at_ms"], session_lease["expires_at_ms"],
+        "{acquired} {view}"
+    );
+    // Nobody kept the session alive: its lease is the one it opened with.
+    assert_eq!(acquired["expires_at_ms"], session["expires_at_ms"]);
+    assert_eq!(grant["expires_at_ms"], session["expires_at_ms"]);
+    drop(blocker);
 }
