@@ -288,6 +288,13 @@ pub static LOCK_LIBRARY: LazyLock<LockLibrary> = LazyLock::new(|| {
     LockLibrary { name, source }
 });
 
+/// The lock library's name and source, as this build loads them: a
+/// differential test loads a changed source (a mutant) under the same
+/// name (`FUNCTION LOAD REPLACE`), which the wrappers then call.
+pub fn lock_library() -> (&'static str, &'static str) {
+    (&LOCK_LIBRARY.name, &LOCK_LIBRARY.source)
+}
+
 impl LockFunction {
     /// `acquire` for `acquire.lua`.
     fn base_name(&self) -> &'static str {
