@@ -10,6 +10,7 @@
 //!   constants scaled to them
 //! * [`run`]: sequences run side by side and compared after every step
 //! * [`mutants`]: patches of the Lua the comparison must catch
+//! * [`plain`]: the plain scripts against the full ones, from the same states
 //! * [`server`]: the test's own redis-server
 //!
 //! `make conformance` runs this alone; `SEED=`, `SEQUENCES=`, `STEPS=`,
@@ -20,6 +21,7 @@ mod clock;
 mod model_side;
 mod mutants;
 mod observe;
+mod plain;
 mod real_side;
 mod run;
 mod server;
@@ -168,6 +170,52 @@ async fn an_offer_kept_the_whole_lease_is_caught() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_away_waiter_dropped_is_caught() {
     caught(&mutants::AWAY_DROPPED).await;
+}
+
+/// The plain scripts against the full ones, on the library as shipped
+/// (changed by `mutant`, if any): how many cases the plain ones answered,
+/// and each difference.
+async fn plain_against_full(mutant: Option<&Mutant>) -> (usize, Vec<String>) {
+    let server = RedisServer::start().await;
+    let (_, source) = lock_library();
+    let source = mutant.map_or_else(|| source.to_owned(), |mutant| mutant.apply(source));
+    server.load_library(&source).await;
+    let redis = server.gateway_redis();
+    let mut conn = redis.connection().await.expect("a connection");
+    plain::compare_all(&mut conn).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plain_scripts_answer_as_the_full_ones_or_busy_from_every_state() {
+    let (answered, differ) = plain_against_full(None).await;
+    let cases = plain::STATES.len() * plain::CALLS.len();
+    eprintln!("plain against full: {cases} cases, {answered} answered by the plain scripts");
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    // Not every case may be busy: the plain scripts must do something.
+    assert!(
+        answered >= 20,
+        "only {answered} answered by the plain scripts"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_try_that_ignores_the_queue_is_caught() {
+    let (_, differ) = plain_against_full(Some(&mutants::PLAIN_TRY_IGNORES_QUEUE)).await;
+    assert!(
+        !differ.is_empty(),
+        "the mutant answered as the full scripts"
+    );
+    eprintln!("caught:\n{}", differ.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_release_that_ignores_waiters_is_caught() {
+    let (_, differ) = plain_against_full(Some(&mutants::PLAIN_RELEASE_IGNORES_WAITERS)).await;
+    assert!(
+        !differ.is_empty(),
+        "the mutant answered as the full scripts"
+    );
+    eprintln!("caught:\n{}", differ.join("\n"));
 }
 
 #[test]

@@ -95,3 +95,25 @@ pub const AWAY_DROPPED: Mutant = Mutant {
         "if false then\n    return 'away'",
     )],
 };
+
+/// `acquire_plain.lua`: a plain try that looks only at the lock, not at
+/// its queue or watch (of the plain scripts against the full ones).
+pub const PLAIN_TRY_IGNORES_QUEUE: Mutant = Mutant {
+    name: "plain-try-ignores-queue",
+    breaks: "a plain try takes a free lock a waiter waits for",
+    patches: &[(
+        "if redis.call('EXISTS', lock, KEYS[3], KEYS[4]) > 0 then",
+        "if redis.call('EXISTS', lock) > 0 then",
+    )],
+};
+
+/// `lib/plain_release.lua`: a plain release that frees a lock somebody
+/// waits for or watches (of the plain scripts against the full ones).
+pub const PLAIN_RELEASE_IGNORES_WAITERS: Mutant = Mutant {
+    name: "plain-release-ignores-waiters",
+    breaks: "a plain release frees the lock without serving its queue or telling its watchers",
+    patches: &[(
+        "if redis.call('EXISTS', queue, watch) > 0 then",
+        "if false then",
+    )],
+};
