@@ -157,11 +157,11 @@ macro_rules! lua_script {
     };
 }
 
-/// After the plain release, with which it releases the buyer's lock.
+/// After the plain holder's library, whose release releases the buyer's lock.
 pub static PURCHASE: LuaScript = LuaScript::new(
     "purchase.lua",
     concat!(
-        include_str!("../../lua/lib/plain_release.lua"),
+        include_str!("../../lua/lib/plain.lua"),
         include_str!("../../lua/purchase.lua")
     ),
 );
@@ -201,7 +201,7 @@ pub static SCRIPTS: [&LuaScript; 14] = [
 /// each other.
 const LOCK_LIBRARIES: &str = concat!(
     include_str!("../../lua/lib/base.lua"),
-    include_str!("../../lua/lib/plain_release.lua"),
+    include_str!("../../lua/lib/plain.lua"),
     include_str!("../../lua/lib/events.lua"),
     include_str!("../../lua/lib/holders.lua"),
     include_str!("../../lua/lib/modes.lua"),

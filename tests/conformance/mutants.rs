@@ -107,7 +107,7 @@ pub const PLAIN_TRY_IGNORES_QUEUE: Mutant = Mutant {
     )],
 };
 
-/// `lib/plain_release.lua`: a plain release that frees a lock somebody
+/// `lib/plain.lua`: a plain release that frees a lock somebody
 /// waits for or watches (of the plain scripts against the full ones).
 pub const PLAIN_RELEASE_IGNORES_WAITERS: Mutant = Mutant {
     name: "plain-release-ignores-waiters",
