@@ -268,17 +268,8 @@ async fn a_batch_waiting_on_a_session_holder_is_answered_readably() {
         .await
         .unwrap();
     let attempt = Attempt {
-        token: "t0",
-        kind: LockKind::Exclusive,
-        permits: 1,
-        ttl_ms: 30_000,
-        reenter: false,
-        wait_left_ms: 0,
-        waiter: None,
-        streamed: false,
-        value: None,
-        idempotency: None,
         session: Some("s0 0"),
+        ..plain::attempt("t0", LockKind::Exclusive, 30_000)
     };
     let granted = grant::acquire(&mut conn, &x, "PUBLISH", attempt)
         .await

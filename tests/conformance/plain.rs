@@ -121,7 +121,8 @@ pub const CALLS: [Call; 6] = [
     },
 ];
 
-fn attempt<'a>(token: &'a str, kind: LockKind, ttl_ms: u64) -> Attempt<'a> {
+/// A try by `token` (no wait, value, Idempotency-Key or session).
+pub fn attempt<'a>(token: &'a str, kind: LockKind, ttl_ms: u64) -> Attempt<'a> {
     Attempt {
         token,
         kind,

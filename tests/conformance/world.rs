@@ -138,7 +138,13 @@ fn fresh(
     sessions: &[SessionSpec],
 ) -> RequestSpec {
     let gateway = rng.below(usize::from(gateways)) as u8;
-    let wait = if rng.chance(25) { 0 } else { rng.between(1, 8) };
+    // Waits long enough, often, for a presence to lapse (4 ticks untended)
+    // while the wait still stands.
+    let wait = if rng.chance(25) {
+        0
+    } else {
+        rng.between(1, 12)
+    };
     let ttl = rng.between(1, 6);
     if locks == 2 && rng.chance(20) {
         let first = rng.between(0, 1);
