@@ -10,6 +10,8 @@
 #                     the short k6 load tests against three instances behind
 #                     nginx, then the short fault run (as root)
 #   make model        the protocol's model checked to a deeper bound
+#   make conformance  the model against the real scripts alone (make test
+#                     runs it seeded); SEED= SEQUENCES= STEPS= for more
 #   make chaos        every fault scenario across network namespaces (root);
 #                     RANDOM=N [SEED=S]: a random schedule of faults for N minutes
 #   make cluster      Redis + three instances + nginx on loopback, in the
@@ -24,7 +26,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint script-tests unit model-check model cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
+.PHONY: run test lint script-tests unit model-check model conformance cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis sqlite curl
@@ -71,6 +73,20 @@ model-check:
 
 model:
 	$(CARGO) run --release --locked --manifest-path model/Cargo.toml -- test --deep --quiet
+
+# The model checked against the scripts (tests/conformance): seeded
+# sequences of script steps applied to the model and, through the gateway's
+# wrappers, to a real redis-server, compared after each; and each mutant of
+# the Lua caught. A test of the main crate, so `make unit` (and make test)
+# runs it already, seeded (120 sequences, at most about a minute); this runs
+# it alone. SEED= (the first seed) SEQUENCES= STEPS= TICK_MS= PARALLEL= TRACE=1
+# (every sequence printed); TESTS= a test name filter (the_scripts: not the
+# mutants).
+conformance:
+	CONFORMANCE_SEED="$(SEED)" CONFORMANCE_SEQUENCES="$(SEQUENCES)" \
+	CONFORMANCE_STEPS="$(STEPS)" CONFORMANCE_TICK_MS="$(TICK_MS)" \
+	CONFORMANCE_PARALLEL="$(PARALLEL)" CONFORMANCE_TRACE="$(TRACE)" \
+	  $(CARGO) test --locked --test conformance -- --nocapture $(TESTS)
 
 # The lock, lock-kind, fair-queue, watch, idempotent-acquire, flash-sale and
 # streamed-lock suites again, each test against its own three-master Redis Cluster.

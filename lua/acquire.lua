@@ -130,8 +130,7 @@ if reenter then
   local ends = place.session and lease_end(ctx, place) or now_ms(ctx) + request.ttl
   local holds
   if state.kind == 'exclusive' then
-    holds = redis.call('HINCRBY', ctx.lock, 'holds', 1)
-    redis.call('PEXPIREAT', ctx.lock, ends)
+    holds = hold_plain_again(ctx.lock, ends)
   else
     holds = redis.call('HINCRBY', ctx.lock, 'h:' .. request.token, 1)
     redis.call('HINCRBY', ctx.lock, 'holds', 1)

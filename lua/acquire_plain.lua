@@ -32,6 +32,5 @@ local ctx = plain_context(lock, KEYS[2])
 local now = now_ms(ctx)
 local fence, fence_text = next_fence(ctx, ttl + tonumber(ARGV[3]))
 local ends = now + ttl
-redis.call('HSET', lock, 'owner', token, 'holds', 1, 'fence', fence_text, 'at', now)
-redis.call('PEXPIREAT', lock, ends)
+write_plain(lock, token, 1, fence_text, now, ends)
 return {'granted', 'fence', fence, 'holds', 1, 'ttl_ms', ttl, 'expires_at_ms', ends}

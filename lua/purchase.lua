@@ -17,7 +17,7 @@
 --          a segment reset since (or not yet) answers stale-layout
 -- With the buyer's lock, where one Redis holds it and the sale (a Redis
 -- Cluster keeps it in a slot of its own): released here, by
--- lib/plain_release.lua (put before this file), once the answer is final,
+-- lib/plain.lua (put before this file), once the answer is final,
 -- instead of by a call of its own after the answer.
 -- KEYS[6..8]  the lock's lock, queue and watch keys (lib/base.lua's)
 -- ARGV[7]  PUBLISH

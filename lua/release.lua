@@ -32,7 +32,7 @@ if fence and place.fence ~= fence then
 end
 if not all and place.holds > 1 then
   if place.plain then
-    return {'holds-left', 'holds', redis.call('HINCRBY', ctx.lock, 'holds', -1)}
+    return {'holds-left', 'holds', let_go_of_plain_hold(ctx.lock)}
   end
   redis.call('HINCRBY', ctx.lock, 'holds', -1)
   return {'holds-left', 'holds', redis.call('HINCRBY', ctx.lock, 'h:' .. token, -1)}

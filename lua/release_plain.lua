@@ -3,7 +3,7 @@
 -- arguments it uses; anything else is left to release.lua, which the
 -- caller runs when told `busy`.
 -- (After the lock libraries; its keys are three of lib/base.lua's. The
--- release itself is lib/plain_release.lua's, which purchase.lua runs too.)
+-- release itself is lib/plain.lua's, which purchase.lua runs too.)
 --
 -- KEYS[1]  lock     <prefix>lock:{<key>}
 -- KEYS[2]  queue    <prefix>queue:{<key>}

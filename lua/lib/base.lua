@@ -1,5 +1,5 @@
 -- lib/base.lua: what every lock script starts from. The lock scripts are
--- this file, then lib/plain_release.lua, lib/events.lua, lib/holders.lua,
+-- this file, then lib/plain.lua, lib/events.lua, lib/holders.lua,
 -- lib/modes.lua and lib/queue.lua, then the script's own file,
 -- concatenated when the gateway loads them.
 --

@@ -1,14 +1,10 @@
 -- lib/holders.lua: a lock's holders: granting a place, dropping holders
 -- whose lease ended, taking a holder out, and what the lock is held as.
 --
--- A plain lock (exclusive, one place) is one hash, `lock`, with fields
--- owner, holds, fence, at (granted at, Unix ms), streamed (1 for a
--- streamed lock's holder), value (the holder's public value), idem and
--- body (the Idempotency-Key it was granted under, and its request's
--- hash), and session (`<session handle> <its lock-delay ms>`, for a
--- holder whose lock lives as long as its session); its TTL is the lease.
--- A session's holder has the lease SESSION_LEASE: its session's end (which
--- the gateways sweep) ends it, not a time.
+-- A plain lock (exclusive, one place) is one hash, `lock`, its holder's
+-- fields written, read and released by lib/plain.lua alone; its TTL is the
+-- lease. A session's holder has the lease SESSION_LEASE: its session's end
+-- (which the gateways sweep) ends it, not a time.
 --
 -- delayed: the Unix ms until which no place is granted (lock-delay, after
 -- a session holding the lock expired or was revoked); a hash that has only
@@ -240,28 +236,26 @@ local function grant_place(ctx, grant, lease_ms, keep_ms)
   local fence, fence_text = next_fence(ctx, lease_ms + keep_ms)
   local ends = now + lease_ms
   local token = grant.token
-  if grant.mode == 'exclusive' and not (grant.streamed or grant.value or grant.idem
-      or grant.session) then
-    -- The common grant, without a table to build.
-    redis.call('HSET', ctx.lock, 'owner', token, 'holds', 1, 'fence', fence_text, 'at', now)
-    redis.call('PEXPIREAT', ctx.lock, ends)
-  elseif grant.mode == 'exclusive' then
-    local fields = {'owner', token, 'holds', 1, 'fence', fence_text, 'at', now}
-    if grant.streamed then
-      fields[#fields + 1], fields[#fields + 2] = 'streamed', 1
+  if grant.mode == 'exclusive' then
+    -- The common grant has nothing more: no table to build.
+    local extra = nil
+    if grant.streamed or grant.value or grant.idem or grant.session then
+      extra = {}
+      if grant.streamed then
+        extra[#extra + 1], extra[#extra + 2] = 'streamed', 1
+      end
+      if grant.value then
+        extra[#extra + 1], extra[#extra + 2] = 'value', grant.value
+      end
+      if grant.idem then
+        extra[#extra + 1], extra[#extra + 2] = 'idem', grant.idem
+        extra[#extra + 1], extra[#extra + 2] = 'body', grant.body
+      end
+      if grant.session then
+        extra[#extra + 1], extra[#extra + 2] = 'session', grant.session
+      end
     end
-    if grant.value then
-      fields[#fields + 1], fields[#fields + 2] = 'value', grant.value
-    end
-    if grant.idem then
-      fields[#fields + 1], fields[#fields + 2] = 'idem', grant.idem
-      fields[#fields + 1], fields[#fields + 2] = 'body', grant.body
-    end
-    if grant.session then
-      fields[#fields + 1], fields[#fields + 2] = 'session', grant.session
-    end
-    redis.call('HSET', ctx.lock, unpack(fields))
-    redis.call('PEXPIREAT', ctx.lock, ends)
+    write_plain(ctx.lock, token, 1, fence_text, now, ends, extra)
   else
     local first = redis.call('ZCARD', ctx.holders) == 0
     if first then
@@ -313,16 +307,14 @@ end
 -- When `token` holds no place: nil, and `not-owner` or `not-found` when
 -- that is known already (see `no_place`).
 local function holder(ctx, token)
-  local plain = redis.call('HMGET', ctx.lock, 'owner', 'fence', 'holds', 'streamed', 'value',
-    'mode', 'session')
-  if plain[1] then
-    if plain[1] ~= token then
+  local plain, many = read_plain(ctx.lock)
+  if plain then
+    if plain.token ~= token then
       return nil, 'not-owner'
     end
-    return {fence = tonumber(plain[2]), holds = tonumber(plain[3]), plain = true,
-      streamed = plain[4], value = plain[5], session = plain[7]}
+    return plain
   end
-  if not plain[6] then
+  if not many then
     return nil, 'not-found'
   end
   local many = redis.call('HMGET', ctx.lock, 'h:' .. token, 'f:' .. token, 's:' .. token,
@@ -382,7 +374,7 @@ local function take_place(ctx, token, place, why)
     end
   end
   if place.plain then
-    redis.call('DEL', ctx.lock)
+    drop_plain(ctx.lock)
   else
     redis.call('HINCRBY', ctx.lock, 'holds', -place.holds)
     forget_holder(ctx, token)

@@ -22,8 +22,7 @@ local function upgrade_place(ctx, token, place, keep_ms)
   local ends = place.ends
   local record = redis.call('HMGET', ctx.lock, 'a:' .. token, 'i:' .. token, 'delayed')
   local fence, fence_text = next_fence(ctx, fence_life(ctx, ends, keep_ms))
-  local fields = {'owner', token, 'holds', place.holds, 'fence', fence_text,
-    'at', record[1] or now_ms(ctx)}
+  local fields = {}
   local function add(name, value)
     fields[#fields + 1], fields[#fields + 2] = name, value
   end
@@ -45,8 +44,8 @@ local function upgrade_place(ctx, token, place, keep_ms)
     add('delayed', record[3])
   end
   redis.call('DEL', ctx.lock, ctx.holders)
-  redis.call('HSET', ctx.lock, unpack(fields))
-  redis.call('PEXPIREAT', ctx.lock, ends)
+  write_plain(ctx.lock, token, place.holds, fence_text, record[1] or now_ms(ctx), ends,
+    #fields > 0 and fields or nil)
   on_mode(ctx, token, place.fence, fence, 'exclusive', ends)
   return fence, ends
 end

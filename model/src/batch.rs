@@ -66,14 +66,19 @@ impl Step<'_> {
         }
         let spec = self.scenario.spec(id).clone();
         let now = self.s.now;
-        self.batch = Some(id);
+        // The script knows the batch's own entry only by the waiter id it
+        // is given, with the wait (a try without one takes its own entry
+        // for another's: the gateway never tries while it waits).
+        self.batch = join.then_some(id);
         let mut ready: Vec<(Key, bool)> = Vec::new();
         let (mut joined, mut missing) = (0, false);
         for key in spec.keys() {
             let mut ahead = false;
             if !self.lock(key).queue.is_empty() {
                 self.serve(key);
-                ahead = self.first_here(key).is_some_and(|first| first != id);
+                ahead = self
+                    .first_here(key)
+                    .is_some_and(|first| !join || first != id);
                 if join && self.lock(key).queued(id).is_some() {
                     joined += 1;
                 } else {
@@ -88,7 +93,7 @@ impl Step<'_> {
         self.batch = None;
         if ready.iter().all(|&(_, ready)| ready) {
             for key in spec.keys() {
-                if self.lock(key).queued(id).is_some() {
+                if join && self.lock(key).queued(id).is_some() {
                     self.dequeue(key, id);
                 }
                 self.grant_place(key, id, ttl, false);

@@ -69,13 +69,12 @@ impl Step<'_> {
             self.send_batch(id);
             return;
         }
-        if let Some(session) = spec.session {
-            if !self.s.redis.session(session).alive(self.s.now) {
-                self.say(|| format!("redis: session_join({name}) -> not-found"));
-                self.refuse(id, Refusal::SessionEnded);
-                return;
-            }
-            self.s.redis.session_mut(session).locks |= id.bit();
+        if let Some(session) = spec.session
+            && !self.session_join(session, id)
+        {
+            self.say(|| format!("redis: session_join({name}) -> not-found"));
+            self.refuse(id, Refusal::SessionEnded);
+            return;
         }
         self.running(|| format!("acquire({name}){on}"));
         let outcome = self.acquire(spec.key, id, id, spec.wait > 0, spec.wait);

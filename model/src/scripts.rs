@@ -46,6 +46,18 @@ pub enum Left {
     Kept,
 }
 
+/// What `tend.lua` answered (its `free_in_ms` and `restarted` are not
+/// modelled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tended {
+    /// The instance's waiters may have lost their places: `lapsed`.
+    pub lapsed: bool,
+    /// The positions asked, in order (1 is next; 0: not in the queue).
+    pub positions: Vec<u8>,
+    /// How many wait, on every instance.
+    pub queued: u8,
+}
+
 /// Where a waiter stands for the queue (`standing` in `lib/queue.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Presence {
@@ -75,16 +87,39 @@ impl Step<'_> {
     /// `lib/queue.lua` `dequeue`: the queue's keys (the presences, `#seq`,
     /// the `~<idem>` lists) go with its last waiter.
     pub fn dequeue(&mut self, key: Key, id: Req) {
-        let keep_counter = self.fixes.keep_ticket_counter;
         let lock = self.lock_mut(key);
         lock.queue.retain(|entry| entry.id != id);
         lock.told_ready &= !id.bit();
         if lock.queue.is_empty() {
-            lock.presence.iter_mut().for_each(|p| *p = [None; _]);
-            if !keep_counter {
-                lock.seq = 0;
-            }
+            self.drop_queue(key);
         }
+    }
+
+    /// The queue's keys are gone (deleted with the last waiter, or
+    /// expired): the waiters, presences, `#seq`, the `!<id>` marks.
+    fn drop_queue(&mut self, key: Key) {
+        let keep_counter = self.fixes.keep_ticket_counter;
+        let lock = self.lock_mut(key);
+        lock.queue.clear();
+        lock.told_ready = 0;
+        lock.kept_until = 0;
+        lock.presence.iter_mut().for_each(|p| *p = [None; _]);
+        if !keep_counter {
+            lock.seq = 0;
+        }
+    }
+
+    /// Redis expires the queue's keys of lock `key` once no waiter's wait
+    /// that joined since they were made can still stand (a presence past
+    /// the latest deadline: `enqueue`'s `PEXPIRE`), whoever is still in it.
+    pub fn expire_queue(&mut self, key: Key) {
+        let lock = self.lock(key);
+        if lock.queue.is_empty() || self.s.now <= lock.kept_until {
+            return;
+        }
+        let on = self.on_key(key);
+        self.say(|| format!("redis: the queue's keys{on} expire"));
+        self.drop_queue(key);
     }
 
     /// Puts `entry` in the queue at its ticket.
@@ -103,9 +138,11 @@ impl Step<'_> {
             lock.seq
         });
         entry.ticket = ticket;
-        let inst = entry.inst;
+        let (inst, kept) = (entry.inst, entry.deadline.saturating_add(PRESENCE));
         self.insert(key, entry);
         self.renew_presence(key, inst);
+        let lock = self.lock_mut(key);
+        lock.kept_until = lock.kept_until.max(kept);
         ticket
     }
 
@@ -556,17 +593,7 @@ impl Step<'_> {
             .copied()
             .filter(|&(id, _, _)| self.covers(id, key))
             .collect();
-        let mut lapsed = false;
-        if !waiters.is_empty() {
-            if self.lock(key).queue.is_empty() {
-                lapsed = true;
-            } else {
-                let presence = self.lock(key).presence_of(self.inst_of(inst));
-                lapsed = presence
-                    .is_none_or(|until| u16::from(until) + u16::from(AWAY) < u16::from(now));
-                self.renew_presence(key, self.inst_of(inst));
-            }
-        }
+        let lapsed = self.tend_presence(key, inst, !waiters.is_empty());
         if self.fixes.retend == Retend::LocalWaiters {
             for &(id, ticket, deadline) in &waiters {
                 let lock = self.lock(key);
@@ -617,12 +644,63 @@ impl Step<'_> {
         }
     }
 
+    /// `tend.lua`'s first part: when instance `inst` has waiters on lock
+    /// `key` (`waiting`), its presence is renewed if the queue exists;
+    /// whether it had `lapsed` (the queue gone, or its presence missing
+    /// or lapsed longer than `AWAY_MS`).
+    fn tend_presence(&mut self, key: Key, inst: Gw, waiting: bool) -> bool {
+        if !waiting {
+            return false;
+        }
+        if self.lock(key).queue.is_empty() {
+            return true;
+        }
+        let now = self.s.now;
+        let presence = self.lock(key).presence_of(self.inst_of(inst));
+        let lapsed =
+            presence.is_none_or(|until| u16::from(until) + u16::from(AWAY) < u16::from(now));
+        self.renew_presence(key, self.inst_of(inst));
+        lapsed
+    }
+
+    /// `tend.lua` alone, as Redis runs it (what [`Step::tend`] does to the
+    /// lock, without the gateway's side): instance `inst`'s presence
+    /// renewed when it has waiters on lock `key` (`waiting`), the queue
+    /// served, and the positions of the waiters `asked` (1 is next, 0 for
+    /// one not in the queue).
+    pub fn tend_script(&mut self, key: Key, inst: Gw, waiting: bool, asked: &[Req]) -> Tended {
+        let lapsed = self.tend_presence(key, inst, waiting);
+        if !self.lock(key).queue.is_empty() {
+            self.serve(key);
+        }
+        let queue = &self.lock(key).queue;
+        let positions = asked
+            .iter()
+            .map(|&id| {
+                queue
+                    .iter()
+                    .position(|entry| entry.id == id)
+                    .map_or(0, |at| at as u8 + 1)
+            })
+            .collect();
+        Tended {
+            lapsed,
+            positions,
+            queued: queue.len() as u8,
+        }
+    }
+
     /// `revoke.lua`: every place of lock `key` taken back (a session's
-    /// keeps its session's lock-delay), the queue served. Streamed holders
-    /// hear `revoked` on the release channel and end.
+    /// keeps its session's lock-delay), the queue served; nothing when
+    /// nobody holds it. Streamed holders hear `revoked` on the release
+    /// channel and end.
     pub fn revoke(&mut self, key: Key) {
         let now = self.s.now;
         let tokens: Vec<Req> = self.lock(key).places.iter().map(|p| p.token).collect();
+        if tokens.is_empty() {
+            // `not-found`, before serving anyone.
+            return;
+        }
         for &token in &tokens {
             self.take_place(key, token);
             if let Some(session) = self.scenario.spec(token).session {

@@ -68,6 +68,11 @@ pub struct Lock {
     /// The batches' waiters told this lock is ready for them (`!<id>` in
     /// `waiters`), a set.
     pub told_ready: u8,
+    /// The queue's keys (`queue`, `waiters`) expire after this tick: a
+    /// presence past the latest deadline of the waiters that joined since
+    /// they were made (`enqueue` only ever lengthens their life); 0 while
+    /// there is no queue.
+    pub kept_until: Tick,
 }
 
 impl Lock {
@@ -80,6 +85,7 @@ impl Lock {
             seq: 0,
             delayed_until: 0,
             told_ready: 0,
+            kept_until: 0,
         }
     }
 

@@ -416,23 +416,8 @@ impl Step<'_> {
     /// session's waiter's time after its session ended) is counted, and
     /// how long a cycle of waits has stood.
     fn tick(&mut self) {
-        self.s.now += 1;
+        self.pass_tick();
         let now = self.s.now;
-        for index in 0..self.scenario.locks {
-            let key = Key(index);
-            for place in self.lock(key).places.clone() {
-                if place.ends <= now {
-                    let name = self.name(place.token);
-                    let what = if place.offered {
-                        "offer lapses unclaimed"
-                    } else {
-                        "lease ends"
-                    };
-                    self.say(|| format!("redis: {name}'s {what}"));
-                }
-            }
-            self.lock_mut(key).places.retain(|place| place.ends > now);
-        }
         let redis = self.s.redis.runs();
         for id in self.s.ids() {
             let spec = self.scenario.spec(id);
@@ -476,6 +461,30 @@ impl Step<'_> {
             } else {
                 0
             };
+        }
+    }
+
+    /// Redis's side of a tick: the clock advances, the places whose lease
+    /// (or offer) ends are gone (a key's expiry, `drop_ended`), and so is a
+    /// queue whose keys expire.
+    pub fn pass_tick(&mut self) {
+        self.s.now += 1;
+        let now = self.s.now;
+        for index in 0..self.scenario.locks {
+            let key = Key(index);
+            for place in self.lock(key).places.clone() {
+                if place.ends <= now {
+                    let name = self.name(place.token);
+                    let what = if place.offered {
+                        "offer lapses unclaimed"
+                    } else {
+                        "lease ends"
+                    };
+                    self.say(|| format!("redis: {name}'s {what}"));
+                }
+            }
+            self.lock_mut(key).places.retain(|place| place.ends > now);
+            self.expire_queue(key);
         }
     }
 

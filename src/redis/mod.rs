@@ -29,6 +29,7 @@ use sentinel::Primary;
 use tls::RedisTls;
 
 pub use connection::Connection;
+pub use scripts::lock_library;
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]

@@ -157,11 +157,11 @@ macro_rules! lua_script {
     };
 }
 
-/// After the plain release, with which it releases the buyer's lock.
+/// After the plain holder's library, whose release releases the buyer's lock.
 pub static PURCHASE: LuaScript = LuaScript::new(
     "purchase.lua",
     concat!(
-        include_str!("../../lua/lib/plain_release.lua"),
+        include_str!("../../lua/lib/plain.lua"),
         include_str!("../../lua/purchase.lua")
     ),
 );
@@ -201,7 +201,7 @@ pub static SCRIPTS: [&LuaScript; 14] = [
 /// each other.
 const LOCK_LIBRARIES: &str = concat!(
     include_str!("../../lua/lib/base.lua"),
-    include_str!("../../lua/lib/plain_release.lua"),
+    include_str!("../../lua/lib/plain.lua"),
     include_str!("../../lua/lib/events.lua"),
     include_str!("../../lua/lib/holders.lua"),
     include_str!("../../lua/lib/modes.lua"),
@@ -287,6 +287,13 @@ pub static LOCK_LIBRARY: LazyLock<LockLibrary> = LazyLock::new(|| {
     let source = format!("#!lua name={name}\n{}", body.replace("{library}", &name));
     LockLibrary { name, source }
 });
+
+/// The lock library's name and source, as this build loads them: a
+/// differential test loads a changed source (a mutant) under the same
+/// name (`FUNCTION LOAD REPLACE`), which the wrappers then call.
+pub fn lock_library() -> (&'static str, &'static str) {
+    (&LOCK_LIBRARY.name, &LOCK_LIBRARY.source)
+}
 
 impl LockFunction {
     /// `acquire` for `acquire.lua`.

@@ -82,7 +82,7 @@ pub enum PurchaseMode {
 }
 
 /// The buyer's lock, for `purchase.lua` to release once its answer is
-/// final, as `release_plain.lua` would (`lua/lib/plain_release.lua`).
+/// final, as `release_plain.lua` would (`lua/lib/plain.lua`).
 #[derive(Debug, Clone, Copy)]
 pub struct BuyerLock<'a> {
     pub release: &'a PlainRelease,

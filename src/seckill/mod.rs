@@ -341,7 +341,7 @@ impl Sales {
     /// the purchase and the release, so answering first changes no outcome;
     /// the user's next request waits for that release like any waiter. On
     /// one Redis the purchase script releases the lock itself when nobody
-    /// waits for or watches it (`lua/lib/plain_release.lua`, the lock's own
+    /// waits for or watches it (`lua/lib/plain.lua`, the lock's own
     /// plain release), in the same atomic step as the purchase: a third
     /// call saved, and nothing can come between the two either way.
     async fn under_user_lock(

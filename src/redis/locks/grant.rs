@@ -33,6 +33,18 @@ pub struct Attempt<'a> {
     pub session: Option<&'a str>,
 }
 
+impl Attempt<'_> {
+    /// No wait, stream, value, Idempotency-Key or session: `acquire.lua`
+    /// takes none of its last arguments.
+    fn asks_nothing_more(&self) -> bool {
+        self.waiter.is_none()
+            && !self.streamed
+            && self.value.is_none()
+            && self.idempotency.is_none()
+            && self.session.is_none()
+    }
+}
+
 /// A request that may join a lock's queue.
 #[derive(Debug, Clone, Copy)]
 pub struct Waiter<'a> {
@@ -88,12 +100,7 @@ pub async fn acquire(
     publish: &str,
     attempt: Attempt<'_>,
 ) -> Result<AcquireReply, BackendError> {
-    let plain = attempt.waiter.is_none()
-        && !attempt.streamed
-        && attempt.value.is_none()
-        && attempt.idempotency.is_none()
-        && attempt.session.is_none();
-    if plain
+    if attempt.asks_nothing_more()
         && !attempt.reenter
         && attempt.kind == LockKind::Exclusive
         && attempt.permits == 1
@@ -101,6 +108,18 @@ pub async fn acquire(
     {
         return Ok(reply);
     }
+    acquire_full(conn, keys, publish, attempt).await
+}
+
+/// Runs `acquire.lua` alone (what [`acquire`] runs when the plain try does
+/// not apply or says the lock is busy).
+pub async fn acquire_full(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    attempt: Attempt<'_>,
+) -> Result<AcquireReply, BackendError> {
+    let plain = attempt.asks_nothing_more();
     let mut invocation = ACQUIRE.call(keys, publish);
     let flag = |on: bool| if on { "1" } else { "0" };
     let (waiter_id, instance) = attempt.waiter.map_or(("", ""), |w| (w.id, w.instance));
@@ -154,9 +173,10 @@ pub async fn acquire(
     })
 }
 
-/// Runs `acquire_plain.lua`: the reply, or `None` when the lock is busy
-/// (waited for, watched, or not a plain lock) and `acquire.lua` must run.
-async fn acquire_plain(
+/// Runs `acquire_plain.lua` (a plain try: `attempt`'s token, lease and
+/// nothing else): the reply, or `None` when the lock is busy (waited for,
+/// watched, or not a plain lock) and `acquire.lua` must run.
+pub async fn acquire_plain(
     conn: &mut Connection,
     keys: &LockKeys,
     attempt: Attempt<'_>,
@@ -231,6 +251,22 @@ pub async fn release(
     (token, fence): (&str, Option<u64>),
     holds: Holds,
 ) -> Result<ReleaseReply, BackendError> {
+    if let Some(released) = release_plain(conn, keys, publish, (token, fence), holds).await? {
+        return Ok(released);
+    }
+    release_full(conn, keys, publish, (token, fence), holds).await
+}
+
+/// Runs `release_plain.lua`: the reply, or `None` when the lock is busy
+/// (no plain holder of that token that is not streamed, or waited for or
+/// watched) and `release.lua` must run.
+pub async fn release_plain(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    (token, fence): (&str, Option<u64>),
+    holds: Holds,
+) -> Result<Option<ReleaseReply>, BackendError> {
     let mut invocation = RELEASE_PLAIN.call_with_keys(&keys.plain_release());
     invocation
         .arg(publish)
@@ -241,12 +277,21 @@ pub async fn release(
         invocation.arg(fence);
     }
     let reply = RELEASE_PLAIN.run(&invocation, conn).await?;
-    if let Some(released) = RELEASE_PLAIN.read(&reply, |reply| match reply.code() {
+    RELEASE_PLAIN.read(&reply, |reply| match reply.code() {
         "busy" => Some(None),
         _ => release_reply(reply).map(Some),
-    })? {
-        return Ok(released);
-    }
+    })
+}
+
+/// Runs `release.lua` alone (what [`release`] runs when the plain release
+/// says the lock is busy).
+pub async fn release_full(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    (token, fence): (&str, Option<u64>),
+    holds: Holds,
+) -> Result<ReleaseReply, BackendError> {
     let mut invocation = release_of(keys, publish, token, holds);
     if let Some(fence) = fence {
         invocation.arg(fence);

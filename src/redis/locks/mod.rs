@@ -33,7 +33,7 @@ pub struct LockKeys {
 }
 
 /// What a script of another domain needs to release a plain holder's hold
-/// in its own call, as `release_plain.lua` does (`lua/lib/plain_release.lua`).
+/// in its own call, as `release_plain.lua` does (`lua/lib/plain.lua`).
 #[derive(Debug, Clone)]
 pub struct PlainRelease {
     /// The lock's lock, queue and watch keys.
@@ -97,7 +97,7 @@ impl LockKeys {
         (self.name("queue"), self.name("waiters"))
     }
 
-    /// The keys a plain holder's release uses (`lib/plain_release.lua`):
+    /// The keys a plain holder's release uses (`lib/plain.lua`):
     /// the lock, its queue and its watch key.
     pub fn plain_release(&self) -> [String; 3] {
         [self.name("lock"), self.name("queue"), self.name("watch")]

@@ -16,8 +16,10 @@ pub fn lock_script(file: &str) -> String {
     let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
     [
         "lib/base.lua",
+        "lib/plain.lua",
         "lib/events.lua",
         "lib/holders.lua",
+        "lib/modes.lua",
         "lib/queue.lua",
         file,
     ]
