@@ -183,13 +183,7 @@ impl Connection {
         let Err(err) = result else {
             return;
         };
-        let kind = if err.is_timeout() {
-            "timeout"
-        } else if err.is_unrecoverable_error() {
-            "connection"
-        } else {
-            "server"
-        };
+        let kind = error_kind(err);
         self.metrics.redis_error(kind);
         // A primary demoted by a failover answers READONLY: the connection
         // is given up, and the next one goes where Sentinel says.
@@ -267,5 +261,18 @@ impl Drop for Connection {
                 }
             }
         }
+    }
+}
+
+/// What failed, as `lockgate_redis_errors_total` counts it: `timeout`,
+/// `connection` (refused, reset, closed) or `server` (Redis answered an
+/// error).
+pub(super) fn error_kind(err: &RedisError) -> &'static str {
+    if err.is_timeout() {
+        "timeout"
+    } else if err.is_unrecoverable_error() {
+        "connection"
+    } else {
+        "server"
     }
 }

@@ -125,6 +125,19 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// What failed to give a connection, as `lockgate_redis_errors_total`
+    /// counts it: `pool` only when no pooled connection came free in time;
+    /// a connection refused or timed out (whichever way connections are
+    /// had) as the connection's own error.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Pool(PoolError::Backend(err)) | Self::Command(err) => connection::error_kind(err),
+            Self::Pool(PoolError::Timeout(_)) => "pool",
+            Self::Pool(_) => "connection",
+            Self::UnexpectedReply { .. } | Self::NotConfirmed => "server",
+        }
+    }
+
     /// Whether a TLS handshake with Redis was refused for a certificate
     /// (an untrusted CA, a missing or unknown client certificate): a
     /// setting at fault, which stops the start-up.
@@ -313,8 +326,8 @@ impl Redis {
                     .map_err(BackendError::from),
             },
         };
-        if opened.is_err() {
-            self.0.metrics.redis_error("pool");
+        if let Err(err) = &opened {
+            self.0.metrics.redis_error(err.kind());
         }
         opened
     }
@@ -343,10 +356,11 @@ impl Redis {
                 confirming: None, ..
             } => return self.connection().await,
         };
-        if leased.is_err() {
-            self.0.metrics.redis_error("pool");
+        let leased = leased.map_err(BackendError::from);
+        if let Err(err) = &leased {
+            self.0.metrics.redis_error(err.kind());
         }
-        Ok(leased?)
+        leased
     }
 
     /// Runs `write` (a script that may change `key`), on a connection of

@@ -144,6 +144,38 @@ async fn metrics_count_what_a_workload_did() {
     assert!(failed >= 1.0, "no Redis error counted");
 }
 
+/// A Redis that refuses connections is counted as `connection` errors in
+/// both ways of getting a connection, never as the pool's (which means no
+/// pooled connection came free in time).
+#[tokio::test]
+async fn a_refused_connection_counts_as_a_connection_error_in_either_pool_mode() {
+    for mode in ["shared", "checkout"] {
+        let mut redis = RedisServer::start_single().await;
+        let app = TestApp::spawn_with(&redis, &["--redis-pool", mode]).await;
+        app.take(&format!("errors:{mode}"), 30_000).await;
+        redis.kill();
+        for n in 0..3 {
+            let refused = app
+                .acquire(json!({"key": format!("errors:{mode}:{n}")}))
+                .await;
+            assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "{mode}");
+        }
+        let counted: HashMap<String, f64> = scrape(&app)
+            .await
+            .into_iter()
+            .filter(|(series, _)| series.starts_with("lockgate_redis_errors_total"))
+            .collect();
+        let kind = |kind: &str| {
+            counted
+                .get(&format!("lockgate_redis_errors_total{{kind=\"{kind}\"}}"))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        assert!(kind("connection") >= 1.0, "{mode}: {counted:?}");
+        assert_eq!(kind("pool"), 0.0, "{mode}: {counted:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_request_id_is_echoed_when_usable_and_made_up_otherwise() {
     let redis = RedisServer::start().await;
