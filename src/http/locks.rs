@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
@@ -132,7 +132,7 @@ problem_responses!(
     /// What `DELETE /locks/{key}` can refuse with.
     ReleaseProblems:
         MissingToken, Unauthorized, Forbidden, AdministrationDisabled, LockNotFound, NotOwner,
-        InvalidKey, InvalidToken, InvalidField, BackendUnavailable,
+        InvalidKey, InvalidToken, InvalidField, IdempotencyKeyReused, BackendUnavailable,
 );
 
 problem_responses!(
@@ -312,6 +312,12 @@ impl<S: Send + Sync> FromRequestParts<S> for AcquireHeaders {
 /// `422`. With `fencing_token`, a release happens only if the token's hold
 /// has that fencing token (`409 not-owner` otherwise).
 ///
+/// A release answered `503` may have taken effect. With an
+/// `Idempotency-Key`, a retry with the same key and token, within a
+/// minute, answers what the first release did (`Idempotent-Replayed:
+/// true`), however the lock stands now; without one, a retry of a release
+/// that took effect answers `404` or `409`: the token holds nothing.
+///
 /// A revocation ends every hold of the lock at once (`204`; `404` when it
 /// is not held), or with `fencing_token` only the hold with that fencing
 /// token (`404` when that hold is gone: never another holder's): each
@@ -329,10 +335,13 @@ impl<S: Send + Sync> FromRequestParts<S> for AcquireHeaders {
         ("Lock-Token" = TokenText, Header, description = "The holder's token (a revocation ignores it)"),
         ("force" = Option<bool>, Query, description = "`true` revokes the lock (every hold; needs the admin token)"),
         ("fencing_token" = Option<u64>, Query, description = "With `force=true`: revoke only the hold with this fencing token. Without: release only if the token's hold has this fencing token"),
+        ("Idempotency-Key" = Option<IdempotencyKeyText>, Header, description = "A fresh client-chosen key per release, so that a retry after a lost answer or a 503 is answered what the first release did"),
     ),
     responses(
-        (status = 204, description = "Released (or revoked); the next waiter is served"),
-        (status = 200, description = "One re-entrant hold released; still held", body = HoldReleased),
+        (status = 204, description = "Released (or revoked); the next waiter is served",
+            headers(("Idempotent-Replayed" = Option<String>, description = "`true` when a release under this Idempotency-Key is answered again"))),
+        (status = 200, description = "One re-entrant hold released; still held", body = HoldReleased,
+            headers(("Idempotent-Replayed" = Option<String>, description = "`true` when a release under this Idempotency-Key is answered again"))),
         ReleaseProblems,
     )
 )]
@@ -341,6 +350,7 @@ pub async fn release(
     State(locks): State<Locks>,
     State(admin): State<AdminToken>,
     KeyPath(key): KeyPath,
+    IdempotencyKeyHeader(idempotency_key): IdempotencyKeyHeader,
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
@@ -372,14 +382,29 @@ pub async fn release(
     let from_query = query.token.as_deref().map(Token::parse).transpose()?;
     let token = one_token(from_query, token_header(&headers)?)?;
     let only = revoked_hold(query.fencing_token.as_deref())?;
-    Ok(match locks.release_if(&key, &token, only).await? {
+    let (released, replayed) = match idempotency_key {
+        Some(idempotency_key) => {
+            let idempotency_key = idempotency_key.scoped(&caller.idempotency_scope());
+            locks
+                .release_keyed(&key, &token, only, &idempotency_key)
+                .await?
+        }
+        None => (locks.release_if(&key, &token, only).await?, false),
+    };
+    let mut response = match released {
         Released::Free => StatusCode::NO_CONTENT.into_response(),
         Released::HoldsLeft(holds) => Json(HoldReleased {
             key: key.to_string(),
             holds,
         })
         .into_response(),
-    })
+    };
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
 }
 
 /// The query of `DELETE /locks/{key}`.

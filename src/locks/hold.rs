@@ -2,15 +2,23 @@
 
 use super::acquire::Lease;
 use super::error::LockError;
-use super::inputs::{LockKey, LockValue, Token, Ttl};
+use std::time::Duration;
+
+use super::inputs::{IdempotencyKey, LockKey, LockValue, Token, Ttl};
 use super::sessions::SessionHandle;
 use super::shared::Locks;
+use crate::duration::millis;
 use crate::metrics::LockOutcome;
 use crate::redis::locks::grant::{
     self as scripts, ExtendReply, Holds, IfGranted, LeaveReply, NoPlace, ReleaseReply,
     SetValueReply,
 };
 use crate::redis::locks::{LockState, PlainRelease};
+
+/// How long a release under an Idempotency-Key is remembered: a retry
+/// after a lost answer or a `503` comes within seconds; a minute covers a
+/// client's back-off and a Redis failover.
+pub const RELEASE_KEY_KEPT: Duration = Duration::from_secs(60);
 
 /// What releasing one hold left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +80,27 @@ impl Locks {
         self.metrics().lock(LockOutcome::Released);
     }
 
+    /// As [`Locks::release_if`], under an Idempotency-Key: a retry with the
+    /// same key and token answers what the first release did, whether its
+    /// answer arrived or not (kept [`RELEASE_KEY_KEPT`]); with it, whether
+    /// this is such an answer again.
+    pub async fn release_keyed(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        fence: Option<u64>,
+        idempotency_key: &IdempotencyKey,
+    ) -> Result<(Released, bool), LockError> {
+        let mut conn = self.redis().connection().await?;
+        let keys = self.keys(key);
+        let holder = (&*token.expose(), fence);
+        let kept = (idempotency_key.as_str(), millis(RELEASE_KEY_KEPT));
+        let (reply, replayed) =
+            scripts::release_keyed(&mut conn, &keys, self.publish(), holder, kept).await?;
+        drop(conn);
+        Ok((self.released(key, token, reply).await?, replayed))
+    }
+
     async fn release_holds(
         &self,
         key: &LockKey,
@@ -83,6 +112,18 @@ impl Locks {
         let keys = self.keys(key);
         let holder = (&*token.expose(), fence);
         let reply = scripts::release(&mut conn, &keys, self.publish(), holder, holds).await?;
+        drop(conn);
+        self.released(key, token, reply).await
+    }
+
+    /// What a release script's `reply` comes to: a freed place's session
+    /// forgets it, and the release is counted.
+    async fn released(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        reply: ReleaseReply,
+    ) -> Result<Released, LockError> {
         let released = match reply {
             ReleaseReply::Released { session } => {
                 if let Some(handle) = session {
@@ -96,6 +137,7 @@ impl Locks {
             ReleaseReply::HoldsLeft(holds) => Released::HoldsLeft(holds),
             ReleaseReply::NotFound => return Err(LockError::NotFound { key: key.clone() }),
             ReleaseReply::NotOwner => return Err(LockError::NotOwner { key: key.clone() }),
+            ReleaseReply::KeyReused => return Err(LockError::KeyReused { key: key.clone() }),
         };
         self.metrics().lock(LockOutcome::Released);
         Ok(released)

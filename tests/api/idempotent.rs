@@ -235,3 +235,82 @@ async fn two_waiting_requests_under_one_key_get_one_grant() {
         assert_eq!(status["holders"], 1, "{lock}: {status}");
     }
 }
+
+async fn release_with_key(app: &TestApp, key: &str, token: &str, idem: &str) -> reqwest::Response {
+    app.http
+        .delete(app.url(&format!("/locks/{key}")))
+        .header("Lock-Token", token)
+        .header("Idempotency-Key", idem)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn replayed(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|value| value == "true")
+}
+
+/// A release under an Idempotency-Key answers its retry what it did,
+/// however the lock stands since (free, or held by another), never
+/// giving back a second hold of a re-entered lock; another token with
+/// the same key is refused.
+#[tokio::test]
+async fn a_retried_release_under_its_key_is_answered_what_it_did() {
+    let redis = RedisServer::start().await;
+    let (one, two) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let first = one.take("rel:plain", 30_000).await;
+    let released = release_with_key(&one, "rel:plain", &first.token, "rel-1").await;
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    assert!(!replayed(&released));
+    // Another holder takes it; the retry, through any instance, is still
+    // the release it was, and takes nothing from the new holder.
+    let next = two.take("rel:plain", 30_000).await;
+    let again = release_with_key(&two, "rel:plain", &first.token, "rel-1").await;
+    assert_eq!(again.status(), StatusCode::NO_CONTENT);
+    assert!(replayed(&again));
+    let held: Value = one.get("/locks/rel:plain").await.json().await.unwrap();
+    assert_eq!(held["fencing_token"], next.fencing_token);
+    // The same key from another token is not its release.
+    let other = release_with_key(&one, "rel:plain", &next.token, "rel-1").await;
+    assert_problem(other, 422, "idempotency-key-reused").await;
+
+    // A re-entered lock: one hold back, and a retry gives back no second.
+    let grant = one.take("rel:twice", 30_000).await;
+    let reentered = one
+        .acquire(json!({"key": "rel:twice", "token": grant.token}))
+        .await;
+    assert_eq!(reentered.status(), StatusCode::OK);
+    for retry in [false, true] {
+        let released = release_with_key(&one, "rel:twice", &grant.token, "rel-2").await;
+        assert_eq!(released.status(), StatusCode::OK);
+        assert_eq!(replayed(&released), retry);
+        assert_eq!(released.json::<Value>().await.unwrap()["holds"], 1);
+    }
+    let state: Value = one.get("/locks/rel:twice").await.json().await.unwrap();
+    assert_eq!(state["holds"], 1, "{state}");
+}
+
+/// A release answered 503 while Redis stalled takes effect once Redis
+/// runs again; its retry under the same key says it was released, where
+/// one without a key can only be told the token holds nothing.
+#[tokio::test]
+async fn a_release_answered_503_that_took_effect_is_answered_released_on_its_retry() {
+    let redis = RedisServer::start_single().await;
+    let app = TestApp::spawn_with(&redis, &["--redis-timeout-ms", "200"]).await;
+    let grant = app.take("rel:stalled", 30_000).await;
+    redis.pause();
+    let stalled = release_with_key(&app, "rel:stalled", &grant.token, "rel-3").await;
+    assert_eq!(stalled.status(), StatusCode::SERVICE_UNAVAILABLE);
+    redis.resume();
+    let freed = eventually(Duration::from_secs(2), || async {
+        app.get("/locks/rel:stalled").await.status() == StatusCode::NOT_FOUND
+    })
+    .await;
+    assert!(freed, "the release sent before the stall never ran");
+    let retry = release_with_key(&app, "rel:stalled", &grant.token, "rel-3").await;
+    assert_eq!(retry.status(), StatusCode::NO_CONTENT);
+    assert!(replayed(&retry));
+}

@@ -301,6 +301,7 @@ impl Real {
             }
             ReleaseReply::NotFound | ReleaseReply::NotOwner => false,
             ReleaseReply::HoldsLeft(_) => return Err(unexpected("holds-left")),
+            ReleaseReply::KeyReused => return Err(unexpected("key-reused")),
         })
     }
 

@@ -237,6 +237,8 @@ pub enum ReleaseReply {
     HoldsLeft(u64),
     NotFound,
     NotOwner,
+    /// The Idempotency-Key was given to a release by another token.
+    KeyReused,
 }
 
 /// Runs `release.lua`: one hold less (or all of them); a freed place goes
@@ -300,6 +302,30 @@ pub async fn release_full(
     RELEASE.read(&reply, release_reply)
 }
 
+/// Runs `release.lua` under an Idempotency-Key `(key, kept_ms)`: a retry
+/// with the same key and token answers what the first did, whether or not
+/// its answer arrived; with the reply, whether it is such an answer again.
+pub async fn release_keyed(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    publish: &str,
+    (token, fence): (&str, Option<u64>),
+    (idempotency_key, kept_ms): (&str, u64),
+) -> Result<(ReleaseReply, bool), BackendError> {
+    let mut invocation = release_of(keys, publish, token, Holds::One);
+    invocation
+        .arg(fence.map_or_else(String::new, |fence| fence.to_string()))
+        .arg(idempotency_key)
+        .arg(kept_ms);
+    let reply = RELEASE.run(&invocation, conn).await?;
+    RELEASE.read(&reply, |reply| {
+        Some((
+            release_reply(reply)?,
+            reply.flag("replayed").unwrap_or(false),
+        ))
+    })
+}
+
 /// Reads what `release.lua` (or `release_plain.lua`) did.
 fn release_reply(reply: &Reply) -> Option<ReleaseReply> {
     match reply.code() {
@@ -312,6 +338,7 @@ fn release_reply(reply: &Reply) -> Option<ReleaseReply> {
         "holds-left" => reply.number("holds").map(ReleaseReply::HoldsLeft),
         "not-found" => Some(ReleaseReply::NotFound),
         "not-owner" => Some(ReleaseReply::NotOwner),
+        "key-reused" => Some(ReleaseReply::KeyReused),
         _ => None,
     }
 }
