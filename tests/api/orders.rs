@@ -606,7 +606,19 @@ async fn read_while_postgres_is_frozen(
         "the worker never made its table:\n{}",
         worker.logs()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // In its read loop, done with the database for now: its first read of
+    // the stream made it a consumer of the group. (Frozen while it still
+    // talked to the database, it would back off before reading anything.)
+    let reading = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move { reads_the_stream(&mut conn, "phone", &worker.consumer).await }
+    })
+    .await;
+    assert!(
+        reading,
+        "the worker never read the stream:\n{}",
+        worker.logs()
+    );
     postgres.signal_all("-STOP");
     // All at once, so that the worker reads them in one batch: a batch it
     // cannot store holds it (2 s for a connection, then a back-off) before
@@ -624,6 +636,23 @@ async fn read_while_postgres_is_frozen(
         "the worker did not read the orders:\n{}",
         worker.logs()
     );
+}
+
+/// Whether `consumer` has read sale `sku`'s stream (its group lists it).
+async fn reads_the_stream(conn: &mut TestConnection, sku: &str, consumer: &str) -> bool {
+    let consumers: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(stream(sku))
+        .arg("lockgate-orders")
+        .query_async(conn)
+        .await
+        .unwrap_or_default();
+    let wanted = redis::Value::BulkString(consumer.as_bytes().to_vec());
+    consumers.iter().any(|entry| match entry {
+        redis::Value::Array(fields) | redis::Value::Set(fields) => fields.contains(&wanted),
+        redis::Value::Map(pairs) => pairs.iter().any(|(_, value)| *value == wanted),
+        _ => false,
+    })
 }
 
 /// Whether the orders table exists in the database at `url`.

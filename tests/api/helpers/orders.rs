@@ -11,6 +11,8 @@ use super::{RedisServer, send_signal};
 pub struct Worker {
     child: Child,
     log: tempfile::NamedTempFile,
+    /// Its name in the consumer group.
+    pub consumer: String,
 }
 
 impl Worker {
@@ -37,7 +39,11 @@ impl Worker {
             .stderr(log.reopen().expect("log file"))
             .spawn()
             .expect("spawn lockgate orders");
-        Self { child, log }
+        Self {
+            child,
+            log,
+            consumer: consumer.to_owned(),
+        }
     }
 
     pub fn kill(&mut self) {
