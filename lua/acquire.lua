@@ -58,14 +58,6 @@ request.body = ARGV[17]
 request.session = (ARGV[18] or '') ~= '' and ARGV[18]
 local reenter, keep = ARGV[8] == '1', tonumber(ARGV[9])
 
--- No place now and no wait, from the lock as `state` says: until when a
--- lock nobody holds is kept by a lock-delay, if that is why.
-local function refused(state, free_in)
-  if state.kind == 'delayed' then
-    return {'held', 'free_in_ms', free_in, 'delayed_until_ms', state.delayed}
-  end
-  return {'held', 'free_in_ms', free_in}
-end
 local wait_ms, waiter_id, instance = tonumber(ARGV[10]), ARGV[11] or '', ARGV[12]
 
 if request.idem and not reenter then
@@ -92,7 +84,7 @@ if request.idem and not reenter and queued(ctx) then
     local state = held(ctx)
     local free_in = math.max(state.free_in, 1)
     if waiter_id == '' or wait_ms <= 0 then
-      return refused(state, free_in)
+      return no_place_now('held', state, free_in)
     end
     local position = redis.call('ZRANK', ctx.queue, waiter_id)
     if not position then
@@ -165,7 +157,7 @@ end
 
 local free_in = math.max(state.free_in, 1)
 if waiter_id == '' or wait_ms <= 0 then
-  return refused(state, free_in)
+  return no_place_now('held', state, free_in)
 end
 local position = redis.call('ZRANK', ctx.queue, waiter_id)
 if position then

@@ -26,8 +26,10 @@
 --                   locks' order, comma-separated), expires_at_ms
 --   queued          waiting in every lock's queue: key (the first lock
 --                   without a place for it now), free_in_ms (each lock's,
---                   comma-separated: 0 for one with a place for it)
---   held            no place in `key` and no wait: free_in_ms (its own)
+--                   comma-separated: 0 for one with a place for it), and
+--                   delayed_until_ms when a lock-delay alone keeps `key`
+--   held            no place in `key` and no wait: free_in_ms (its own),
+--                   and delayed_until_ms as above
 --   limit-mismatch  `key` is held with another limit: limit
 
 local n = tonumber(ARGV[3])
@@ -75,7 +77,7 @@ end
 
 -- Which locks have a place for the batch now: none is held in a way it
 -- cannot share, and nobody who may be served waits ahead of it.
-local ready, free_in, first_missing = {}, {}, nil
+local ready, free_in, first_missing, missing_delay = {}, {}, nil, nil
 local joined, missing_from_a_queue = 0, false
 for i = 1, n do
   local ctx = lock_at(i)
@@ -108,6 +110,7 @@ for i = 1, n do
   free_in[i] = string.format('%d', ready[i] and 0 or math.max(state.free_in, 1))
   if not ready[i] and not first_missing then
     first_missing = i
+    missing_delay = state.kind == 'delayed' and state.delayed or nil
   end
 end
 
@@ -134,8 +137,15 @@ if not first_missing then
 end
 
 local missing_key = ARGV[4 + 3 * (first_missing - 1)]
+-- Without a place in `missing_key`: why, and (a lock-delay) until when.
+local function missing(code, free_in_ms)
+  if missing_delay then
+    return {code, 'key', missing_key, 'free_in_ms', free_in_ms, 'delayed_until_ms', missing_delay}
+  end
+  return {code, 'key', missing_key, 'free_in_ms', free_in_ms}
+end
 if waiter_id == '' or wait_ms <= 0 then
-  return {'held', 'key', missing_key, 'free_in_ms', tonumber(free_in[first_missing])}
+  return missing('held', tonumber(free_in[first_missing]))
 end
 -- Joins every queue in this one step; a batch that lost its place in one
 -- (its instance was away too long) joins them all again at the end, so
@@ -160,4 +170,4 @@ for i = 1, n do
     redis.call('HDEL', ctx.waiters, '!' .. waiter_id)
   end
 end
-return {'queued', 'key', missing_key, 'free_in_ms', table.concat(free_in, ',')}
+return missing('queued', table.concat(free_in, ','))

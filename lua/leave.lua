@@ -12,13 +12,15 @@
 -- Returns {code, field, value, ...}, by code:
 --   left     it was in the queue and is no longer; the waiters behind it
 --            were served if they can be now: free_in_ms (until the earliest
---            lease ends now; 0 when free)
+--            lease ends now; 0 when free), and delayed_until_ms when a
+--            lock-delay alone keeps it
 --   granted  it was granted a place before it left: fence, expires_at_ms
 --            (its instance keeps it, or gives it back)
 --   given-back  it was granted a place, and gave it back (released: the
 --            next waiter is served)
 --   gone     neither: it was passed over (its instance's presence or its
 --            wait had lapsed), or it was granted and has let go: free_in_ms
+--            (and delayed_until_ms), as above
 
 local ctx = context(KEYS, ARGV)
 local id, token, keep = ARGV[4], ARGV[5], tonumber(ARGV[6])
@@ -29,7 +31,8 @@ if redis.call('ZSCORE', ctx.queue, id) then
   if queued(ctx) then
     serve(ctx, keep)
   end
-  return {'left', 'free_in_ms', held(ctx).free_in}
+  local state = held(ctx)
+  return no_place_now('left', state, state.free_in)
 end
 local place = holder(ctx, token)
 if place and give_back then
@@ -42,4 +45,5 @@ end
 if place then
   return {'granted', 'fence', place.fence, 'expires_at_ms', lease_end(ctx, place)}
 end
-return {'gone', 'free_in_ms', held(ctx).free_in}
+local state = held(ctx)
+return no_place_now('gone', state, state.free_in)

@@ -146,6 +146,16 @@ local function held(ctx)
     free_in = free_in, delayed = delayed}
 end
 
+-- An answer `code` for want of a place: `free_in_ms` (until one may free),
+-- and, when nobody holds the lock but a lock-delay keeps it (`state` from
+-- held), `delayed_until_ms`, the delay's end: the gateway says so.
+local function no_place_now(code, state, free_in)
+  if state.kind == 'delayed' then
+    return {code, 'free_in_ms', free_in, 'delayed_until_ms', state.delayed}
+  end
+  return {code, 'free_in_ms', free_in}
+end
+
 -- Whether a request of `mode` ('exclusive', 'shared' or 'counted', with
 -- `limit`, for `permits` of its places) can take a place of the lock as
 -- `state` (from held) says.

@@ -105,7 +105,7 @@ impl Locks {
         id: &str,
     ) -> Result<ModeChanged, LockError> {
         match self.leave_queue(key, id, token, IfGranted::Keep).await? {
-            LeaveReply::Left { free_in_ms } | LeaveReply::Gone { free_in_ms } => {
+            LeaveReply::Left { free_in_ms, .. } | LeaveReply::Gone { free_in_ms, .. } => {
                 Err(LockError::Held {
                     key: key.clone(),
                     retry_after_ms: free_in_ms.max(1),

@@ -229,13 +229,43 @@ async fn an_expired_sessions_locks_keep_its_lock_delay_visibly() {
     let refused = app.acquire(json!({"key": "delay:a"})).await;
     let problem = assert_problem(refused, 409, "lock-held").await;
     assert!(problem["retry_after_ms"].as_u64().unwrap() <= 1_500);
-    // Nobody holds it: the refusal says it is the delay, and until when.
-    assert_eq!(problem["delayed_until_ms"], until, "{problem}");
-    let detail = problem["detail"].as_str().unwrap();
-    assert!(
-        detail.contains("lock-delay") && !detail.contains("another owner"),
-        "{detail}"
-    );
+    // Nobody holds it: the refusal says it is the delay, and until when,
+    // whether it tried at once, waited, or asked for it in a batch.
+    let refusals = [
+        problem,
+        assert_problem(
+            app.acquire(json!({"key": "delay:a", "wait_ms": 100})).await,
+            409,
+            "lock-held",
+        )
+        .await,
+        assert_problem(
+            app.post_json("/locks/batch", &json!({"locks": [{"key": "delay:a"}]}))
+                .await,
+            409,
+            "lock-held",
+        )
+        .await,
+        assert_problem(
+            app.post_json(
+                "/locks/batch",
+                &json!({"locks": [{"key": "delay:b"}, {"key": "delay:a"}], "wait_ms": 100}),
+            )
+            .await,
+            409,
+            "lock-held",
+        )
+        .await,
+    ];
+    for refused in refusals {
+        assert_eq!(refused["key"], "delay:a", "{refused}");
+        assert_eq!(refused["delayed_until_ms"], until, "{refused}");
+        let detail = refused["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("lock-delay") && !detail.contains("another owner"),
+            "{detail}"
+        );
+    }
     let waiter = app
         .acquire(json!({"key": "delay:a", "wait_ms": 5_000}))
         .await;

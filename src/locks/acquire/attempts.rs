@@ -226,15 +226,9 @@ impl<'a> Acquisition<'a> {
                 }
                 standing = ticket.changed() => standing,
                 () = tokio::time::sleep_until(self.terms.deadline.into()) => {
-                    return match Box::pin(self.leave(ticket)).await? {
-                        Ok(granted) => Ok(granted),
-                        // As the lock stands now: renewed since the wait
-                        // began, it frees later than first heard.
-                        Err(free_in_ms) => Err(NoGrant::Held {
-                            free_in_ms: free_in_ms.max(1),
-                            delayed_until_ms: None,
-                        }),
-                    };
+                    // As the lock stands now: renewed since the wait began,
+                    // it frees later than first heard.
+                    return Box::pin(self.leave(ticket)).await?;
                 }
                 () = closing.cancelled() => {
                     // Answered that nothing was granted, it holds nothing:
@@ -320,16 +314,25 @@ impl<'a> Acquisition<'a> {
         }
     }
 
-    /// Leaves the queue: the place it was granted meanwhile, or when a
-    /// place frees as the lock stands now (ms).
-    async fn leave(&self, ticket: &Ticket) -> Result<Result<Granted, u64>, NoGrant> {
+    /// Leaves the queue: the place it was granted meanwhile, or why there
+    /// is none as the lock stands now (`NoGrant::Held`).
+    async fn leave(&self, ticket: &Ticket) -> Result<Result<Granted, NoGrant>, NoGrant> {
+        let held = |free_in_ms: u64, delayed_until_ms| NoGrant::Held {
+            free_in_ms: free_in_ms.max(1),
+            delayed_until_ms,
+        };
         match self.leave_queue(ticket, IfGranted::Keep).await? {
             // A place that stood too long unclaimed is gone: soon free again.
-            LeaveReply::Granted { .. } => Ok(self.claim().await?.ok_or(1)),
-            LeaveReply::Left { free_in_ms } | LeaveReply::Gone { free_in_ms } => {
-                Ok(Err(free_in_ms))
+            LeaveReply::Granted { .. } => Ok(self.claim().await?.ok_or(held(1, None))),
+            LeaveReply::Left {
+                free_in_ms,
+                delayed_until_ms,
             }
-            LeaveReply::GivenBack => Ok(Err(1)),
+            | LeaveReply::Gone {
+                free_in_ms,
+                delayed_until_ms,
+            } => Ok(Err(held(free_in_ms, delayed_until_ms))),
+            LeaveReply::GivenBack => Ok(Err(held(1, None))),
         }
     }
 

@@ -61,14 +61,13 @@ impl Locks {
                     limit,
                 });
             }
-            BatchReply::Held { key, free_in_ms }
-                if request.wait.is_zero() || Instant::now() >= terms.deadline =>
-            {
+            BatchReply::Held {
+                key,
+                free_in_ms,
+                delayed_until_ms,
+            } if request.wait.is_zero() || Instant::now() >= terms.deadline => {
                 complete(guards);
-                return Err(LockError::Held {
-                    key: self.lock_key(terms, &key),
-                    retry_after_ms: free_in_ms.max(1),
-                });
+                return Err(self.batch_held(terms, &key, free_in_ms, delayed_until_ms));
             }
             // Not queued without a waiter's id: waits as the rest.
             BatchReply::Held { .. } | BatchReply::Queued { .. } => {}
@@ -133,7 +132,7 @@ impl Locks {
         let mut cycles = tokio::time::interval(deadlock::CHECK_EVERY);
         // The first lock without a place for it, as last heard, and when a
         // place there may free.
-        let mut missing: (String, u64);
+        let mut missing: (String, u64, Option<u64>);
         loop {
             let (reply, sent) = Box::pin(self.batch_attempt(terms, keys, Some(id))).await?;
             match reply {
@@ -147,13 +146,16 @@ impl Locks {
                         limit,
                     });
                 }
-                BatchReply::Held { key, free_in_ms } => {
-                    return Err(LockError::Held {
-                        key: self.lock_key(terms, &key),
-                        retry_after_ms: free_in_ms.max(1),
-                    });
-                }
-                BatchReply::Queued { key, free_in_ms } => {
+                BatchReply::Held {
+                    key,
+                    free_in_ms,
+                    delayed_until_ms,
+                } => return Err(self.batch_held(terms, &key, free_in_ms, delayed_until_ms)),
+                BatchReply::Queued {
+                    key,
+                    free_in_ms,
+                    delayed_until_ms,
+                } => {
                     for (keys, free_in) in keys.iter().zip(&free_in_ms) {
                         if *free_in > 0 {
                             waiting.due(keys, std::time::Duration::from_millis(*free_in));
@@ -161,7 +163,7 @@ impl Locks {
                     }
                     let index = keys.iter().position(|lock| lock.key() == key);
                     let free_in = index.and_then(|index| free_in_ms.get(index)).copied();
-                    missing = (key, free_in.unwrap_or(1));
+                    missing = (key, free_in.unwrap_or(1), delayed_until_ms);
                 }
             }
             loop {
@@ -175,11 +177,8 @@ impl Locks {
                         }
                     }
                     () = tokio::time::sleep_until(terms.deadline.into()) => {
-                        let (key, free_in_ms) = missing;
-                        return Err(LockError::Held {
-                            key: self.lock_key(terms, &key),
-                            retry_after_ms: free_in_ms.max(1),
-                        });
+                        let (key, free_in_ms, delayed_until_ms) = missing;
+                        return Err(self.batch_held(terms, &key, free_in_ms, delayed_until_ms));
                     }
                     () = closing.cancelled() => return Err(WaitRefused::ShuttingDown.into()),
                     () = session_ended.cancelled() => return Err(LockError::SessionNotFound),
@@ -286,6 +285,30 @@ impl Locks {
                 lease_from: sent,
             })
             .collect()
+    }
+
+    /// The refusal of a batch for want of a place in `key` (a lock-delay
+    /// alone keeping it until `delayed_until_ms`, when that is why).
+    fn batch_held(
+        &self,
+        terms: &BatchTerms<'_>,
+        key: &str,
+        free_in_ms: u64,
+        delayed_until_ms: Option<u64>,
+    ) -> LockError {
+        let key = self.lock_key(terms, key);
+        let retry_after_ms = free_in_ms.max(1);
+        match delayed_until_ms {
+            Some(until_ms) => LockError::Delayed {
+                key,
+                until_ms,
+                retry_after_ms,
+            },
+            None => LockError::Held {
+                key,
+                retry_after_ms,
+            },
+        }
     }
 
     /// The batch's lock a script named.

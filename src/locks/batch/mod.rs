@@ -105,7 +105,7 @@ impl Locks {
         let (mut holds, guards) = match taken {
             Ok(taken) => taken,
             Err(err) => {
-                if matches!(err, LockError::Held { .. }) {
+                if matches!(err, LockError::Held { .. } | LockError::Delayed { .. }) {
                     self.metrics().lock(LockOutcome::Conflict);
                 }
                 return Err(err);

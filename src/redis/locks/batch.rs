@@ -38,10 +38,19 @@ pub enum BatchReply {
         expires_at_ms: u64,
     },
     /// Waiting in every lock's queue: the first lock without a place now,
-    /// and each lock's time until a place may free (0: it has one).
-    Queued { key: String, free_in_ms: Vec<u64> },
+    /// and each lock's time until a place may free (0: it has one); the
+    /// end of a lock-delay that alone keeps `key`.
+    Queued {
+        key: String,
+        free_in_ms: Vec<u64>,
+        delayed_until_ms: Option<u64>,
+    },
     /// No place in `key`, and no wait.
-    Held { key: String, free_in_ms: u64 },
+    Held {
+        key: String,
+        free_in_ms: u64,
+        delayed_until_ms: Option<u64>,
+    },
     /// `key` is held with another limit.
     LimitMismatch { key: String, limit: u64 },
 }
@@ -80,10 +89,12 @@ pub async fn batch(
         "queued" => Some(BatchReply::Queued {
             key: reply.text("key")?.to_owned(),
             free_in_ms: numbers(reply.text("free_in_ms")?)?,
+            delayed_until_ms: reply.number("delayed_until_ms"),
         }),
         "held" => Some(BatchReply::Held {
             key: reply.text("key")?.to_owned(),
             free_in_ms: reply.number("free_in_ms")?,
+            delayed_until_ms: reply.number("delayed_until_ms"),
         }),
         "limit-mismatch" => Some(BatchReply::LimitMismatch {
             key: reply.text("key")?.to_owned(),

@@ -506,15 +506,22 @@ fn extend_reply(reply: &Reply, ttl_ms: u64) -> Result<ExtendReply, BackendError>
 /// What `leave.lua` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaveReply {
-    /// Out of the queue; a place frees in `free_in_ms` (as it stands now).
-    Left { free_in_ms: u64 },
+    /// Out of the queue; a place frees in `free_in_ms` (as it stands now);
+    /// a lock-delay alone keeps it until `delayed_until_ms`.
+    Left {
+        free_in_ms: u64,
+        delayed_until_ms: Option<u64>,
+    },
     /// Granted a place before it left: its fencing token and lease end.
     Granted {
         fencing_token: u64,
         expires_at_ms: u64,
     },
     /// Neither in the queue nor holding (passed over).
-    Gone { free_in_ms: u64 },
+    Gone {
+        free_in_ms: u64,
+        delayed_until_ms: Option<u64>,
+    },
     /// Granted a place, and gave it back (the next waiter was served).
     GivenBack,
 }
@@ -552,6 +559,7 @@ pub async fn leave(
     LEAVE.read(&reply, |reply| match reply.code() {
         "left" => Some(LeaveReply::Left {
             free_in_ms: reply.number("free_in_ms")?,
+            delayed_until_ms: reply.number("delayed_until_ms"),
         }),
         "granted" => Some(LeaveReply::Granted {
             fencing_token: reply.number("fence")?,
@@ -559,6 +567,7 @@ pub async fn leave(
         }),
         "gone" => Some(LeaveReply::Gone {
             free_in_ms: reply.number("free_in_ms")?,
+            delayed_until_ms: reply.number("delayed_until_ms"),
         }),
         "given-back" => Some(LeaveReply::GivenBack),
         _ => None,
