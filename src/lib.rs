@@ -2,24 +2,34 @@
 //!
 //! The crate is layered. A layer calls only layers below it, never one
 //! above, so no two modules import each other (`tests/api/layers.rs` checks
-//! it on every test run):
+//! it on every test run). From the top:
 //!
-//! * [`app`]: start-up, serving and shutdown; it builds every layer from the
-//!   [`config`] (flags and `LOCKGATE_*` variables).
-//! * [`http`]: routes, extractors, the router's state, problem responses and
-//!   the OpenAPI document.
-//! * [`seckill`]: the flash-sale demo, built on the locks and its own Lua;
-//!   beside it [`handoff`], the hand-off of the sale's orders into a database.
+//! * [`app`]: start-up in named steps, serving and shutdown; it builds every
+//!   layer from the [`config`] (flags and `LOCKGATE_*` variables). Beside it
+//!   [`telemetry`]: logging, text or JSON.
+//! * [`server`]: the transport: the accept loop, connection limits, TLS
+//!   connections, and the layer every request passes (request ids, logs,
+//!   metrics, timeouts).
+//! * [`http`]: routes, extractors, the router's state, who the caller is and
+//!   what it may do, problem responses and the OpenAPI document.
+//! * [`seckill`]: the flash sale, built on the locks and its own Lua; beside
+//!   it [`handoff`], the hand-off of the sale's orders into a database.
 //! * [`locks`]: the lock domain, with typed inputs that can only be made by
-//!   parsing ([`locks::LockKey`], [`locks::Token`], [`locks::Ttl`]), and
-//!   event-driven waiting.
-//! * [`redis`]: the connection pool, pub/sub, and one typed wrapper per Lua
+//!   parsing ([`locks::LockKey`], [`locks::Token`], [`locks::Ttl`]):
+//!   event-driven waiting in the fair queue, streamed locks and batches,
+//!   sessions and lock-delay, deadlock search, watching.
+//! * [`redis`]: the connections, pub/sub, and one typed wrapper per Lua
 //!   script in `lua/`; every read-check-write on Redis is one script. The
 //!   wrappers take primitives (`&str`, numbers), never the domain's types.
-//! * [`metrics`]: Prometheus counters, which every layer feeds.
+//! * [`metrics`]: the Prometheus series, which every layer feeds.
+//! * [`run`] (`lockgate run`): a client of the HTTP API that imports nothing
+//!   of the server.
 //!
-//! [`telemetry`] (logging) sits beside [`app`]. [`run`] (`lockgate run`) is
-//! a client of the HTTP API that imports nothing of the server.
+//! Small pieces every layer may use: [`acl`] (the permissions file:
+//! principals, rules by key prefix), [`tls`] (rustls settings from PEM
+//! files, for the gateway, `lockgate run` and the Redis connections),
+//! [`sse`] (reading Server-Sent Events), [`duration`] (durations as whole
+//! milliseconds) and [`sync`] (a mutex guard that outlives a panic).
 
 pub mod acl;
 pub mod app;

@@ -192,3 +192,115 @@ fn every_file_of_src_is_in_the_architecture_map() {
         "docs/architecture.md's map leaves out {missing:?}"
     );
 }
+
+/// The architecture page's list of scripts (its section "The scripts")
+/// names every file under `lua/` and nothing else, marks as `lock` exactly
+/// the functions of the lock library, and lists the libraries of
+/// `lua/lib/` in the order `src/redis/scripts.rs` joins them.
+#[test]
+fn the_architecture_page_lists_every_script_and_library_of_lua() {
+    use std::collections::BTreeSet;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let section = page
+        .split("\n## The scripts\n")
+        .nth(1)
+        .expect("docs/architecture.md has a section The scripts");
+    let section = section.split("\n## ").next().unwrap();
+    // Rows of its tables: "| `lua/<name>` | ...".
+    let rows: Vec<(String, Vec<&str>)> = section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `lua/"))
+        .map(|rest| {
+            let (name, cells) = rest
+                .split_once('`')
+                .expect("a row's name ends with a backtick");
+            let cells = cells.split('|').map(str::trim).skip(1).collect();
+            (name.to_owned(), cells)
+        })
+        .collect();
+    let listed_scripts: BTreeSet<String> = rows
+        .iter()
+        .filter(|(name, _)| !name.starts_with("lib/"))
+        .map(|(name, _)| name.clone())
+        .collect();
+    let listed_libraries: Vec<String> = rows
+        .iter()
+        .filter_map(|(name, _)| name.strip_prefix("lib/").map(str::to_owned))
+        .collect();
+
+    let lua_files = |dir: &str| -> BTreeSet<String> {
+        std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".lua"))
+            .collect()
+    };
+    let scripts = lua_files("lua");
+    let libraries = lua_files("lua/lib");
+    let unlisted: Vec<_> = scripts.difference(&listed_scripts).collect();
+    assert!(
+        unlisted.is_empty(),
+        "docs/architecture.md's scripts leave out {unlisted:?} of lua/"
+    );
+    let missing: Vec<_> = listed_scripts.difference(&scripts).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md lists {missing:?}, which lua/ does not have"
+    );
+    let listed_set: BTreeSet<String> = listed_libraries.iter().cloned().collect();
+    assert_eq!(
+        listed_set.len(),
+        listed_libraries.len(),
+        "a library listed twice"
+    );
+    let unlisted: Vec<_> = libraries.difference(&listed_set).collect();
+    assert!(
+        unlisted.is_empty(),
+        "docs/architecture.md's libraries leave out {unlisted:?} of lua/lib/"
+    );
+    let missing: Vec<_> = listed_set.difference(&libraries).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md lists the libraries {missing:?}, which lua/lib/ does not have"
+    );
+
+    // Against the code that loads them: the lock library's functions and
+    // the order of its libraries.
+    let code = std::fs::read_to_string(root.join("src/redis/scripts.rs")).unwrap();
+    let lock_functions: BTreeSet<String> = code
+        .split("lock_function!(\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|name| name.ends_with(".lua"))
+        .map(str::to_owned)
+        .collect();
+    assert!(lock_functions.len() > 10, "only {lock_functions:?} found");
+    let marked_lock: BTreeSet<String> = rows
+        .iter()
+        .filter(|(name, cells)| !name.starts_with("lib/") && cells.first() == Some(&"lock"))
+        .map(|(name, _)| name.clone())
+        .collect();
+    assert_eq!(
+        marked_lock, lock_functions,
+        "the scripts docs/architecture.md marks `lock` are not the lock library's functions"
+    );
+    let joined = code
+        .split("const LOCK_LIBRARIES: &str = concat!(")
+        .nth(1)
+        .expect("src/redis/scripts.rs joins the lock libraries")
+        .split(");")
+        .next()
+        .unwrap();
+    let order: Vec<String> = joined
+        .split("lua/lib/")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        listed_libraries, order,
+        "docs/architecture.md lists the libraries in another order than src/redis/scripts.rs joins them"
+    );
+}
