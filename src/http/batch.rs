@@ -14,13 +14,12 @@ use utoipa::ToSchema;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{JsonBody, KeyPath, one_token, token_header, whole_number_or};
-use super::grant::guarded_body;
+use super::grant::{BatchGrant, guarded_body};
 use super::locks::{kind, permits, ttl, value, wait};
 use super::responses::problem_responses;
 use super::schema::{LockKeyText, LockModeText, LockStreamEvent, TokenText};
 use super::streamed::{self, StreamKeepAlive, WantsStream};
 use crate::acl::Permission;
-use crate::duration::millis;
 use crate::locks::{
     BatchLease, BatchLock, BatchRequest, HoldMode, LockKey, LockLimits, Locks, MAX_BATCH,
     SessionId, StreamedLocks, Token, WaitTime,
@@ -60,35 +59,6 @@ pub struct BatchLockBody {
     limit: Option<Number>,
     #[schema(value_type = Option<u64>, default = 1, example = 1)]
     permits: Option<Number>,
-}
-
-/// A granted batch: one token for every lock.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BatchGrant {
-    /// The owner's secret for every lock of the batch: release, renew or
-    /// inspect each with the routes of one lock.
-    #[schema(format = Uuid)]
-    token: String,
-    #[schema(example = 30000)]
-    ttl_ms: u64,
-    /// When the leases end (the earliest), in Unix ms by the Redis clock.
-    expires_at_ms: u64,
-    /// How long the batch waited.
-    #[schema(example = 0)]
-    waited_ms: u64,
-    /// Each lock, in the order asked.
-    locks: Vec<BatchGrantLock>,
-}
-
-/// One lock of a granted batch.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BatchGrantLock {
-    #[schema(example = "acct:1")]
-    key: String,
-    #[schema(value_type = LockModeText)]
-    mode: &'static str,
-    fencing_token: u64,
-    expires_at_ms: u64,
 }
 
 problem_responses!(
@@ -229,31 +199,6 @@ fn batch_granted(lease: BatchLease) -> Result<Response, ApiError> {
         body,
     )
         .into_response())
-}
-
-impl From<&BatchLease> for BatchGrant {
-    fn from(lease: &BatchLease) -> Self {
-        Self {
-            token: lease.token.expose(),
-            ttl_ms: lease.ttl_ms,
-            expires_at_ms: lease.expires_at_ms,
-            waited_ms: millis(lease.waited),
-            locks: lease
-                .locks
-                .iter()
-                .map(|hold| BatchGrantLock {
-                    key: hold.key.to_string(),
-                    mode: if hold.kind.is_shared() {
-                        "shared"
-                    } else {
-                        "exclusive"
-                    },
-                    fencing_token: hold.fencing_token,
-                    expires_at_ms: hold.expires_at_ms,
-                })
-                .collect(),
-        }
-    }
 }
 
 /// `PUT /locks/{key}/mode`: the holder's token, the mode it asks for, and

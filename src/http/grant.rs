@@ -1,4 +1,4 @@
-//! A granted lock as the API answers it: the body `POST /locks` answers (and a streamed lock's `acquired` event carries), and the response that hands a new grant over.
+//! A granted lock as the API answers it: the body `POST /locks` answers (and a streamed lock's `acquired` event carries), a granted batch's (`POST /locks/batch`, a streamed batch's `acquired`), and the response that hands a new grant over.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -13,8 +13,63 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
+use super::schema::LockModeText;
 use crate::duration::millis;
-use crate::locks::{GrantGuard, Lease};
+use crate::locks::{BatchLease, GrantGuard, Lease};
+
+/// A granted batch: one token for every lock.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchGrant {
+    /// The owner's secret for every lock of the batch: release, renew or
+    /// inspect each with the routes of one lock.
+    #[schema(format = Uuid)]
+    token: String,
+    #[schema(example = 30000)]
+    ttl_ms: u64,
+    /// When the leases end (the earliest), in Unix ms by the Redis clock.
+    expires_at_ms: u64,
+    /// How long the batch waited.
+    #[schema(example = 0)]
+    waited_ms: u64,
+    /// Each lock, in the order asked.
+    locks: Vec<BatchGrantLock>,
+}
+
+/// One lock of a granted batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchGrantLock {
+    #[schema(example = "acct:1")]
+    key: String,
+    #[schema(value_type = LockModeText)]
+    mode: &'static str,
+    fencing_token: u64,
+    expires_at_ms: u64,
+}
+
+impl From<&BatchLease> for BatchGrant {
+    fn from(lease: &BatchLease) -> Self {
+        Self {
+            token: lease.token.expose(),
+            ttl_ms: lease.ttl_ms,
+            expires_at_ms: lease.expires_at_ms,
+            waited_ms: millis(lease.waited),
+            locks: lease
+                .locks
+                .iter()
+                .map(|hold| BatchGrantLock {
+                    key: hold.key.to_string(),
+                    mode: if hold.kind.is_shared() {
+                        "shared"
+                    } else {
+                        "exclusive"
+                    },
+                    fencing_token: hold.fencing_token,
+                    expires_at_ms: hold.expires_at_ms,
+                })
+                .collect(),
+        }
+    }
+}
 
 /// The header that marks a grant answered again for its Idempotency-Key.
 static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");

@@ -14,9 +14,8 @@ use serde::Serialize;
 use tokio::sync::watch;
 use utoipa::ToSchema;
 
-use super::batch::BatchGrant;
 use super::error::ApiError;
-use super::grant::LockGrant;
+use super::grant::{BatchGrant, LockGrant};
 use super::schema::LostReasonText;
 use crate::locks::{
     AcquireRequest, BatchRequest, LockError, LockKey, LostReason, StreamEnd, StreamEvent,

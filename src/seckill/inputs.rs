@@ -2,10 +2,10 @@
 
 use std::fmt;
 
-use super::Order;
-use super::segments::MAX_SEGMENTS;
 use crate::locks::{IdempotencyKey, LockKey};
-use crate::redis::seckill::RecordedOrder;
+
+/// The most segments a sale may have.
+pub const MAX_SEGMENTS: u64 = 64;
 
 /// The longest sku or user id.
 pub const MAX_NAME_LEN: usize = 64;
@@ -285,17 +285,6 @@ impl OrderRequest {
     pub fn lock_key(&self) -> LockKey {
         LockKey::parse(&format!("seckill:{}:{}", self.sku, self.user))
             .expect("a sku and a user id make a valid lock key")
-    }
-
-    /// The order as a purchase answers it, from what the script recorded.
-    pub(super) fn recorded(&self, recorded: RecordedOrder) -> Order {
-        Order {
-            order_id: recorded.order_id,
-            sku: self.sku.clone(),
-            user: self.user.clone(),
-            quantity: recorded.quantity,
-            stock_left: recorded.stock_left,
-        }
     }
 }
 

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use futures_util::future::BoxFuture;
 
-use super::{Cursor, OrderEntry, OrdersQuery};
+use super::inputs::{Cursor, OrdersQuery};
+use crate::redis::seckill::OrderEntry;
 use crate::redis::seckill::{self as scripts, SaleKeys};
 use crate::redis::{BackendError, Connection};
 

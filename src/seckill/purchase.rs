@@ -2,8 +2,12 @@
 
 use std::ops::ControlFlow;
 
-use super::{RateDecision, Refusal, SaleError, Sku, UserId};
+use super::error::{Refusal, SaleError};
+use super::inputs::{OrderRequest, Sku, UserId};
+use super::rate::RateDecision;
 use crate::locks::LockError;
+use crate::redis::BackendError;
+use crate::redis::seckill::RecordedOrder;
 
 /// A recorded order, as a purchase answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +17,20 @@ pub struct Order {
     pub user: UserId,
     pub quantity: u64,
     pub stock_left: u64,
+}
+
+impl Order {
+    /// The order `request` made, as a purchase answers it, from what the
+    /// script recorded.
+    pub(super) fn of(request: &OrderRequest, recorded: RecordedOrder) -> Self {
+        Self {
+            order_id: recorded.order_id,
+            sku: request.sku.clone(),
+            user: request.user.clone(),
+            quantity: recorded.quantity,
+            stock_left: recorded.stock_left,
+        }
+    }
 }
 
 /// A purchase that went through, now or earlier.
@@ -42,10 +60,10 @@ impl PurchaseAnswer {
     /// the purchase, or stop with the answer when it refuses (or cannot be
     /// made).
     pub(super) fn admitted(
-        admitted: Result<Option<RateDecision>, SaleError>,
+        admitted: Result<Option<RateDecision>, BackendError>,
     ) -> ControlFlow<Self, Option<RateDecision>> {
         match admitted {
-            Err(err) => ControlFlow::Break(Self::refused(err, None)),
+            Err(err) => ControlFlow::Break(Self::refused(err.into(), None)),
             Ok(Some(decision)) if !decision.allowed => ControlFlow::Break(Self::refused(
                 Refusal::RateLimited(decision).into(),
                 Some(decision),

@@ -4,8 +4,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{SaleError, SaleSettings, UserId};
+use super::inputs::UserId;
 use crate::metrics::Metrics;
+use crate::redis::BackendError;
 use crate::redis::Redis;
 use crate::redis::seckill as scripts;
 
@@ -70,17 +71,18 @@ pub(super) struct RateLimits {
 }
 
 impl RateLimits {
+    /// The limits of `policies`: per user, and per client address.
     pub(super) fn new(
         redis: Redis,
         prefix: &str,
-        settings: &SaleSettings,
+        (per_user, per_client): (Option<RatePolicy>, Option<RatePolicy>),
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             redis,
             prefix: prefix.into(),
-            per_user: settings.per_user,
-            per_client: settings.per_client,
+            per_user,
+            per_client,
             metrics,
         }
     }
@@ -91,7 +93,7 @@ impl RateLimits {
         &self,
         user: &UserId,
         client: Option<IpAddr>,
-    ) -> Result<Option<RateDecision>, SaleError> {
+    ) -> Result<Option<RateDecision>, BackendError> {
         if let (Some(policy), Some(client)) = (self.per_client, client) {
             let decision = self.count(policy, &format!("client:{client}")).await?;
             if !decision.allowed {
@@ -109,7 +111,7 @@ impl RateLimits {
         Ok(Some(decision))
     }
 
-    async fn count(&self, policy: RatePolicy, bucket: &str) -> Result<RateDecision, SaleError> {
+    async fn count(&self, policy: RatePolicy, bucket: &str) -> Result<RateDecision, BackendError> {
         let mut conn = self.redis.connection().await?;
         // Hash-tagged by the whole bucket, so buckets spread over a cluster.
         let key = format!("{}rate:{{{bucket}}}", self.prefix);

@@ -1,26 +1,26 @@
 # The source of both clients: scripts/unasync.py writes the sync one (lockgate/_sync/) from it.
 """What locks, lock sets, sessions and watchers ask of their gateway and of
 the session they live in, as protocols: `AsyncGatewayInterface`,
-`AsyncSessionInterface`.
+`AsyncSessionInterface` (and its `AsyncParentHolding`).
 
 The gateway and the session make those objects, so the modules that define
 them name their gateway and session by these protocols instead of importing
-gateway.py and session.py back (httpcore's `interfaces` do the same).
+gateway.py, session.py and holding.py back (httpcore's `interfaces` do the
+same).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Tuple
+from typing import Any, Mapping, Optional, Protocol, Tuple
 
 import httpx
 
 from .._api import LockMode, ModeChange
+from .._protocol import LeaseClock
+from ..errors import LockLost
 from ..models import LockInfo
 
-if TYPE_CHECKING:
-    from .holding import AsyncHolding
-
-__all__ = ["AsyncGatewayInterface", "AsyncValuedLease", "AsyncSessionInterface"]
+__all__ = ["AsyncGatewayInterface", "AsyncParentHolding", "AsyncValuedLease", "AsyncSessionInterface"]
 
 
 class AsyncValuedLease(Protocol):
@@ -63,10 +63,33 @@ class AsyncGatewayInterface(Protocol):
     async def inspect(self, key: str) -> Optional[LockInfo]: ...
 
 
+class AsyncParentHolding(Protocol):
+    """A session's holding as the holdings of the locks and lock sets taken
+    in it use it: its lease is theirs, its loss theirs, and they join it
+    and leave it."""
+
+    reason: Optional[str]
+
+    @property
+    def lease_clock(self) -> Optional[LeaseClock]: ...
+
+    @property
+    def expires_at_ms(self) -> Optional[int]: ...
+
+    def error(self, reason: str) -> LockLost: ...
+
+    def expire_if_due(self) -> None: ...
+
+    def _attach(self, member: Any) -> None: ...
+
+    def _detach(self, member: Any) -> None: ...
+
+
 class AsyncSessionInterface(Protocol):
     """The session (`AsyncSession`) as the locks and lock sets taken in it
     use it: its id, and its holding, which theirs hang on."""
 
-    _holding: "AsyncHolding"
+    @property
+    def _holding(self) -> AsyncParentHolding: ...
 
     def _id_for_lock(self) -> str: ...

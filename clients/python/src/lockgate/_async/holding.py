@@ -55,7 +55,7 @@ from .._protocol import (
 from ..errors import GatewayUnavailable, LockgateError, LockLost, NotOwner
 from ..sse import Event, EventStreamParser
 from ._concurrency import Body, Deadline, LostFlag, StreamReader, call_on_lost, close_quietly, shielded
-from ._interfaces import AsyncGatewayInterface, AsyncSessionInterface
+from ._interfaces import AsyncGatewayInterface, AsyncParentHolding, AsyncSessionInterface
 
 __all__ = ["AsyncHeld", "AsyncHolding", "stream_events"]
 
@@ -107,7 +107,7 @@ class AsyncHolding:
         self.owner, self.gateway, self.kind = owner, gateway, kind
         self.name, self.what, self.on_lost = name, what, on_lost
         #: The holding of the session opened here that it hangs on.
-        self.parent = session._holding if session is not None else None
+        self.parent: Optional[AsyncParentHolding] = session._holding if session is not None else None
         #: The id of the session it hangs on, if any.
         self.session_id = session._id_for_lock() if session is not None else session_id
         #: Whether it has a lease of its own (none in a session).
