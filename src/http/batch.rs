@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::{JsonBody, KeyPath, one_token, token_header, whole_number_or};
+use super::extract::{HolderChange, JsonBody, NamesToken, whole_number_or};
 use super::grant::{BatchGrant, guarded_body};
 use super::locks::{kind, permits, ttl, value, wait};
 use super::responses::problem_responses;
@@ -22,7 +22,7 @@ use super::streamed::{self, StreamKeepAlive, WantsStream};
 use crate::acl::Permission;
 use crate::locks::{
     BatchLease, BatchLock, BatchRequest, HoldMode, LockKey, LockLimits, Locks, MAX_BATCH,
-    SessionId, StreamedLocks, Token, WaitTime,
+    SessionId, StreamedLocks, WaitTime,
 };
 
 /// `POST /locks/batch`: the locks, and what they share.
@@ -220,6 +220,12 @@ pub struct ModeBody {
     wait_ms: Option<Number>,
 }
 
+impl NamesToken for ModeBody {
+    fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+}
+
 /// A hold in its new mode.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ModeChange {
@@ -268,16 +274,10 @@ problem_responses!(
     )
 )]
 pub async fn change_mode(
-    caller: Caller,
     State(locks): State<Locks>,
     State(limits): State<LockLimits>,
-    KeyPath(key): KeyPath,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody<ModeBody>,
+    HolderChange { key, token, body }: HolderChange<ModeBody>,
 ) -> Result<Json<ModeChange>, ApiError> {
-    caller.may(Permission::Lock, key.as_str())?;
-    let from_body = body.token.as_deref().map(Token::parse).transpose()?;
-    let token = one_token(from_body, token_header(&headers)?)?;
     let mode = match body.mode.as_str() {
         "exclusive" => HoldMode::Exclusive,
         "shared" => HoldMode::Shared,
@@ -311,14 +311,14 @@ mod tests {
     /// not part of it (see the same bound for `POST /locks`).
     #[test]
     fn waiting_batches_and_upgrades_keep_small_futures() {
-        fn six<A, B, C, D, E, G, F>(_: fn(A, B, C, D, E, G) -> F) -> usize {
+        fn three<A, B, C, F>(_: fn(A, B, C) -> F) -> usize {
             std::mem::size_of::<F>()
         }
         fn seven<A, B, C, D, E, G, H, F>(_: fn(A, B, C, D, E, G, H) -> F) -> usize {
             std::mem::size_of::<F>()
         }
         let batch = seven(super::acquire_batch as fn(_, _, _, _, _, _, _) -> _);
-        let upgrade = six(super::change_mode as fn(_, _, _, _, _, _) -> _);
+        let upgrade = three(super::change_mode as fn(_, _, _) -> _);
         assert!(
             batch <= 6 * 1024,
             "the batch handler's future is {batch} bytes"

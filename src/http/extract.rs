@@ -12,7 +12,9 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde_json::Number;
 
+use super::auth::{AdminToken, ApiKeys, Caller, Permissions};
 use super::error::ApiError;
+use crate::acl::Permission;
 use crate::locks::IdempotencyKey;
 use crate::locks::{InvalidKey, InvalidToken, LockKey, Token};
 use crate::seckill::Sku;
@@ -105,19 +107,60 @@ impl<S: Send + Sync> FromRequestParts<S> for KeyPath {
     }
 }
 
-/// The token a request names in one of two places (the body or the query,
-/// and the `Lock-Token` header). Two different ones are refused rather
-/// than one of them silently used.
-pub fn one_token(first: Option<Token>, header: Option<Token>) -> Result<Token, ApiError> {
-    match (first, header) {
-        (Some(first), Some(header)) if first != header => Err(ApiError::ConflictingTokens),
+/// A change a lock's holder asks for by its token (`PUT /locks/{key}/ttl`,
+/// `/value`, `/mode`): the lock, which the caller may lock; the holder's
+/// token, from the body or the `Lock-Token` header ([`holder_token`]); and
+/// the body. Refusals come in the order a handler's own extractors gave
+/// them: the caller (401), the key (422), the body (400, 413, 415), the
+/// permission (403), the token (400, 422).
+pub struct HolderChange<B> {
+    pub key: LockKey,
+    pub token: Token,
+    pub body: B,
+}
+
+/// A body that may name its holder's token.
+pub trait NamesToken {
+    fn token(&self) -> Option<&str>;
+}
+
+impl<S, B> FromRequest<S> for HolderChange<B>
+where
+    S: Send + Sync,
+    AdminToken: FromRef<S>,
+    ApiKeys: FromRef<S>,
+    Permissions: FromRef<S>,
+    B: DeserializeOwned + NamesToken,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let (mut parts, body) = request.into_parts();
+        let caller = Caller::from_request_parts(&mut parts, state).await?;
+        let KeyPath(key) = KeyPath::from_request_parts(&mut parts, state).await?;
+        let headers = parts.headers.clone();
+        let JsonBody(body) =
+            JsonBody::<B>::from_request(Request::from_parts(parts, body), state).await?;
+        caller.may(Permission::Lock, key.as_str())?;
+        let token = holder_token(body.token(), &headers)?;
+        Ok(Self { key, token, body })
+    }
+}
+
+/// The holder's token, named in the body (or the query) and the `Lock-Token`
+/// header, or in one of them. Two different ones are refused rather than
+/// one of them silently used.
+pub fn holder_token(named: Option<&str>, headers: &HeaderMap) -> Result<Token, ApiError> {
+    let named = named.map(Token::parse).transpose()?;
+    match (named, token_header(headers)?) {
+        (Some(named), Some(header)) if named != header => Err(ApiError::ConflictingTokens),
         (Some(token), _) | (None, Some(token)) => Ok(token),
         (None, None) => Err(ApiError::MissingToken),
     }
 }
 
 /// The `Lock-Token` header, parsed, when the request has one.
-pub fn token_header(headers: &HeaderMap) -> Result<Option<Token>, ApiError> {
+fn token_header(headers: &HeaderMap) -> Result<Option<Token>, ApiError> {
     let Some(value) = one_header(headers, LOCK_TOKEN, "Lock-Token")? else {
         return Ok(None);
     };

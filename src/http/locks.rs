@@ -13,7 +13,8 @@ use super::audit;
 use super::auth::{AdminToken, Caller, permitted};
 use super::error::ApiError;
 use super::extract::{
-    IdempotencyKeyHeader, JsonBody, KeyPath, one_token, token_header, whole_number, whole_number_or,
+    HolderChange, IdempotencyKeyHeader, JsonBody, KeyPath, NamesToken, holder_token, whole_number,
+    whole_number_or,
 };
 use super::grant::{LockGrant, granted};
 use super::responses::problem_responses;
@@ -84,6 +85,12 @@ pub struct ExtendBody {
     ttl_ms: Option<Number>,
 }
 
+impl NamesToken for ExtendBody {
+    fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+}
+
 /// `PUT /locks/{key}/value`: the holder's token and its new public value.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -95,6 +102,12 @@ pub struct ValueBody {
     /// The new value, at most 1024 bytes; null removes it.
     #[schema(example = "10.0.0.8:9000")]
     value: Option<String>,
+}
+
+impl NamesToken for ValueBody {
+    fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
 }
 
 /// A holder's lease as it now stands.
@@ -379,8 +392,7 @@ pub async fn release(
         Some(_) => return Err(ApiError::invalid_field("force", "must be true or false")),
     }
     caller.may(Permission::Lock, key.as_str())?;
-    let from_query = query.token.as_deref().map(Token::parse).transpose()?;
-    let token = one_token(from_query, token_header(&headers)?)?;
+    let token = holder_token(query.token.as_deref(), &headers)?;
     let only = revoked_hold(query.fencing_token.as_deref())?;
     let (released, replayed) = match idempotency_key {
         Some(idempotency_key) => {
@@ -448,16 +460,10 @@ fn revoked_hold(fencing_token: Option<&str>) -> Result<Option<u64>, ApiError> {
     )
 )]
 pub async fn extend(
-    caller: Caller,
     State(locks): State<Locks>,
     State(limits): State<LockLimits>,
-    KeyPath(key): KeyPath,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody<ExtendBody>,
+    HolderChange { key, token, body }: HolderChange<ExtendBody>,
 ) -> Result<Json<LeaseRenewal>, ApiError> {
-    caller.may(Permission::Lock, key.as_str())?;
-    let from_body = body.token.as_deref().map(Token::parse).transpose()?;
-    let token = one_token(from_body, token_header(&headers)?)?;
     let ttl = ttl(body.ttl_ms.as_ref(), limits)?;
     let state = locks.extend(&key, &token, ttl).await?;
     Ok(Json(LeaseRenewal {
@@ -487,15 +493,9 @@ pub async fn extend(
     )
 )]
 pub async fn set_value(
-    caller: Caller,
     State(locks): State<Locks>,
-    KeyPath(key): KeyPath,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody<ValueBody>,
+    HolderChange { key, token, body }: HolderChange<ValueBody>,
 ) -> Result<Json<LeaseRenewal>, ApiError> {
-    caller.may(Permission::Lock, key.as_str())?;
-    let from_body = body.token.as_deref().map(Token::parse).transpose()?;
-    let token = one_token(from_body, token_header(&headers)?)?;
     let value = body.value.as_deref().map(value).transpose()?;
     let state = locks.set_value(&key, &token, value.as_ref()).await?;
     Ok(Json(LeaseRenewal {

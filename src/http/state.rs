@@ -20,22 +20,16 @@ use crate::seckill::Sales;
 #[derive(Clone)]
 pub struct AppState(Arc<Parts>);
 
-/// What the state holds.
+/// What the state holds: the domains and the settings, as they were given.
 pub struct Parts {
-    pub locks: Locks,
-    pub streamed: StreamedLocks,
-    pub watches: Watches,
-    pub sessions: Sessions,
-    pub sales: Sales,
-    pub redis: Redis,
-    pub metrics: Arc<Metrics>,
-    pub limits: LockLimits,
-    pub stream_keep_alive: StreamKeepAlive,
-    pub admin_token: AdminToken,
-    pub api_keys: ApiKeys,
-    pub permissions: Permissions,
-    pub buyer_tokens: BuyerTokens,
-    pub trusted_proxies: TrustedProxies,
+    pub domains: RouteDomains,
+    pub settings: RouteSettings,
+}
+
+impl AppState {
+    pub fn new(domains: RouteDomains, settings: RouteSettings) -> Self {
+        Self(Arc::new(Parts { domains, settings }))
+    }
 }
 
 impl std::ops::Deref for AppState {
@@ -46,94 +40,55 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// `State<T>` for each part, by field.
-macro_rules! parts_from_ref {
-    ($($field:ident: $part:ty),* $(,)?) => {$(
-        impl FromRef<AppState> for $part {
-            fn from_ref(state: &AppState) -> Self {
-                state.0.$field.clone()
-            }
+/// A part of the state (`RouteDomains`, `RouteSettings`), each of whose
+/// fields a handler takes as `State<T>`: every field named once, here.
+macro_rules! state_part {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident in $part:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)*
         }
-    )*};
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        $(
+            impl FromRef<AppState> for $ty {
+                fn from_ref(state: &AppState) -> Self {
+                    state.0.$part.$field.clone()
+                }
+            }
+        )*
+    };
 }
 
-parts_from_ref! {
-    locks: Locks,
-    streamed: StreamedLocks,
-    sessions: Sessions,
-    watches: Watches,
-    sales: Sales,
-    redis: Redis,
-    metrics: Arc<Metrics>,
-    limits: LockLimits,
-    stream_keep_alive: StreamKeepAlive,
-    admin_token: AdminToken,
-    api_keys: ApiKeys,
-    permissions: Permissions,
-    buyer_tokens: BuyerTokens,
-    trusted_proxies: TrustedProxies,
+state_part! {
+    /// The domains (and the Redis handle `/readyz` pings) that serve the routes.
+    pub struct RouteDomains in domains {
+        pub locks: Locks,
+        pub streamed: StreamedLocks,
+        pub watches: Watches,
+        pub sessions: Sessions,
+        pub sales: Sales,
+        pub redis: Redis,
+        pub metrics: Arc<Metrics>,
+    }
 }
 
-/// The settings the routes enforce: bounds on leases and waits, and who
-/// may use which route.
-#[derive(Clone)]
-pub struct RouteSettings {
-    pub limits: LockLimits,
-    pub stream_keep_alive: StreamKeepAlive,
-    pub admin_token: AdminToken,
-    pub api_keys: ApiKeys,
-    /// The permissions file in force (shared with whoever reloads it).
-    pub permissions: Permissions,
-    pub buyer_tokens: BuyerTokens,
-    pub trusted_proxies: TrustedProxies,
-}
-
-/// The domains (and the Redis handle `/readyz` pings) that serve the routes.
-pub struct RouteDomains {
-    pub locks: Locks,
-    pub streamed: StreamedLocks,
-    pub watches: Watches,
-    pub sessions: Sessions,
-    pub sales: Sales,
-    pub redis: Redis,
-    pub metrics: Arc<Metrics>,
-}
-
-impl AppState {
-    pub fn new(domains: RouteDomains, settings: RouteSettings) -> Self {
-        let RouteDomains {
-            locks,
-            streamed,
-            watches,
-            sessions,
-            sales,
-            redis,
-            metrics,
-        } = domains;
-        let RouteSettings {
-            limits,
-            stream_keep_alive,
-            admin_token,
-            api_keys,
-            permissions,
-            buyer_tokens,
-            trusted_proxies,
-        } = settings;
-        Self(Arc::new(Parts {
-            locks,
-            streamed,
-            watches,
-            sessions,
-            sales,
-            redis,
-            metrics,
-            limits,
-            stream_keep_alive,
-            admin_token,
-            api_keys,
-            permissions,
-            buyer_tokens,
-            trusted_proxies,
-        }))
+state_part! {
+    /// The settings the routes enforce: bounds on leases and waits, and who
+    /// may use which route.
+    #[derive(Clone)]
+    pub struct RouteSettings in settings {
+        pub limits: LockLimits,
+        pub stream_keep_alive: StreamKeepAlive,
+        pub admin_token: AdminToken,
+        pub api_keys: ApiKeys,
+        /// The permissions file in force (shared with whoever reloads it).
+        pub permissions: Permissions,
+        pub buyer_tokens: BuyerTokens,
+        pub trusted_proxies: TrustedProxies,
     }
 }

@@ -292,9 +292,7 @@ pub async fn acknowledge(
     let reply = ORDERS_ACK
         .run(
             ORDERS_ACK
-                .prepare()
-                .key(stream)
-                .key(&keys.sale)
+                .call_with_keys(&[stream, &keys.sale])
                 .arg(GROUP)
                 .arg(if current { "1" } else { "0" })
                 .arg(ids),
@@ -317,13 +315,8 @@ pub async fn dead_letter(
     reason: &str,
     fields: &[(String, String)],
 ) -> Result<bool, BackendError> {
-    let mut invocation = ORDERS_DEAD_LETTER.prepare();
-    invocation
-        .key(stream)
-        .key(&keys.dead_letters)
-        .arg(GROUP)
-        .arg(id)
-        .arg(reason);
+    let mut invocation = ORDERS_DEAD_LETTER.call_with_keys(&[stream, &keys.dead_letters]);
+    invocation.arg(GROUP).arg(id).arg(reason);
     for (name, value) in fields {
         invocation.arg(name).arg(value);
     }
@@ -360,9 +353,7 @@ pub async fn tidy(
     let reply = ORDERS_TIDY
         .run(
             ORDERS_TIDY
-                .prepare()
-                .key(stream)
-                .key(&keys.draining)
+                .call_with_keys(&[stream, &keys.draining])
                 .arg(GROUP)
                 .arg(if current { "current" } else { "drain" })
                 .arg(idle_limit_ms)

@@ -29,7 +29,7 @@ use sentinel::Primary;
 use tls::RedisTls;
 
 pub use connection::Connection;
-pub use scripts::lock_library;
+pub use scripts::library;
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -406,14 +406,11 @@ impl Redis {
         Ok(())
     }
 
-    /// Loads every script and the lock library (in a cluster, on every
+    /// Loads the library of every script (in a cluster, on every
     /// primary), so one that does not compile stops the start-up.
     pub async fn load_scripts(&self) -> Result<(), BackendError> {
         let mut conn = self.connection().await?;
-        for script in scripts::SCRIPTS {
-            script.load(&mut conn).await?;
-        }
-        scripts::load_lock_library(&mut conn).await
+        scripts::load_library(&mut conn).await
     }
 
     /// Closes the pools (idle connections are dropped, new requests fail)

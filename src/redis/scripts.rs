@@ -1,4 +1,4 @@
-//! The Lua scripts under `lua/`, embedded in the binary: the lock scripts as one Redis function library, the others invoked by SHA; and the reader of their replies.
+//! The Lua scripts under `lua/`, embedded in the binary as one Redis function library; and the reader of their replies.
 //!
 //! Every script replies `{code, name, value, name, value, ...}`: a word
 //! naming what happened, then the fields that outcome has, by name (each
@@ -6,18 +6,20 @@
 //! field by its name, so no field is read in a place that means something
 //! else for another code.
 //!
-//! The lock scripts share the libraries in `lua/lib/`. Run by `EVALSHA`,
-//! every call would define their forty-odd functions again before doing
+//! The scripts share the libraries in `lua/lib/`. Run by `EVALSHA`, every
+//! call would define their forty-odd functions again before doing
 //! anything (about 5 µs of Redis time a call, measured); loaded once as a
 //! function library (`FUNCTION LOAD`, Redis 7) and run by `FCALL`, they
-//! are defined once. The library's name carries a hash of its source, so
-//! gateways of different versions on one Redis each call their own.
+//! are defined once. Every script is a function of it, the sale's too: a
+//! purchase by `FCALL` costs less Redis time than by `EVALSHA` (it uses
+//! the plain release, which `EVALSHA` defined anew each call), a rate
+//! check the same (docs/performance.md). The library's name carries a
+//! hash of its source, so gateways of different versions on one Redis
+//! each call their own.
 
 use std::sync::{LazyLock, OnceLock};
 
-use redis::{
-    Cmd, FromRedisValue, ParsingError, RedisError, Script, ScriptInvocation, ToRedisArgs, Value,
-};
+use redis::{Cmd, FromRedisValue, ParsingError, RedisError, Script, ToRedisArgs, Value};
 
 use super::locks::LockKeys;
 use super::{BackendError, Connection};
@@ -92,114 +94,9 @@ impl FromRedisValue for Reply {
     }
 }
 
-/// One script file: its name (for errors) and its source, hashed on first use.
-pub struct LuaScript {
-    pub name: &'static str,
-    source: &'static str,
-    compiled: OnceLock<Script>,
-}
-
-impl LuaScript {
-    const fn new(name: &'static str, source: &'static str) -> Self {
-        Self {
-            name,
-            source,
-            compiled: OnceLock::new(),
-        }
-    }
-
-    fn script(&self) -> &Script {
-        self.compiled.get_or_init(|| Script::new(self.source))
-    }
-
-    /// Starts an invocation; add keys and arguments, then [`LuaScript::run`].
-    pub fn prepare(&self) -> ScriptInvocation<'_> {
-        self.script().prepare_invoke()
-    }
-
-    /// Runs an invocation by `EVALSHA`. When Redis has lost the script (a
-    /// restart, `SCRIPT FLUSH`), redis-rs loads it and retries once.
-    pub async fn run(
-        &self,
-        invocation: &ScriptInvocation<'_>,
-        conn: &mut Connection,
-    ) -> Result<Reply, BackendError> {
-        Ok(invocation.invoke_async(conn).await?)
-    }
-
-    pub async fn load(&self, conn: &mut Connection) -> Result<(), BackendError> {
-        self.script().load_async(conn).await?;
-        Ok(())
-    }
-
-    /// The error for a reply the script's header does not allow.
-    pub fn unexpected(&self, reply: &Reply) -> BackendError {
-        BackendError::UnexpectedReply {
-            script: self.name,
-            reply: format!("{reply:?}"),
-        }
-    }
-
-    /// Reads `reply` with `read`, which knows the script's codes and
-    /// fields; a reply it cannot read is the script's bug.
-    pub fn read<T>(
-        &self,
-        reply: &Reply,
-        read: impl FnOnce(&Reply) -> Option<T>,
-    ) -> Result<T, BackendError> {
-        read(reply).ok_or_else(|| self.unexpected(reply))
-    }
-}
-
-macro_rules! lua_script {
-    ($file:literal) => {
-        LuaScript::new($file, include_str!(concat!("../../lua/", $file)))
-    };
-}
-
-/// After the plain holder's library, whose release releases the buyer's lock.
-pub static PURCHASE: LuaScript = LuaScript::new(
-    "purchase.lua",
-    concat!(
-        include_str!("../../lua/lib/plain.lua"),
-        include_str!("../../lua/purchase.lua")
-    ),
-);
-pub static RESET_SALE: LuaScript = lua_script!("reset_sale.lua");
-pub static RATE_LIMIT: LuaScript = lua_script!("rate_limit.lua");
-pub static ORDERS_ACK: LuaScript = lua_script!("orders_ack.lua");
-pub static ORDERS_DEAD_LETTER: LuaScript = lua_script!("orders_dead_letter.lua");
-pub static ORDERS_TIDY: LuaScript = lua_script!("orders_tidy.lua");
-pub static SEGMENT_GIVE: LuaScript = lua_script!("segment_give.lua");
-pub static SEGMENT_TAKE: LuaScript = lua_script!("segment_take.lua");
-pub static SEGMENT_SETTLE: LuaScript = lua_script!("segment_settle.lua");
-pub static SESSION_OPEN: LuaScript = lua_script!("session_open.lua");
-pub static SESSION_KEEP: LuaScript = lua_script!("session_keep.lua");
-pub static SESSION_JOIN: LuaScript = lua_script!("session_join.lua");
-pub static SESSION_END: LuaScript = lua_script!("session_end.lua");
-pub static SESSION_VIEW: LuaScript = lua_script!("session_view.lua");
-
-/// The scripts run by SHA, for loading at start-up.
-pub static SCRIPTS: [&LuaScript; 14] = [
-    &PURCHASE,
-    &RESET_SALE,
-    &RATE_LIMIT,
-    &SEGMENT_GIVE,
-    &SEGMENT_TAKE,
-    &SEGMENT_SETTLE,
-    &ORDERS_ACK,
-    &ORDERS_DEAD_LETTER,
-    &ORDERS_TIDY,
-    &SESSION_OPEN,
-    &SESSION_KEEP,
-    &SESSION_JOIN,
-    &SESSION_END,
-    &SESSION_VIEW,
-];
-
-/// The libraries every lock script shares, in the order they build on
-/// each other.
-const LOCK_LIBRARIES: &str = concat!(
+/// The libraries every script shares, in the order they build on each
+/// other.
+const LIBRARIES: &str = concat!(
     include_str!("../../lua/lib/base.lua"),
     include_str!("../../lua/lib/plain.lua"),
     include_str!("../../lua/lib/events.lua"),
@@ -208,8 +105,8 @@ const LOCK_LIBRARIES: &str = concat!(
     include_str!("../../lua/lib/queue.lua"),
 );
 
-/// One lock script, as a function of the lock library.
-pub struct LockFunction {
+/// One script, as a function of the library.
+pub struct Function {
     /// Its file (`acquire.lua`), for errors and metrics.
     pub name: &'static str,
     source: &'static str,
@@ -217,9 +114,9 @@ pub struct LockFunction {
     function: OnceLock<String>,
 }
 
-macro_rules! lock_function {
+macro_rules! function {
     ($file:literal) => {
-        LockFunction {
+        Function {
             name: $file,
             source: include_str!(concat!("../../lua/", $file)),
             function: OnceLock::new(),
@@ -227,24 +124,41 @@ macro_rules! lock_function {
     };
 }
 
-pub static ACQUIRE: LockFunction = lock_function!("acquire.lua");
-pub static RELEASE: LockFunction = lock_function!("release.lua");
-pub static ACQUIRE_PLAIN: LockFunction = lock_function!("acquire_plain.lua");
-pub static RELEASE_PLAIN: LockFunction = lock_function!("release_plain.lua");
-pub static EXTEND: LockFunction = lock_function!("extend.lua");
-pub static INSPECT: LockFunction = lock_function!("inspect.lua");
-pub static LEAVE: LockFunction = lock_function!("leave.lua");
-pub static TEND: LockFunction = lock_function!("tend.lua");
-pub static WATCH: LockFunction = lock_function!("watch.lua");
-pub static HISTORY: LockFunction = lock_function!("history.lua");
-pub static SET_VALUE: LockFunction = lock_function!("set_value.lua");
-pub static REVOKE: LockFunction = lock_function!("revoke.lua");
-pub static SESSION_RELEASE: LockFunction = lock_function!("session_release.lua");
-pub static MODE: LockFunction = lock_function!("mode.lua");
-pub static BATCH: LockFunction = lock_function!("batch.lua");
+// The lock's scripts.
+pub static ACQUIRE: Function = function!("acquire.lua");
+pub static RELEASE: Function = function!("release.lua");
+pub static ACQUIRE_PLAIN: Function = function!("acquire_plain.lua");
+pub static RELEASE_PLAIN: Function = function!("release_plain.lua");
+pub static EXTEND: Function = function!("extend.lua");
+pub static INSPECT: Function = function!("inspect.lua");
+pub static LEAVE: Function = function!("leave.lua");
+pub static TEND: Function = function!("tend.lua");
+pub static WATCH: Function = function!("watch.lua");
+pub static HISTORY: Function = function!("history.lua");
+pub static SET_VALUE: Function = function!("set_value.lua");
+pub static REVOKE: Function = function!("revoke.lua");
+pub static SESSION_RELEASE: Function = function!("session_release.lua");
+pub static MODE: Function = function!("mode.lua");
+pub static BATCH: Function = function!("batch.lua");
+// A session's.
+pub static SESSION_OPEN: Function = function!("session_open.lua");
+pub static SESSION_KEEP: Function = function!("session_keep.lua");
+pub static SESSION_JOIN: Function = function!("session_join.lua");
+pub static SESSION_END: Function = function!("session_end.lua");
+pub static SESSION_VIEW: Function = function!("session_view.lua");
+// The sale's, and its hand-off's.
+pub static PURCHASE: Function = function!("purchase.lua");
+pub static RESET_SALE: Function = function!("reset_sale.lua");
+pub static RATE_LIMIT: Function = function!("rate_limit.lua");
+pub static SEGMENT_GIVE: Function = function!("segment_give.lua");
+pub static SEGMENT_TAKE: Function = function!("segment_take.lua");
+pub static SEGMENT_SETTLE: Function = function!("segment_settle.lua");
+pub static ORDERS_ACK: Function = function!("orders_ack.lua");
+pub static ORDERS_DEAD_LETTER: Function = function!("orders_dead_letter.lua");
+pub static ORDERS_TIDY: Function = function!("orders_tidy.lua");
 
-/// Every lock script: the functions of the library.
-pub static LOCK_FUNCTIONS: [&LockFunction; 15] = [
+/// Every script: the functions of the library.
+pub static FUNCTIONS: [&Function; 29] = [
     &ACQUIRE,
     &RELEASE,
     &ACQUIRE_PLAIN,
@@ -260,22 +174,36 @@ pub static LOCK_FUNCTIONS: [&LockFunction; 15] = [
     &SESSION_RELEASE,
     &MODE,
     &BATCH,
+    &SESSION_OPEN,
+    &SESSION_KEEP,
+    &SESSION_JOIN,
+    &SESSION_END,
+    &SESSION_VIEW,
+    &PURCHASE,
+    &RESET_SALE,
+    &RATE_LIMIT,
+    &SEGMENT_GIVE,
+    &SEGMENT_TAKE,
+    &SEGMENT_SETTLE,
+    &ORDERS_ACK,
+    &ORDERS_DEAD_LETTER,
+    &ORDERS_TIDY,
 ];
 
-/// The lock library: its name (`lockgate_<hash of its source>`) and its
-/// source, which defines the shared functions once and registers each lock
-/// script as `<name>_<script>` (`lockgate_3f2a9c01d4_acquire`); a script's
-/// file runs as the body of its function, with its keys and arguments as
-/// `KEYS` and `ARGV`.
-pub struct LockLibrary {
+/// The library: its name (`lockgate_<hash of its source>`) and its source,
+/// which defines the shared functions once and registers each script as
+/// `<name>_<script>` (`lockgate_3f2a9c01d4_acquire`); a script's file runs
+/// as the body of its function, with its keys and arguments as `KEYS` and
+/// `ARGV`.
+pub struct Library {
     pub name: String,
     pub source: String,
 }
 
-/// The lock library of this build.
-pub static LOCK_LIBRARY: LazyLock<LockLibrary> = LazyLock::new(|| {
-    let mut body = String::from(LOCK_LIBRARIES);
-    for function in LOCK_FUNCTIONS {
+/// The library of this build.
+pub static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let mut body = String::from(LIBRARIES);
+    for function in FUNCTIONS {
         body.push_str(&format!(
             "\nredis.register_function('{{library}}_{}', function(KEYS, ARGV)\n{}\nend)\n",
             function.base_name(),
@@ -285,17 +213,17 @@ pub static LOCK_LIBRARY: LazyLock<LockLibrary> = LazyLock::new(|| {
     let hash = Script::new(&body).get_hash().to_owned();
     let name = format!("lockgate_{}", &hash[..10]);
     let source = format!("#!lua name={name}\n{}", body.replace("{library}", &name));
-    LockLibrary { name, source }
+    Library { name, source }
 });
 
-/// The lock library's name and source, as this build loads them: a
+/// The library's name and source, as this build loads them: a
 /// differential test loads a changed source (a mutant) under the same
 /// name (`FUNCTION LOAD REPLACE`), which the wrappers then call.
-pub fn lock_library() -> (&'static str, &'static str) {
-    (&LOCK_LIBRARY.name, &LOCK_LIBRARY.source)
+pub fn library() -> (&'static str, &'static str) {
+    (&LIBRARY.name, &LIBRARY.source)
 }
 
-impl LockFunction {
+impl Function {
     /// `acquire` for `acquire.lua`.
     fn base_name(&self) -> &'static str {
         self.name.trim_end_matches(".lua")
@@ -304,11 +232,11 @@ impl LockFunction {
     /// Its name in Redis.
     pub fn function(&self) -> &str {
         self.function
-            .get_or_init(|| format!("{}_{}", LOCK_LIBRARY.name, self.base_name()))
+            .get_or_init(|| format!("{}_{}", LIBRARY.name, self.base_name()))
     }
 
     /// Starts a call of lock `keys`; add the script's own arguments, then
-    /// [`LockFunction::run`].
+    /// [`Function::run`].
     pub fn call(&self, keys: &LockKeys, publish: &str) -> FunctionCall {
         let mut command = redis::cmd("FCALL");
         command.arg(self.function());
@@ -316,23 +244,23 @@ impl LockFunction {
         FunctionCall { command }
     }
 
-    /// Starts a call that takes only some of a lock's keys (`keys`, the
-    /// names in the order the script takes them) and none of the first
-    /// arguments the others take: the plain try and release, which pay for
-    /// nothing they do not use. Add its arguments, then
-    /// [`LockFunction::run`].
-    pub fn call_with_keys(&self, keys: &[String]) -> FunctionCall {
+    /// Starts a call of a script that names its own keys (`keys`, in the
+    /// order the script takes them) and none of the first arguments the
+    /// lock scripts share: the plain try and release, which pay for nothing
+    /// they do not use, and every script that is not a lock's. Add its
+    /// arguments, then [`Function::run`].
+    pub fn call_with_keys<K: ToRedisArgs>(&self, keys: &[K]) -> FunctionCall {
         let mut command = redis::cmd("FCALL");
         command.arg(self.function()).arg(keys.len());
         for key in keys {
-            command.arg(key.as_str());
+            command.arg(key);
         }
         FunctionCall { command }
     }
 
     /// Starts a call over several locks (`batch.lua`): each lock's keys in
     /// turn, then `publish` and the prefix; add the script's own
-    /// arguments, then [`LockFunction::run`].
+    /// arguments, then [`Function::run`].
     pub fn call_many(&self, locks: &[LockKeys], publish: &str) -> FunctionCall {
         let mut command = redis::cmd("FCALL");
         command
@@ -357,7 +285,7 @@ impl LockFunction {
         let command = &call.command;
         match command.query_async(conn).await {
             Err(err) if library_missing(&err) => {
-                load_lock_library(conn).await?;
+                load_library(conn).await?;
                 Ok(command.query_async(conn).await?)
             }
             reply => Ok(reply?),
@@ -390,7 +318,7 @@ impl LockFunction {
         }
         let replies: Vec<Reply> = match pipeline.query_async(conn).await {
             Err(err) if library_missing(&err) => {
-                load_lock_library(conn).await?;
+                load_library(conn).await?;
                 pipeline.query_async(conn).await?
             }
             replies => replies?,
@@ -439,32 +367,28 @@ fn library_missing(err: &RedisError) -> bool {
         || err.to_string().contains("Function not found")
 }
 
-/// Loads the lock library (in a cluster, on every primary). `REPLACE`, so
+/// Loads the library (in a cluster, on every primary). `REPLACE`, so
 /// loading it again is harmless: its name says its source.
-pub async fn load_lock_library(conn: &mut Connection) -> Result<(), BackendError> {
+pub async fn load_library(conn: &mut Connection) -> Result<(), BackendError> {
     let () = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")
-        .arg(&LOCK_LIBRARY.source)
+        .arg(&LIBRARY.source)
         .query_async(conn)
         .await?;
     Ok(())
 }
 
-/// The script a SHA names, or the lock script an `FCALL`'s function
-/// names, for labelling metrics.
-pub fn name_of(sha_or_function: &[u8]) -> Option<&'static str> {
-    if sha_or_function.starts_with(LOCK_LIBRARY.name.as_bytes()) {
-        // Against each function's name as kept: two lock calls per request
-        // are named here, so nothing is trimmed or built for it.
-        return LOCK_FUNCTIONS
-            .iter()
-            .find(|lock| lock.function().as_bytes() == sha_or_function)
-            .map(|lock| lock.name);
+/// The script an `FCALL`'s function names, for labelling metrics.
+pub fn name_of(function: &[u8]) -> Option<&'static str> {
+    if !function.starts_with(LIBRARY.name.as_bytes()) {
+        return None;
     }
-    SCRIPTS
+    // Against each function's name as kept: two calls per request are
+    // named here, so nothing is trimmed or built for it.
+    FUNCTIONS
         .iter()
-        .find(|script| script.script().get_hash().as_bytes() == sha_or_function)
+        .find(|script| script.function().as_bytes() == function)
         .map(|script| script.name)
 }
 
@@ -482,18 +406,10 @@ mod tests {
             .filter(|name| name.ends_with(".lua"))
             .collect();
         files.sort();
-        let mut embedded: Vec<&str> = SCRIPTS
-            .iter()
-            .map(|script| script.name)
-            .chain(LOCK_FUNCTIONS.iter().map(|lock| lock.name))
-            .collect();
+        let mut embedded: Vec<&str> = FUNCTIONS.iter().map(|script| script.name).collect();
         embedded.sort();
         assert_eq!(files, embedded);
-        let sources = SCRIPTS
-            .iter()
-            .map(|script| (script.name, script.source))
-            .chain(LOCK_FUNCTIONS.iter().map(|lock| (lock.name, lock.source)));
-        for (name, source) in sources {
+        for (name, source) in FUNCTIONS.iter().map(|script| (script.name, script.source)) {
             assert!(
                 source.contains("-- Returns"),
                 "{name} has no header naming its returns"
@@ -502,15 +418,15 @@ mod tests {
     }
 
     #[test]
-    fn the_lock_library_names_itself_and_each_function_by_its_source() {
-        let library = &*LOCK_LIBRARY;
+    fn the_library_names_itself_and_each_function_by_its_source() {
+        let library = &*LIBRARY;
         assert!(library.name.starts_with("lockgate_"));
         assert!(
             library
                 .source
                 .starts_with(&format!("#!lua name={}\n", library.name))
         );
-        for function in LOCK_FUNCTIONS {
+        for function in FUNCTIONS {
             let registered = format!("redis.register_function('{}',", function.function());
             assert!(library.source.contains(&registered), "{registered}");
             assert_eq!(name_of(function.function().as_bytes()), Some(function.name));

@@ -1,7 +1,5 @@
 //! Typed wrappers for the flash-sale scripts and reads, and the Redis names of one sale's state.
 
-use redis::ScriptInvocation;
-
 use super::locks::PlainRelease;
 use super::scripts::{PURCHASE, RATE_LIMIT, RESET_SALE, Reply};
 use super::{BackendError, Connection};
@@ -59,16 +57,15 @@ impl SaleKeys {
 
     /// Adds the five keys in the order `purchase.lua` and `reset_sale.lua`
     /// both declare them first (`KEYS[1]` to `KEYS[5]`).
-    fn bind<'a, 'i>(
-        &self,
-        invocation: &'a mut ScriptInvocation<'i>,
-    ) -> &'a mut ScriptInvocation<'i> {
-        invocation
-            .key(&self.sale)
-            .key(&self.users)
-            .key(&self.idempotency)
-            .key(&self.orders)
-            .key(&self.by_user)
+    /// The five keys the sale's scripts start with, in their order.
+    fn names(&self) -> [&str; 5] {
+        [
+            &self.sale,
+            &self.users,
+            &self.idempotency,
+            &self.orders,
+            &self.by_user,
+        ]
     }
 }
 
@@ -206,8 +203,12 @@ pub async fn purchase(
     order_id: &str,
     (mode, epoch, lock): (PurchaseMode, Option<u64>, Option<BuyerLock<'_>>),
 ) -> Result<(PurchaseReply, bool), BackendError> {
-    let mut invocation = PURCHASE.prepare();
-    keys.bind(&mut invocation)
+    let mut names: Vec<&str> = keys.names().to_vec();
+    if let Some(lock) = &lock {
+        names.extend(lock.release.keys.iter().map(String::as_str));
+    }
+    let mut invocation = PURCHASE.call_with_keys(&names);
+    invocation
         .arg(user_id)
         .arg(quantity)
         .arg(idempotency_key.unwrap_or(""))
@@ -218,9 +219,6 @@ pub async fn purchase(
         })
         .arg(epoch.map(|epoch| epoch.to_string()).unwrap_or_default());
     if let Some(lock) = lock {
-        for key in &lock.release.keys {
-            invocation.key(key);
-        }
         invocation
             .arg(lock.release.publish)
             .arg(&lock.release.channel)
@@ -286,10 +284,14 @@ pub async fn reset(
     let (channel, sku) = terms.announce.unwrap_or(("", ""));
     let reply = RESET_SALE
         .run(
-            keys.bind(&mut RESET_SALE.prepare())
-                .key(&keys.draining)
-                .key(&keys.moving_out)
-                .key(&keys.moved_in)
+            RESET_SALE
+                .call_with_keys(
+                    &[
+                        keys.names().as_slice(),
+                        &[&keys.draining, &keys.moving_out, &keys.moved_in],
+                    ]
+                    .concat(),
+                )
                 .arg(terms.stock)
                 .arg(terms.per_user_limit)
                 .arg(channel)
@@ -538,7 +540,10 @@ pub async fn rate_limit(
 ) -> Result<RateReply, BackendError> {
     let reply = RATE_LIMIT
         .run(
-            RATE_LIMIT.prepare().key(bucket).arg(interval_us).arg(burst),
+            RATE_LIMIT
+                .call_with_keys(&[bucket])
+                .arg(interval_us)
+                .arg(burst),
             conn,
         )
         .await?;

@@ -282,9 +282,7 @@ pub async fn give(
     let reply = SEGMENT_GIVE
         .run(
             SEGMENT_GIVE
-                .prepare()
-                .key(&donor.sale)
-                .key(&donor.moving_out)
+                .call_with_keys(&[&donor.sale, &donor.moving_out])
                 .arg(&transfer.id)
                 .arg(transfer.units)
                 .arg(transfer.receiver)
@@ -310,9 +308,7 @@ pub async fn take(
     let reply = SEGMENT_TAKE
         .run(
             SEGMENT_TAKE
-                .prepare()
-                .key(&receiver.sale)
-                .key(&receiver.moved_in)
+                .call_with_keys(&[&receiver.sale, &receiver.moved_in])
                 .arg(&transfer.id)
                 .arg(transfer.units)
                 .arg(epoch),
@@ -335,9 +331,7 @@ pub async fn settle(
     let reply = SEGMENT_SETTLE
         .run(
             SEGMENT_SETTLE
-                .prepare()
-                .key(&donor.sale)
-                .key(&donor.moving_out)
+                .call_with_keys(&[&donor.sale, &donor.moving_out])
                 .arg(id),
             conn,
         )

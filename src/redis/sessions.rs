@@ -70,10 +70,8 @@ pub async fn open(
     handle: &str,
     opening: Opening<'_>,
 ) -> Result<Option<u64>, BackendError> {
-    let mut invocation = SESSION_OPEN.prepare();
+    let mut invocation = SESSION_OPEN.call_with_keys(&[&keys.session, &keys.locks]);
     invocation
-        .key(&keys.session)
-        .key(&keys.locks)
         .arg(opening.ttl_ms)
         .arg(opening.lock_delay_ms)
         .arg(if opening.value.is_some() { "1" } else { "0" })
@@ -115,11 +113,8 @@ pub async fn keep(
     handle: &str,
     ttl_ms: Option<u64>,
 ) -> Result<Option<Lease>, BackendError> {
-    let mut invocation = SESSION_KEEP.prepare();
-    invocation
-        .key(&keys.session)
-        .key(&keys.locks)
-        .arg(ttl_ms.map_or_else(String::new, |ttl| ttl.to_string()));
+    let mut invocation = SESSION_KEEP.call_with_keys(&[&keys.session, &keys.locks]);
+    invocation.arg(ttl_ms.map_or_else(String::new, |ttl| ttl.to_string()));
     let reply = SESSION_KEEP.run(&invocation, conn).await?;
     let lease = SESSION_KEEP.read(&reply, |reply| match reply.code() {
         "kept" => Some(Some(Lease {
@@ -153,10 +148,8 @@ pub async fn join(
     keys: &SessionKeys,
     hold: Hold<'_>,
 ) -> Result<Option<Lease>, BackendError> {
-    let mut invocation = SESSION_JOIN.prepare();
+    let mut invocation = SESSION_JOIN.call_with_keys(&[&keys.session, &keys.locks]);
     invocation
-        .key(&keys.session)
-        .key(&keys.locks)
         .arg(hold.token)
         .arg(hold.key)
         .arg(hold.mode)
@@ -244,10 +237,8 @@ pub async fn end(
     why: Ending,
     force: bool,
 ) -> Result<EndReply, BackendError> {
-    let mut invocation = SESSION_END.prepare();
+    let mut invocation = SESSION_END.call_with_keys(&[&keys.session, &keys.locks]);
     invocation
-        .key(&keys.session)
-        .key(&keys.locks)
         .arg(why.word())
         .arg(if force { "1" } else { "0" });
     let reply = SESSION_END.run(&invocation, conn).await?;
@@ -323,8 +314,7 @@ pub async fn view(
     conn: &mut Connection,
     keys: &SessionKeys,
 ) -> Result<Option<SessionView>, BackendError> {
-    let mut invocation = SESSION_VIEW.prepare();
-    invocation.key(&keys.session).key(&keys.locks);
+    let invocation = SESSION_VIEW.call_with_keys(&[&keys.session, &keys.locks]);
     let reply = SESSION_VIEW.run(&invocation, conn).await?;
     SESSION_VIEW.read(&reply, |reply| match reply.code() {
         "alive" => {

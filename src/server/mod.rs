@@ -82,7 +82,7 @@ pub fn application(api: Router<AppState>, state: AppState, settings: RequestSett
     api.layer(
         ServiceBuilder::new()
             .layer(observe::Observer {
-                metrics: state.metrics.clone(),
+                metrics: state.domains.metrics.clone(),
                 limits: settings.limits,
                 instance_id: settings.instance_id,
             })

@@ -30,7 +30,7 @@ mod world;
 
 use std::time::Duration;
 
-use lockgate::redis::lock_library;
+use lockgate::redis::library;
 
 use clock::Ticks;
 use mutants::Mutant;
@@ -72,7 +72,7 @@ fn config() -> (Config, Vec<u64>) {
 /// `mutant` if any.
 async fn server(tick_ms: u64, mutant: Option<&Mutant>) -> RedisServer {
     let server = RedisServer::start().await;
-    let (_, source) = lock_library();
+    let (_, source) = library();
     let mut source = Ticks::start(tick_ms).scaled_library(source);
     if let Some(mutant) = mutant {
         source = mutant.apply(&source);
@@ -177,7 +177,7 @@ async fn an_away_waiter_dropped_is_caught() {
 /// and each difference.
 async fn plain_against_full(mutant: Option<&Mutant>) -> (usize, Vec<String>) {
     let server = RedisServer::start().await;
-    let (_, source) = lock_library();
+    let (_, source) = library();
     let source = mutant.map_or_else(|| source.to_owned(), |mutant| mutant.apply(source));
     server.load_library(&source).await;
     let redis = server.gateway_redis();
@@ -220,7 +220,7 @@ async fn a_plain_release_that_ignores_waiters_is_caught() {
 
 #[test]
 fn the_library_is_scaled_to_the_tick_in_its_three_constants_only() {
-    let (_, source) = lock_library();
+    let (_, source) = library();
     let scaled = Ticks::start(100).scaled_library(source);
     for line in [
         "local PRESENCE_MS = 325",
@@ -251,7 +251,7 @@ async fn a_batch_waiting_on_a_session_holder_is_answered_readably() {
     use lockgate::redis::sessions::{self, Opening, SessionKeys};
 
     let server = RedisServer::start().await;
-    server.load_library(lock_library().1).await;
+    server.load_library(library().1).await;
     let redis = server.gateway_redis();
     let mut conn = redis.connection().await.unwrap();
     let prefix: std::sync::Arc<str> = "b:".into();

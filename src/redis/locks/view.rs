@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use super::{FENCE_RETENTION_MS, LeaseView, LockKeys, LockKind, WaiterView};
-use crate::redis::scripts::{FunctionCall, HISTORY, INSPECT, LockFunction, Reply, TEND, WATCH};
+use crate::redis::scripts::{Function, FunctionCall, HISTORY, INSPECT, Reply, TEND, WATCH};
 use crate::redis::{BackendError, Connection};
 
 /// A held lock as anyone may see it: never a token.
@@ -271,7 +271,7 @@ pub async fn tend_many(
         .collect())
 }
 
-fn read_tended(script: &LockFunction, reply: &Reply) -> Result<Tended, BackendError> {
+fn read_tended(script: &Function, reply: &Reply) -> Result<Tended, BackendError> {
     script.read(reply, |reply| {
         if reply.code() != "tended" {
             return None;
