@@ -4,9 +4,9 @@
 //! above, so no two modules import each other (`tests/api/layers.rs` checks
 //! it on every test run). From the top:
 //!
-//! * [`app`]: start-up in named steps, serving and shutdown; it builds every
-//!   layer from the [`config`] (flags and `LOCKGATE_*` variables). Beside it
-//!   [`telemetry`]: logging, text or JSON.
+//! * [`app`]: the binary's commands; start-up in named steps, serving and
+//!   shutdown; it builds every layer from the [`config`] (flags and
+//!   `LOCKGATE_*` variables). Below it [`telemetry`]: logging, text or JSON.
 //! * [`server`]: the transport: the accept loop, connection limits, TLS
 //!   connections, and the layer every request passes (request ids, logs,
 //!   metrics, timeouts).

@@ -1,11 +1,9 @@
-//! The `lockgate` binary: `serve` runs the gateway, `run` holds a lock while a command runs, `orders` stores the sales' orders in a database, `openapi` prints the OpenAPI document.
+//! The `lockgate` binary: its allocator, and its command line read and handed to `app::commands` (`serve` runs the gateway, `run` holds a lock while a command runs, `orders` stores the sales' orders in a database, `acl` and `openapi` help an operator).
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use lockgate::app::{Gateway, shutdown_signal};
-use lockgate::config::{AclCommand, Cli, Command};
-use lockgate::{http, telemetry};
+use lockgate::config::Cli;
 
 /// jemalloc, not the system's malloc: it keeps no bookkeeping inside the
 /// blocks it hands out, so the parts of each connection's 8 KiB buffers
@@ -40,9 +38,6 @@ fn short_error(rendered: &str) -> String {
     short
 }
 
-/// The exit status of a configuration error (sysexits' `EX_CONFIG`).
-const EX_CONFIG: u8 = 78;
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -61,77 +56,5 @@ async fn main() -> ExitCode {
             return ExitCode::from(if run { lockgate::run::EXIT_USAGE } else { 2 });
         }
     };
-    match cli.command {
-        Command::Run(args) => lockgate::run::run(*args).await,
-        Command::ReapGroup(args) => {
-            let grace = std::time::Duration::from_millis(args.grace_ms);
-            lockgate::run::reap_group(args.pgid, grace);
-            ExitCode::SUCCESS
-        }
-        Command::Orders(args) => {
-            if args.command.is_none() {
-                telemetry::init(args.worker.log_format);
-            }
-            lockgate::app::orders_command(*args).await
-        }
-        Command::Acl(AclCommand::Hash) => {
-            let mut key = String::new();
-            if let Err(err) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut key) {
-                eprintln!("lockgate acl hash: cannot read stdin: {err}");
-                return ExitCode::FAILURE;
-            }
-            // The key as typed or piped, without the line's end.
-            let key = key.trim_end_matches(['\n', '\r']);
-            println!("{}", lockgate::acl::api_key_sha256(key));
-            ExitCode::SUCCESS
-        }
-        Command::Acl(AclCommand::Check { file }) => match lockgate::acl::Acl::load(&file) {
-            Ok(acl) => {
-                let count = acl.principals();
-                let noun = if count == 1 {
-                    "principal"
-                } else {
-                    "principals"
-                };
-                println!("{}: {count} {noun}", file.display());
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("{err}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Openapi => {
-            print!("{}", http::openapi_json());
-            ExitCode::SUCCESS
-        }
-        Command::Serve(config) => {
-            telemetry::init(config.log_format);
-            // Every waiting request holds a connection open: allow as many as
-            // the hard limit permits, not the usual soft limit of 1024.
-            match rlimit::increase_nofile_limit(u64::MAX) {
-                Ok(limit) => tracing::debug!(limit, "open file limit"),
-                Err(err) => tracing::warn!(error = %err, "cannot raise the open file limit"),
-            }
-            let served = match Gateway::bind(&config).await {
-                Ok(gateway) => gateway
-                    .serve(shutdown_signal())
-                    .await
-                    .map_err(|err| err.to_string()),
-                // A setting at fault: one line naming it, and EX_CONFIG.
-                Err(err) if err.is_config() => {
-                    eprintln!("lockgate: {err}");
-                    return ExitCode::from(EX_CONFIG);
-                }
-                Err(err) => Err(err.to_string()),
-            };
-            match served {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    tracing::error!(error = %err, "lockgate cannot run");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-    }
+    lockgate::app::commands::run(cli).await
 }

@@ -1,8 +1,10 @@
 //! Start-up and shutdown: build the gateway from the config in named steps, bind, serve until the shutdown signal, drain.
 //!
 //! The parts: `domains` (the domains of one instance, built from the
-//! settings) and `handoff` (`lockgate orders`, the hand-off on its own).
+//! settings), `handoff` (`lockgate orders`, the hand-off on its own) and
+//! `commands` (the binary's commands, each run to its exit status).
 
+pub mod commands;
 mod domains;
 mod handoff;
 

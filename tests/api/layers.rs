@@ -26,7 +26,7 @@ const LAYERS: [(&str, u8); 16] = [
     ("server", 7),
     ("config", 8),
     ("telemetry", 9),
-    ("app", 9),
+    ("app", 10),
 ];
 
 fn layer_of(module: &str) -> u8 {

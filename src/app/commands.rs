@@ -1,0 +1,99 @@
+//! The binary's commands, each run to its exit status: `serve`, `run`, `orders`, `acl`, `openapi`.
+
+use std::process::ExitCode;
+
+use super::handoff::orders_command;
+use super::{Gateway, shutdown_signal};
+use crate::config::{AclCommand, Cli, Command, Config};
+use crate::{http, telemetry};
+
+/// The exit status of a configuration error (sysexits' `EX_CONFIG`).
+pub const EX_CONFIG: u8 = 78;
+
+/// Runs the command the command line names.
+pub async fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Run(args) => crate::run::run(*args).await,
+        Command::ReapGroup(args) => {
+            let grace = std::time::Duration::from_millis(args.grace_ms);
+            crate::run::reap_group(args.pgid, grace);
+            ExitCode::SUCCESS
+        }
+        Command::Orders(args) => {
+            if args.command.is_none() {
+                telemetry::init(args.worker.log_format);
+            }
+            orders_command(*args).await
+        }
+        Command::Acl(command) => acl(command),
+        Command::Openapi => {
+            print!("{}", http::openapi_json());
+            ExitCode::SUCCESS
+        }
+        Command::Serve(config) => serve(&config).await,
+    }
+}
+
+/// `lockgate acl hash` (an API key on stdin, its SHA-256 hex out) and
+/// `lockgate acl check FILE`.
+fn acl(command: AclCommand) -> ExitCode {
+    match command {
+        AclCommand::Hash => {
+            let mut key = String::new();
+            if let Err(err) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut key) {
+                eprintln!("lockgate acl hash: cannot read stdin: {err}");
+                return ExitCode::FAILURE;
+            }
+            // The key as typed or piped, without the line's end.
+            let key = key.trim_end_matches(['\n', '\r']);
+            println!("{}", crate::acl::api_key_sha256(key));
+            ExitCode::SUCCESS
+        }
+        AclCommand::Check { file } => match crate::acl::Acl::load(&file) {
+            Ok(acl) => {
+                let count = acl.principals();
+                let noun = if count == 1 {
+                    "principal"
+                } else {
+                    "principals"
+                };
+                println!("{}: {count} {noun}", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("{err}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+/// `lockgate serve`: the gateway, until a shutdown signal. A setting at
+/// fault is one line naming it and `EX_CONFIG`.
+async fn serve(config: &Config) -> ExitCode {
+    telemetry::init(config.log_format);
+    // Every waiting request holds a connection open: allow as many as the
+    // hard limit permits, not the usual soft limit of 1024.
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open file limit"),
+        Err(err) => tracing::warn!(error = %err, "cannot raise the open file limit"),
+    }
+    let served = match Gateway::bind(config).await {
+        Ok(gateway) => gateway
+            .serve(shutdown_signal())
+            .await
+            .map_err(|err| err.to_string()),
+        Err(err) if err.is_config() => {
+            eprintln!("lockgate: {err}");
+            return ExitCode::from(EX_CONFIG);
+        }
+        Err(err) => Err(err.to_string()),
+    };
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %err, "lockgate cannot run");
+            ExitCode::FAILURE
+        }
+    }
+}
