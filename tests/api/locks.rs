@@ -155,8 +155,11 @@ async fn the_right_token_releases_and_the_lock_is_free_again() {
 }
 
 /// A lock nobody waits for or watches pays only for what a plain lock needs:
-/// the plain try and release, each one call, and none of the queue's,
-/// events' or many holders' commands.
+/// the plain try and release, each one call, a handful of commands inside
+/// them, and none of the queue's, events' or many holders' commands. A
+/// bound, not a count: the cycle's cost is measured in `make bench`
+/// (docs/performance.md); this catches the plain path gone or the full
+/// scripts run beside it.
 #[tokio::test]
 async fn a_plain_cycle_runs_the_plain_functions_alone() {
     let redis = RedisServer::start_single().await;
@@ -172,19 +175,17 @@ async fn a_plain_cycle_runs_the_plain_functions_alone() {
     let after = command_calls(&redis).await;
     let ran = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
 
-    // acquire_plain.lua: EXISTS, TIME, GET + SET (the fence), HSET,
-    // PEXPIREAT; release_plain.lua: HMGET, EXISTS, DEL, PUBLISH.
-    assert_eq!(ran("fcall"), 2, "{after:?}");
-    assert_eq!(
-        (
-            ran("exists"),
-            ran("time"),
-            ran("hmget"),
-            ran("del"),
-            ran("publish")
-        ),
-        (2, 1, 1, 1, 1),
-        "{after:?}"
+    assert_eq!(ran("fcall"), 2, "two calls, a try and a release: {after:?}");
+    // Inside them (9 today: EXISTS, TIME, the fence's SET, HSET, PEXPIREAT;
+    // HMGET, EXISTS, DEL, PUBLISH), less the INFO that read the counts.
+    let inside: u64 = after
+        .keys()
+        .filter(|name| !["fcall", "info"].contains(&name.as_str()))
+        .map(|name| ran(name))
+        .sum();
+    assert!(
+        (5..=12).contains(&inside),
+        "{inside} commands in a plain cycle: {after:?}"
     );
     for unpaid in ["zrank", "zadd", "xadd", "hgetall", "zrangebyscore", "hget"] {
         assert_eq!(ran(unpaid), 0, "{unpaid} ran in a plain cycle: {after:?}");
