@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -24,6 +24,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def in_a_forked_child(child: Callable[[], List[str]]) -> List[str]:
+    """Runs `child` in a forked child process and gives back the words it
+    reported; the test fails if the child did not end cleanly."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read_end)
+            os.write(write_end, " ".join(child()).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read_end, 1000).decode().split()
+    os.close(read_end)
+    assert status == 0, f"the child ended with {status}"
+    return report
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.02):

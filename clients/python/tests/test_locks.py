@@ -13,7 +13,7 @@ import pytest
 
 from lockgate import Gateway, GatewayUnavailable, InvalidRequest, LockHeld, LockLost
 from lockgate._protocol import safety_margin
-from servers import wait_until
+from servers import in_a_forked_child, wait_until
 
 
 def test_acquire_hold_and_release(gw: Gateway, key: str) -> None:
@@ -248,32 +248,20 @@ def test_gateway_shutdown_is_told(make_stack, key: str) -> None:
 @pytest.mark.filterwarnings("ignore:.*use of fork\\(\\) may lead to deadlocks:DeprecationWarning")
 def test_forked_child_neither_renews_nor_releases(gw: Gateway, key: str) -> None:
     with gw.lock(key, ttl=0.9) as lock:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child
-            status = 1
+
+        def child() -> List[str]:
+            report = []
             try:
-                os.close(read_end)
-                report = []
-                try:
-                    lock.check()
-                    report.append("held")
-                except LockLost as exc:
-                    report.append(exc.reason or "?")
-                lock.release()  # does nothing in the child
-                lock.__exit__(None, None, None)
-                info = gw.inspect(key)  # the child's own connections
-                report.append(str(info.fencing_token if info else None))
-                os.write(write_end, " ".join(report).encode())
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write_end)
-        _, status = os.waitpid(pid, 0)
-        report = os.read(read_end, 1000).decode().split()
-        os.close(read_end)
-        assert status == 0
-        assert report == ["forked", str(lock.fencing_token)]
+                lock.check()
+                report.append("held")
+            except LockLost as exc:
+                report.append(exc.reason or "?")
+            lock.release()  # does nothing in the child
+            lock.__exit__(None, None, None)
+            info = gw.inspect(key)  # the child's own connections
+            return report + [str(info.fencing_token if info else None)]
+
+        assert in_a_forked_child(child) == ["forked", str(lock.fencing_token)]
         time.sleep(1.2)  # past the lease: still renewed for the parent
         lock.check()
         info = gw.inspect(key)

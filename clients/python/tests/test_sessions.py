@@ -25,7 +25,7 @@ from lockgate import (
     SessionNotFound,
 )
 from lockgate._protocol import problem_error
-from servers import wait_until
+from servers import in_a_forked_child, wait_until
 
 
 def session_on_gateway(url: str, session_id: str) -> httpx.Response:
@@ -397,29 +397,19 @@ def test_sync_and_async_sessions_exclude_each_other(gateway, key: str) -> None:
 def test_forked_child_does_not_end_the_parents_session(gateway, gw: Gateway, key: str) -> None:
     with gw.session(ttl=1.5) as session:
         lock = session.lock(key).acquire()
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child
-            status = 1
-            try:
-                os.close(read_end)
-                report = []
-                for handle in (session, lock):
-                    try:
-                        handle.check()
-                        report.append("held")
-                    except LockLost as exc:
-                        report.append(exc.reason or "?")
-                session.__exit__(None, None, None)  # does nothing in the child
-                os.write(write_end, " ".join(report).encode())
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write_end)
-        _, status = os.waitpid(pid, 0)
-        report = os.read(read_end, 1000).decode().split()
-        os.close(read_end)
-        assert status == 0 and report == ["forked", "forked"]
+
+        def child() -> List[str]:
+            report = []
+            for handle in (session, lock):
+                try:
+                    handle.check()
+                    report.append("held")
+                except LockLost as exc:
+                    report.append(exc.reason or "?")
+            session.__exit__(None, None, None)  # does nothing in the child
+            return report
+
+        assert in_a_forked_child(child) == ["forked", "forked"]
         time.sleep(2.0)  # past the lease: still kept alive for the parent
         session.check()
         lock.check()

@@ -39,17 +39,8 @@ class AsyncGatewayInterface(Protocol):
 
     def _http(self) -> httpx.AsyncClient: ...
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        headers: Optional[Mapping[str, str]] = None,
-        params: Optional[Mapping[str, Any]] = None,
-        extra_time: float = 0.0,
-        retry_unanswered: bool = True,
-        stream: bool = False,
+    async def _stream(
+        self, path: str, body: Mapping[str, Any], *, extra_time: float, retried: bool
     ) -> Tuple[httpx.Response, float]: ...
 
     async def _request(self, method: str, path: str, **options: Any) -> httpx.Response: ...

@@ -18,6 +18,7 @@ import httpx
 from .._api import HoldReleased, LockGrant, LockList, LockMode, ModeChange
 from .._protocol import (
     tls_context,
+    STREAM_HEADERS,
     UNSENT_ERRORS,
     acquire_body,
     answer,
@@ -131,6 +132,23 @@ class AsyncGateway:
     def _timeout(self, extra: float = 0.0) -> httpx.Timeout:
         """The request timeout, its read part lengthened by a lock wait."""
         return httpx.Timeout(self.timeout, read=self.timeout + extra)
+
+    async def _stream(
+        self, path: str, body: Mapping[str, Any], *, extra_time: float, retried: bool
+    ) -> Tuple[httpx.Response, float]:
+        """Sends a streamed request (`POST path` with `Accept:
+        text/event-stream`): its response, unread, and when it was sent.
+        `extra_time` is how long the stream may go silent; `retried`,
+        whether a request that got no answer is sent again."""
+        return await self._send(
+            "POST",
+            path,
+            json=body,
+            headers=STREAM_HEADERS,
+            extra_time=extra_time,
+            retry_unanswered=retried,
+            stream=True,
+        )
 
     async def _send(
         self,

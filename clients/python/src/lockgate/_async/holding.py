@@ -41,7 +41,6 @@ from .. import _forks
 from .._api import LockStreamEventName, LostEvent, QueuedEvent, RenewedEvent
 from .._protocol import (
     JOIN_TIMEOUT,
-    STREAM_HEADERS,
     STREAM_SILENCE,
     Kind,
     LeaseClock,
@@ -196,14 +195,11 @@ class AsyncHolding:
         # gateway's keep-alive comments). The deadline declares it lost long
         # before this read timeout; it only makes sure a reader blocked on
         # a silent connection ends too.
-        response, sent_at = await self.gateway._send(
-            "POST",
+        response, sent_at = await self.gateway._stream(
             self.kind.path,
-            json=body,
-            headers=STREAM_HEADERS,
+            body,
             extra_time=max(wait, ttl if self.own_lease else STREAM_SILENCE),
-            retry_unanswered=self.kind.retried,
-            stream=True,
+            retried=self.kind.retried,
         )
         events = stream_events(response)
         try:
