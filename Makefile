@@ -8,7 +8,8 @@
 #                     TypeScript, Go and Java clients' suites, the console in Chromium,
 #                     the docs' examples against a real gateway,
 #                     the short k6 load tests against three instances behind
-#                     nginx, then the short fault run (as root)
+#                     nginx, then the short fault run (as root); each stage
+#                     within a bound (scripts/stage.sh), its time printed
 #   make model        the protocol's model checked to a deeper bound
 #   make conformance  the model against the real scripts alone (make test
 #                     runs it seeded); SEED= SEQUENCES= STEPS= for more
@@ -38,17 +39,17 @@ run:
 
 test:
 	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go java
-	$(MAKE) lint
-	$(MAKE) script-tests
-	$(MAKE) unit
-	$(MAKE) model-check
-	$(MAKE) cluster-suite
-	$(MAKE) fuzz
-	$(MAKE) clients
-	$(MAKE) console
-	$(MAKE) docs
-	$(MAKE) e2e
-	$(MAKE) chaos-short
+	MAKE="$(MAKE)" ./scripts/stage.sh lint 15
+	MAKE="$(MAKE)" ./scripts/stage.sh script-tests 5
+	MAKE="$(MAKE)" ./scripts/stage.sh unit 30
+	MAKE="$(MAKE)" ./scripts/stage.sh model-check 15
+	MAKE="$(MAKE)" ./scripts/stage.sh cluster-suite 20
+	MAKE="$(MAKE)" ./scripts/stage.sh fuzz 20
+	MAKE="$(MAKE)" ./scripts/stage.sh clients 25
+	MAKE="$(MAKE)" ./scripts/stage.sh console 10
+	MAKE="$(MAKE)" ./scripts/stage.sh docs 10
+	MAKE="$(MAKE)" ./scripts/stage.sh e2e 10
+	MAKE="$(MAKE)" ./scripts/stage.sh chaos-short 10
 
 lint:
 	$(CARGO) fmt --all -- --check

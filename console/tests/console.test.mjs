@@ -213,7 +213,7 @@ describe("the console", () => {
     await inspectAtBothSizes(page, "revoke-dialog", assert);
     await dialog.getByRole("button", { name: "Revoke", exact: true }).click();
     const events = await revoked.ended;
-    assert.deepEqual(events.at(-1), { event: "lost", data: { reason: "revoked" } });
+    assert.deepEqual(events.at(-1), { event: "lost", data: { reason: "revoked", key: "revoke:1" } });
     await page.getByText(`Revoked #${revokedToken} at `).waitFor();
     await page.locator('.timeline [data-event="revoked"]').getByText(`#${revokedToken} was revoked`).waitFor();
 

@@ -620,12 +620,15 @@ async fn read_while_postgres_is_frozen(
         worker.logs()
     );
     postgres.signal_all("-STOP");
-    // All at once, so that the worker reads them in one batch: a batch it
-    // cannot store holds it (2 s for a connection, then a back-off) before
-    // it reads more.
+    // All in the stream before the worker's next read, so that it reads
+    // them in one batch: a batch it cannot store holds it (retried until
+    // the database answers) before it reads more. Stopped meanwhile, the
+    // worker cannot poll between two of them, however slow the machine.
+    worker.signal("-STOP");
     let users: Vec<String> = (0..count).map(|n| format!("u-{n}")).collect();
     futures_util::future::join_all(users.iter().map(|user| app.bought("phone", user, 1, None)))
         .await;
+    worker.signal("-CONT");
     let read = eventually(Duration::from_secs(10), || {
         let mut conn = conn.clone();
         async move { pending(&mut conn, "phone").await == count }

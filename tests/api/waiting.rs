@@ -13,6 +13,12 @@ use crate::helpers::{RedisServer, TestApp, assert_problem, eventually, lock_keys
 /// sleep-and-retry client would use.
 const WAKE_BOUND: Duration = Duration::from_millis(100);
 
+/// A lease's end is found by a timer set for it, not by a message: on a
+/// loaded two-core box that timer and the grant after it were seen 107 ms
+/// late. Still well below the second a missed expiry would wait (the next
+/// tend).
+const EXPIRY_WAKE_BOUND: Duration = Duration::from_millis(300);
+
 /// How many instances are subscribed to their grant channel of `key`
 /// (each has one while it has waiters on the lock).
 async fn subscribers(redis: &RedisServer, key: &str) -> u64 {
@@ -103,7 +109,7 @@ async fn an_expiry_wakes_the_waiter_within_the_lease() {
         "granted {after:?} into a 500 ms lease"
     );
     assert!(
-        after < Duration::from_millis(500) + WAKE_BOUND,
+        after < Duration::from_millis(500) + EXPIRY_WAKE_BOUND,
         "granted {after:?} after a 500 ms lease"
     );
 }

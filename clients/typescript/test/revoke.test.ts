@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import { Gateway, InvalidRequestError, LockLostError, type WatchEvent } from "lockgate";
-import { ADMIN_ARGS, ADMIN_TOKEN, GatewayServer, Stack, abortTime, heldStatus, stackForTheFile, uniqueKey, within } from "./harness.js";
+import { ADMIN_ARGS, ADMIN_TOKEN, GatewayServer, Stack, abortTime, eventually, heldStatus, stackForTheFile, uniqueKey, within } from "./harness.js";
 
 let stack: Stack;
 let gw: Gateway;
@@ -38,6 +38,9 @@ describe("revoking a lock", () => {
         if (event.type === "revoked" && seen.filter((e) => e.type === "revoked").length === 2) break;
       }
     })();
+    // The watch must be open (its snapshot seen) before the revocation it is to report.
+    await eventually(() => seen.length > 0, 5_000, "the watch's snapshot");
+    assert.equal(seen[0]!.type, "snapshot");
 
     assert.equal(await gw.revoke(key, ADMIN_TOKEN), true);
     for (const lock of [first, second]) assert.equal((await lossOf(lock.signal)).reason, "revoked");

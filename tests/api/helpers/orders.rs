@@ -53,6 +53,11 @@ impl Worker {
 
     /// Stops the worker as an operator would (SIGTERM), and waits until it
     /// has exited.
+    /// Sends the worker `signal` (`-STOP`, `-CONT`) and leaves it running.
+    pub fn signal(&self, signal: &str) {
+        send_signal(self.child.id(), signal);
+    }
+
     pub fn stop(&mut self) {
         send_signal(self.child.id(), "-TERM");
         let _ = self.child.wait();
