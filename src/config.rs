@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use axum::http::HeaderValue;
 
+use crate::fleet::FleetSettings;
 use crate::handoff::HandoffSettings;
 use crate::http::{
     AdminToken, ApiKeys, BuyerKey, BuyerTokens, Permissions, RouteSettings, StreamKeepAlive,
@@ -24,7 +25,7 @@ use crate::tls::ServerFiles;
 
 /// lockgate: distributed locks on Redis over plain HTTP.
 #[derive(Debug, Parser)]
-#[command(name = "lockgate", version)]
+#[command(name = "lockgate", version, long_version = LONG_VERSION)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -41,6 +42,10 @@ pub enum Command {
     /// Permissions files: hash an API key, check a file.
     #[command(subcommand)]
     Acl(AclCommand),
+    /// The data format in use on a Redis and the fleet's instances; raise
+    /// or lower the format (same Redis settings as `serve`).
+    #[command(subcommand)]
+    Format(Box<FormatCommand>),
     /// Store the sales' orders in a database (a hand-off worker), or
     /// reconcile the database with Redis (`orders reconcile`).
     Orders(Box<OrdersArgs>),
@@ -59,6 +64,50 @@ pub enum AclCommand {
     /// Check a permissions file: exit 0, or 1 with the line of the first
     /// error.
     Check { file: PathBuf },
+}
+
+/// `lockgate --version`: the version, and the data formats this build
+/// reads and writes (`crate::fleet::READS` and `WRITES`, which a test ties
+/// to this line).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ndata formats: reads 1, writes 1..1"
+);
+
+/// `lockgate format`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum FormatCommand {
+    /// Print the format in use, its migrations, each live instance and the
+    /// formats it writes, and what `raise` and `lower` would do.
+    Status {
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
+    /// Raise the format in use: to --to, or to the highest every live
+    /// instance writes. Refused (exit 1) while a live instance could not
+    /// follow, or a function library no live instance names is loaded
+    /// (an instance of a release before 0.2.0 may run; --force passes this).
+    Raise {
+        #[arg(long)]
+        to: Option<u32>,
+        /// Raise although libraries no live instance names are loaded.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
+    /// Lower the format in use: to --to, or to the one below. Refused
+    /// (exit 1) while a live instance could not follow. No automatic raise
+    /// follows until `format raise`.
+    Lower {
+        #[arg(long)]
+        to: Option<u32>,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
 }
 
 /// `lockgate reap-group`: the process group to stop, and the grace between
@@ -387,6 +436,21 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=DAY_MS))]
     pub shutdown_timeout_ms: u64,
 
+    /// How long a Redis function library of lockgate's that no live
+    /// instance names (an older release's) stays loaded before it is
+    /// deleted, in milliseconds; an older instance still running loads its
+    /// own again on its next call.
+    #[arg(long, env = "LOCKGATE_LIBRARY_GRACE_MS", default_value_t = 600_000,
+          value_parser = clap::value_parser!(u64).range(1_000..=DAY_MS))]
+    pub library_grace_ms: u64,
+
+    /// Raise the data format in use by itself once every live instance
+    /// writes a newer one this build writes (`false`: only `lockgate format
+    /// raise` does).
+    #[arg(long, env = "LOCKGATE_FORMAT_AUTO_RAISE", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub format_auto_raise: bool,
+
     /// Log output: human-readable text or one JSON object per line.
     #[arg(long, env = "LOCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -612,6 +676,13 @@ impl Config {
             .collect()
     }
 
+    pub fn fleet_settings(&self) -> FleetSettings {
+        FleetSettings {
+            library_grace: Duration::from_millis(self.library_grace_ms),
+            auto_raise: self.format_auto_raise,
+        }
+    }
+
     pub fn lock_limits(&self) -> LockLimits {
         LockLimits {
             max_ttl_ms: self.max_ttl_ms,
@@ -731,6 +802,20 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_long_version_names_the_formats_this_build_reads_and_writes() {
+        let reads: Vec<String> = crate::fleet::READS.iter().map(u32::to_string).collect();
+        let [lowest, highest] = crate::fleet::WRITES;
+        assert_eq!(
+            LONG_VERSION,
+            format!(
+                "{}\ndata formats: reads {}, writes {lowest}..{highest}",
+                crate::fleet::VERSION,
+                reads.join(", ")
+            )
+        );
+    }
 
     #[test]
     fn defaults_match_the_documented_settings() {

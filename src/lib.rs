@@ -18,6 +18,10 @@
 //!   parsing ([`locks::LockKey`], [`locks::Token`], [`locks::Ttl`]):
 //!   event-driven waiting in the fair queue, streamed locks and batches,
 //!   sessions and lock-delay, deadlock search, watching.
+//! * [`fleet`] (beside [`locks`]): the instances of every version on one
+//!   Redis, their records, the data format they write and the gate that
+//!   keeps an instance from writing one it does not know; the operator's
+//!   `lockgate format`.
 //! * [`redis`]: the connections, pub/sub, and one typed wrapper per Lua
 //!   script in `lua/`; every read-check-write on Redis is one script. The
 //!   wrappers take primitives (`&str`, numbers), never the domain's types.
@@ -35,6 +39,7 @@ pub mod acl;
 pub mod app;
 pub mod config;
 pub mod duration;
+pub mod fleet;
 pub mod handoff;
 pub mod http;
 pub mod locks;

@@ -123,6 +123,21 @@ struct SkuLabel {
     sku: String,
 }
 
+/// A build of the gateway: its version and the data formats it reads and
+/// writes (`1`, `1,2`; `1..2`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    format_reads: String,
+    format_writes: String,
+}
+
+/// The instances of the fleet running one version.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: String,
+}
+
 /// What happened to a lock request, as `lockgate_lock_outcomes_total` counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockOutcome {
@@ -261,6 +276,8 @@ pub struct Metrics {
     deadlocks: Counter,
     now: NowGauges,
     handoff: Handoff,
+    build: Family<BuildLabels, Gauge>,
+    instances: Family<VersionLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -282,6 +299,8 @@ impl Default for Metrics {
             deadlocks: Counter::default(),
             now: NowGauges::default(),
             handoff: Handoff::default(),
+            build: Family::default(),
+            instances: Family::default(),
         };
         metrics.registered()
     }
@@ -294,7 +313,47 @@ impl Metrics {
         self.register_requests_and_locks();
         self.register_sales_and_redis();
         self.register_handoff();
+        self.register_fleet();
         self
+    }
+
+    fn register_fleet(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "lockgate_build_info",
+            "This build: its version and the data formats it reads and writes (always 1)",
+            self.build.clone(),
+        );
+        r.register(
+            "lockgate_instances",
+            "Live instances of the fleet on this Redis (key prefix), by version, as this instance last read its record",
+            self.instances.clone(),
+        );
+    }
+
+    /// This build's version and formats (`lockgate_build_info`).
+    pub fn build(&self, version: &str, reads: &[u32], writes: [u32; 2]) {
+        let reads: Vec<String> = reads.iter().map(u32::to_string).collect();
+        let labels = BuildLabels {
+            version: version.to_owned(),
+            format_reads: reads.join(","),
+            format_writes: format!("{}..{}", writes[0], writes[1]),
+        };
+        self.build.get_or_create(&labels).set(1);
+    }
+
+    /// The live instances of the fleet, counted by version: the versions
+    /// no longer running are dropped.
+    pub fn fleet_versions(&self, versions: &[(String, usize)]) {
+        self.instances.clear();
+        for (version, count) in versions {
+            let count = i64::try_from(*count).unwrap_or(i64::MAX);
+            self.instances
+                .get_or_create(&VersionLabel {
+                    version: version.clone(),
+                })
+                .set(count);
+        }
     }
 
     fn register_requests_and_locks(&mut self) {

@@ -1,7 +1,8 @@
-//! The binary's commands, each run to its exit status: `serve`, `run`, `orders`, `acl`, `openapi`.
+//! The binary's commands, each run to its exit status: `serve`, `run`, `orders`, `acl`, `format`, `openapi`.
 
 use std::process::ExitCode;
 
+use super::format::format_command;
 use super::handoff::orders_command;
 use super::{Gateway, shutdown_signal};
 use crate::config::{AclCommand, Cli, Command, Config};
@@ -26,6 +27,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             orders_command(*args).await
         }
         Command::Acl(command) => acl(command),
+        Command::Format(command) => format_command(*command).await,
         Command::Openapi => {
             print!("{}", http::openapi_json());
             ExitCode::SUCCESS

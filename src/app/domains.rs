@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::fleet::Fleet;
 use crate::handoff::store::OrderStore;
 use crate::http;
 use crate::locks::{Locks, Sessions, StreamedLocks, Waiting, Watches};
@@ -89,7 +90,7 @@ impl Domains {
     /// What the routes are given of the domains.
     pub(super) fn handed_to_routes(
         &self,
-        redis: &Redis,
+        (redis, fleet): (&Redis, &Fleet),
         metrics: Arc<Metrics>,
     ) -> http::RouteDomains {
         http::RouteDomains {
@@ -99,6 +100,7 @@ impl Domains {
             sessions: self.sessions.clone(),
             sales: self.sales.clone(),
             redis: redis.clone(),
+            fleet: fleet.clone(),
             metrics,
         }
     }

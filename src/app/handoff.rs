@@ -92,7 +92,7 @@ async fn worker_command(worker: WorkerArgs) -> ExitCode {
 }
 
 /// A Redis handle for a command-line tool: one shared connection.
-fn plain_redis(args: &RedisArgs) -> Result<Redis, String> {
+pub(super) fn plain_redis(args: &RedisArgs) -> Result<Redis, String> {
     let settings = RedisSettings {
         topology: args.topology(),
         pool: PoolKind::Shared,

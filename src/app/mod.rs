@@ -1,11 +1,14 @@
 //! Start-up and shutdown: build the gateway from the config in named steps, bind, serve until the shutdown signal, drain.
 //!
 //! The parts: `domains` (the domains of one instance, built from the
-//! settings), `handoff` (`lockgate orders`, the hand-off on its own) and
-//! `commands` (the binary's commands, each run to its exit status).
+//! settings), `handoff` (`lockgate orders`, the hand-off on its own),
+//! `format` (`lockgate format`, the operator's view and changes of the
+//! data format) and `commands` (the binary's commands, each run to its
+//! exit status).
 
 pub mod commands;
 mod domains;
+mod format;
 mod handoff;
 
 use std::future::Future;
@@ -24,13 +27,14 @@ pub use handoff::orders_command;
 
 use crate::acl::Acl;
 use crate::config::Config;
+use crate::fleet::{Fleet, Member};
 use crate::handoff::Handoff;
 use crate::handoff::store::OrderStore;
 use crate::http::Permissions;
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
 use crate::redis::pubsub::Subscriber;
-use crate::redis::{BackendError, Redis};
+use crate::redis::{BackendError, Redis, Unwritable};
 use crate::server::TlsSettings;
 use crate::server::{self, ConnectionLimits};
 use crate::tls;
@@ -54,12 +58,20 @@ pub enum StartError {
     /// missing, unreadable or invalid: a configuration error (exit 78).
     #[error("{0}")]
     Config(String),
+    /// The data format in use on Redis is newer than this build writes
+    /// (exit 78, as for a setting: this build cannot serve that Redis).
+    #[error(
+        "the data format in use on this Redis is {}, and this build ({}) writes formats {}..{}: \
+         run a release that writes format {} (or lower it: lockgate format lower)",
+        .0.format_in_use, crate::fleet::VERSION, crate::fleet::WRITES[0], .0.writes, .0.format_in_use
+    )]
+    Format(Unwritable),
 }
 
 impl StartError {
     /// Whether the settings are at fault (`EX_CONFIG`), not the world.
     pub fn is_config(&self) -> bool {
-        matches!(self, Self::Config(_))
+        matches!(self, Self::Config(_) | Self::Format(_))
     }
 }
 
@@ -128,6 +140,7 @@ pub struct Gateway {
     redis: Redis,
     subscriber: Subscriber,
     domains: Domains,
+    fleet: Fleet,
     connection_limits: ConnectionLimits,
     drain_timeout: Duration,
     /// The order hand-off worker run beside the gateway, when configured.
@@ -168,6 +181,18 @@ impl Gateway {
             Some(url) => Some(OrderStore::new(url).map_err(StartError::OrdersDatabase)?),
             None => None,
         };
+        let fleet = Fleet::join(
+            (&redis, &subscriber),
+            &config.redis.key_prefix,
+            Member {
+                id: instance_id.clone(),
+                address: addr.to_string(),
+            },
+            config.fleet_settings(),
+            metrics.clone(),
+        )
+        .await
+        .map_err(StartError::Format)?;
         let domains = Domains::build(
             config,
             &instance_id,
@@ -179,7 +204,10 @@ impl Gateway {
         let routes = config
             .route_settings(permissions.clone())
             .map_err(StartError::BuyerKey)?;
-        let state = AppState::new(domains.handed_to_routes(&redis, metrics.clone()), routes);
+        let state = AppState::new(
+            domains.handed_to_routes((&redis, &fleet), metrics.clone()),
+            routes,
+        );
         let router =
             server::application(http::api(), state, config.request_settings(instance_header));
         let handoff = store.map(|store| {
@@ -199,6 +227,7 @@ impl Gateway {
             redis,
             subscriber,
             domains,
+            fleet,
             connection_limits: config.connection_limits(),
             drain_timeout: Duration::from_millis(config.shutdown_timeout_ms),
             handoff,
@@ -261,6 +290,7 @@ impl Gateway {
             // It stops between batches; an order being stored stays pending.
             let _ = tokio::time::timeout(drain_limit, handoff).await;
         }
+        self.fleet.leave().await;
         self.subscriber.stop();
         self.redis.close();
         tracing::info!(instance = %self.instance_id, "lockgate stopped");

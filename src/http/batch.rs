@@ -65,7 +65,7 @@ problem_responses!(
     /// What `POST /locks/batch` can refuse with.
     BatchProblems:
         MalformedBody, Unauthorized, Forbidden, LockHeld, LimitMismatch, BodyTooLarge,
-        UnsupportedMediaType, InvalidKey, InvalidField, BackendUnavailable, TooManyWaiters,
+        UnsupportedMediaType, InvalidKey, InvalidField, BackendUnavailable, FormatUnsupported, TooManyWaiters,
         ShuttingDown, NotReplicated, RequestTimeout, SessionNotFound, Deadlock,
 );
 
@@ -246,7 +246,7 @@ problem_responses!(
     ModeProblems:
         MissingToken, MalformedBody, Unauthorized, Forbidden, LockHeld, LockNotFound, NotOwner,
         ModeConflict, Deadlock, BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidToken,
-        InvalidField, BackendUnavailable, TooManyWaiters, ShuttingDown, NotReplicated,
+        InvalidField, BackendUnavailable, FormatUnsupported, TooManyWaiters, ShuttingDown, NotReplicated,
         RequestTimeout,
 );
 

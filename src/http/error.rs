@@ -189,6 +189,9 @@ impl ApiError {
             Self::Lock(LockError::Backend(BackendError::UnexpectedReply { .. })) => {
                 ProblemType::Internal
             }
+            Self::Lock(LockError::Backend(BackendError::Unwritable(_))) => {
+                ProblemType::FormatUnsupported
+            }
             Self::Lock(LockError::NotReplicated { .. }) => ProblemType::NotReplicated,
             Self::Lock(LockError::SessionNotFound) => ProblemType::SessionNotFound,
             Self::Lock(LockError::Deadlock { .. } | LockError::UpgradeDeadlock { .. }) => {
@@ -220,7 +223,10 @@ impl ApiError {
     /// and the cause goes to the log: a bug, or Redis failing.
     fn is_unexplained(&self) -> bool {
         self.problem_type().info().status == StatusCode::INTERNAL_SERVER_ERROR
-            || matches!(self, Self::Lock(LockError::Backend(_)))
+            || matches!(
+                self,
+                Self::Lock(LockError::Backend(err)) if !matches!(err, BackendError::Unwritable(_))
+            )
     }
 
     fn problem(&self) -> Problem {

@@ -185,13 +185,13 @@ const DEFAULT_LIST: usize = 100;
 problem_responses!(
     /// What `GET /locks/{key}` can refuse with.
     InspectProblems:
-        Unauthorized, Forbidden, LockNotFound, InvalidKey, BackendUnavailable,
+        Unauthorized, Forbidden, LockNotFound, InvalidKey, BackendUnavailable, FormatUnsupported,
 );
 
 problem_responses!(
     /// What `GET /locks` can refuse with.
     ListProblems:
-        Unauthorized, Forbidden, InvalidField, BackendUnavailable,
+        Unauthorized, Forbidden, InvalidField, BackendUnavailable, FormatUnsupported,
 );
 
 /// Inspect a lock: whether it is held, until when, its fencing token, its

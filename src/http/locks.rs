@@ -137,7 +137,7 @@ problem_responses!(
     AcquireProblems:
         MalformedBody, Unauthorized, Forbidden, LockHeld, NotOwner, LimitMismatch,
         ModeConflict, BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidField,
-        IdempotencyKeyReused, BackendUnavailable, TooManyWaiters, ShuttingDown, NotReplicated,
+        IdempotencyKeyReused, BackendUnavailable, FormatUnsupported, TooManyWaiters, ShuttingDown, NotReplicated,
         RequestTimeout, SessionNotFound, Deadlock,
 );
 
@@ -145,7 +145,7 @@ problem_responses!(
     /// What `DELETE /locks/{key}` can refuse with.
     ReleaseProblems:
         MissingToken, Unauthorized, Forbidden, AdministrationDisabled, LockNotFound, NotOwner,
-        InvalidKey, InvalidToken, InvalidField, IdempotencyKeyReused, BackendUnavailable,
+        InvalidKey, InvalidToken, InvalidField, IdempotencyKeyReused, BackendUnavailable, FormatUnsupported,
 );
 
 problem_responses!(
@@ -153,7 +153,7 @@ problem_responses!(
     ExtendProblems:
         MissingToken, MalformedBody, Unauthorized, Forbidden, LockNotFound, NotOwner,
         BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidToken, InvalidField,
-        BackendUnavailable, NotReplicated, SessionNotFound,
+        BackendUnavailable, FormatUnsupported, NotReplicated, SessionNotFound,
 );
 
 problem_responses!(
@@ -161,7 +161,7 @@ problem_responses!(
     ValueProblems:
         MissingToken, MalformedBody, Unauthorized, Forbidden, LockNotFound, NotOwner,
         BodyTooLarge, UnsupportedMediaType, InvalidKey, InvalidToken, InvalidField,
-        BackendUnavailable, SessionNotFound,
+        BackendUnavailable, FormatUnsupported, SessionNotFound,
 );
 
 /// Take a lock, wait for it, or re-enter it; or hold it as a stream.

@@ -7,6 +7,7 @@ mod buyer;
 mod console;
 mod error;
 mod extract;
+mod fleet;
 mod grant;
 mod lock_status;
 mod locks;
@@ -119,6 +120,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(seckill::purchase, seckill::orders))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
+        .routes(routes!(fleet::version))
+        .routes(routes!(fleet::instances))
         .routes(routes!(ops::metrics))
         .routes(routes!(ops::openapi_document))
         .routes(routes!(ops::problem_page))

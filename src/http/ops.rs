@@ -2,15 +2,16 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use std::sync::Arc;
 
-use super::error::{ApiError, ProblemType};
+use super::error::{ApiError, Problem, ProblemType};
 use super::responses::problem_responses;
+use crate::fleet::Fleet;
 use crate::locks::{LockLimits, Locks, StreamedLocks, Watches};
 use crate::metrics::{Gauges, Metrics};
 use crate::redis::Redis;
@@ -22,11 +23,18 @@ pub struct Health {
     status: &'static str,
 }
 
-problem_responses!(
-    /// Why `/readyz` is not ready.
-    NotReady:
-        BackendUnavailable,
-);
+/// Why `/readyz` is not ready for a format: the data format in use on
+/// Redis is newer than this instance writes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FormatNotReady {
+    #[schema(example = "format")]
+    status: &'static str,
+    #[schema(example = 2)]
+    format_in_use: u32,
+    /// The highest format this instance writes.
+    #[schema(example = 1)]
+    writes: u32,
+}
 
 problem_responses!(
     /// A slug with no page.
@@ -41,15 +49,34 @@ pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Readiness: 200 when Redis answers PING, else 503.
+/// Readiness: 200 when Redis answers PING and the data format in use is
+/// one this instance writes; else 503: `backend-unavailable`, or
+/// `{"status": "format", ...}` naming both formats.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Redis answers", body = Health),
-        NotReady,
+        (status = 503, description = "`backend-unavailable`: Redis does not answer (a problem document); or, \
+            as `application/json` `{\"status\": \"format\"}`, the data format in use is one this \
+            instance does not write: it grants nothing",
+            content(
+                (Problem = "application/problem+json"),
+                (FormatNotReady = "application/json"),
+            )),
     ))]
-pub async fn readyz(State(redis): State<Redis>) -> Result<Json<Health>, ApiError> {
+pub async fn readyz(
+    State(redis): State<Redis>,
+    State(fleet): State<Fleet>,
+) -> Result<Response, ApiError> {
+    if let Some(unwritable) = fleet.unwritable() {
+        let body = FormatNotReady {
+            status: "format",
+            format_in_use: unwritable.format_in_use,
+            writes: unwritable.writes,
+        };
+        return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
+    }
     redis.ping().await?;
-    Ok(Json(Health { status: "ready" }))
+    Ok(Json(Health { status: "ready" }).into_response())
 }
 
 /// Prometheus metrics: requests by route and status, lock and sale outcomes,

@@ -236,6 +236,13 @@ problem_catalogue! {
                  it answers: a lock granted so is released by the gateway or lapses with its lease, a purchase is found again \
                  by retrying with the same Idempotency-Key.",
     },
+    FormatUnsupported {
+        slug: "format-unsupported",
+        title: "Data format not written here",
+        status: SERVICE_UNAVAILABLE,
+        about: "The data format in use on Redis is newer than this instance writes (a newer release raised it), so it changes nothing and grants \
+                 nothing; nothing was done. Retry on another instance (its /readyz answers 503 with status `format` meanwhile), or see GET /version.",
+    },
     Internal {
         slug: "internal",
         title: "Internal error",

@@ -186,25 +186,25 @@ problem_responses!(
     /// What `PUT /seckill/{sku}` can refuse with.
     ResetProblems:
         MalformedBody, Unauthorized, Forbidden, AdministrationDisabled, LockHeld, BodyTooLarge,
-        UnsupportedMediaType, InvalidField, BackendUnavailable,
+        UnsupportedMediaType, InvalidField, BackendUnavailable, FormatUnsupported,
 );
 
 problem_responses!(
     /// What `GET /seckill/{sku}` can refuse with.
     ReadProblems:
-        SaleNotFound, InvalidField, BackendUnavailable,
+        SaleNotFound, InvalidField, BackendUnavailable, FormatUnsupported,
 );
 
 problem_responses!(
     /// What `GET /seckill` can refuse with.
     ListProblems:
-        Unauthorized, Forbidden, AdministrationDisabled, BackendUnavailable,
+        Unauthorized, Forbidden, AdministrationDisabled, BackendUnavailable, FormatUnsupported,
 );
 
 problem_responses!(
     /// What `GET /seckill/{sku}/orders` can refuse with.
     OrdersProblems:
-        Unauthorized, Forbidden, SaleNotFound, InvalidField, BackendUnavailable,
+        Unauthorized, Forbidden, SaleNotFound, InvalidField, BackendUnavailable, FormatUnsupported,
 );
 
 problem_responses!(
@@ -212,7 +212,7 @@ problem_responses!(
     PurchaseProblems:
         MalformedBody, Unauthorized, Forbidden, SaleNotFound, SoldOut, LimitExceeded, LockHeld, BodyTooLarge,
         UnsupportedMediaType, InvalidField, IdempotencyKeyReused, RateLimited,
-        BackendUnavailable, TooManyWaiters, NotReplicated,
+        BackendUnavailable, FormatUnsupported, TooManyWaiters, NotReplicated,
 );
 
 /// Create or reset a sale (admin).

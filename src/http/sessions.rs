@@ -111,13 +111,13 @@ problem_responses!(
     /// What `POST /sessions` can refuse with.
     OpenProblems:
         MalformedBody, UnsupportedMediaType, BodyTooLarge, InvalidField, Unauthorized, Forbidden,
-        BackendUnavailable,
+        BackendUnavailable, FormatUnsupported,
 );
 
 problem_responses!(
     /// What the routes of one session can refuse with.
     SessionProblems:
-        MalformedBody, InvalidField, Unauthorized, Forbidden, SessionNotFound, BackendUnavailable,
+        MalformedBody, InvalidField, Unauthorized, Forbidden, SessionNotFound, BackendUnavailable, FormatUnsupported,
 );
 
 /// The session of the path, parsed.

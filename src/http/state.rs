@@ -8,6 +8,7 @@ use super::auth::{AdminToken, ApiKeys, Permissions};
 use super::buyer::BuyerTokens;
 use super::extract::TrustedProxies;
 use super::streamed::StreamKeepAlive;
+use crate::fleet::Fleet;
 use crate::locks::{LockLimits, Locks, Sessions, StreamedLocks, Watches};
 use crate::metrics::Metrics;
 use crate::redis::Redis;
@@ -65,7 +66,8 @@ macro_rules! state_part {
 }
 
 state_part! {
-    /// The domains (and the Redis handle `/readyz` pings) that serve the routes.
+    /// The domains (and the Redis handle `/readyz` pings, and the instance's
+    /// fleet) that serve the routes.
     pub struct RouteDomains in domains {
         pub locks: Locks,
         pub streamed: StreamedLocks,
@@ -73,6 +75,7 @@ state_part! {
         pub sessions: Sessions,
         pub sales: Sales,
         pub redis: Redis,
+        pub fleet: Fleet,
         pub metrics: Arc<Metrics>,
     }
 }

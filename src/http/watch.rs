@@ -90,7 +90,7 @@ pub struct EndedEvent {
 problem_responses!(
     /// What `GET /locks/{key}/events` can refuse with.
     WatchProblems:
-        Unauthorized, Forbidden, InvalidKey, InvalidField, BackendUnavailable, ShuttingDown,
+        Unauthorized, Forbidden, InvalidKey, InvalidField, BackendUnavailable, FormatUnsupported, ShuttingDown,
 );
 
 /// Watch a lock: who holds it, and every change, as they happen.

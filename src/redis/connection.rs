@@ -10,6 +10,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
+use super::BackendError;
+use super::gate::WriteGate;
 use super::pool::{ClusterManager, LeanManager, LiveConnection};
 use super::scripts;
 use crate::metrics::Metrics;
@@ -23,6 +25,8 @@ pub struct Connection {
     link: Link,
     broken: bool,
     metrics: Arc<Metrics>,
+    /// What a script asks before it runs, once the instance joined its fleet.
+    gate: Option<Arc<WriteGate>>,
 }
 
 enum Link {
@@ -44,6 +48,7 @@ impl Connection {
             link: Link::Shared(live),
             broken: false,
             metrics,
+            gate: None,
         }
     }
 
@@ -52,6 +57,7 @@ impl Connection {
             link: Link::Pooled(Some(object)),
             broken: false,
             metrics,
+            gate: None,
         }
     }
 
@@ -63,6 +69,7 @@ impl Connection {
             },
             broken: false,
             metrics,
+            gate: None,
         }
     }
 
@@ -74,6 +81,7 @@ impl Connection {
             },
             broken: false,
             metrics,
+            gate: None,
         }
     }
 
@@ -82,10 +90,24 @@ impl Connection {
     /// one pipeline on this connection does better.
     pub(super) fn fork(&self) -> Option<Self> {
         match &self.link {
-            Link::Cluster { connection, .. } => {
-                Some(Self::cluster(connection.clone(), self.metrics.clone()))
-            }
+            Link::Cluster { connection, .. } => Some(
+                Self::cluster(connection.clone(), self.metrics.clone()).gated(self.gate.as_ref()),
+            ),
             Link::Shared(_) | Link::Pooled(_) => None,
+        }
+    }
+
+    /// The connection, with the gate its scripts ask (if any).
+    pub(super) fn gated(mut self, gate: Option<&Arc<WriteGate>>) -> Self {
+        self.gate = gate.cloned();
+        self
+    }
+
+    /// Whether a script may run (the gate's answer; always, with none).
+    pub(super) async fn admit(&mut self) -> Result<(), BackendError> {
+        match self.gate.clone() {
+            Some(gate) => gate.admit(self).await,
+            None => Ok(()),
         }
     }
 

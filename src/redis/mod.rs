@@ -1,6 +1,8 @@
 //! Redis access: one Redis through a pool, or a Redis Cluster; the Lua scripts, and one typed wrapper per script.
 
 mod connection;
+pub mod fleet;
+mod gate;
 pub mod handoff;
 pub mod locks;
 mod pool;
@@ -29,6 +31,7 @@ use sentinel::Primary;
 use tls::RedisTls;
 
 pub use connection::Connection;
+pub use gate::{Unwritable, WriteGate};
 pub use scripts::library;
 
 /// How to reach Redis.
@@ -122,6 +125,10 @@ pub enum BackendError {
     /// time (it stands on the primary, which may yet lose it).
     #[error("too few replicas confirmed the write in time")]
     NotConfirmed,
+    /// The data format in use is one this build does not write: no script
+    /// runs (see [`WriteGate`]).
+    #[error("the data format in use is {}, and this build writes at most {}", .0.format_in_use, .0.writes)]
+    Unwritable(Unwritable),
 }
 
 impl BackendError {
@@ -135,6 +142,7 @@ impl BackendError {
             Self::Pool(PoolError::Timeout(_)) => "pool",
             Self::Pool(_) => "connection",
             Self::UnexpectedReply { .. } | Self::NotConfirmed => "server",
+            Self::Unwritable(_) => "format",
         }
     }
 
@@ -177,6 +185,9 @@ struct RedisState {
     replication: Option<Replication>,
     tls: Option<RedisTls>,
     metrics: Arc<Metrics>,
+    /// Set when the instance joins its fleet; the `orders` worker and the
+    /// operator's commands run with none.
+    gate: std::sync::OnceLock<Arc<WriteGate>>,
 }
 
 enum Backend {
@@ -254,7 +265,13 @@ impl Redis {
             replication: settings.replication,
             tls: settings.tls.clone(),
             metrics,
+            gate: std::sync::OnceLock::new(),
         })))
+    }
+
+    /// From now on every script but the fleet's asks `gate` first.
+    pub fn gate_scripts(&self, gate: Arc<WriteGate>) {
+        let _ = self.0.gate.set(gate);
     }
 
     /// Starts the instance's subscription task, for waiters and sale resets:
@@ -326,10 +343,13 @@ impl Redis {
                     .map_err(BackendError::from),
             },
         };
-        if let Err(err) = &opened {
-            self.0.metrics.redis_error(err.kind());
+        match opened {
+            Ok(conn) => Ok(conn.gated(self.0.gate.get())),
+            Err(err) => {
+                self.0.metrics.redis_error(err.kind());
+                Err(err)
+            }
         }
-        opened
     }
 
     /// A connection for a write that replicas must confirm (`WAIT`, see
@@ -356,11 +376,13 @@ impl Redis {
                 confirming: None, ..
             } => return self.connection().await,
         };
-        let leased = leased.map_err(BackendError::from);
-        if let Err(err) = &leased {
-            self.0.metrics.redis_error(err.kind());
+        match leased.map_err(BackendError::from) {
+            Ok(conn) => Ok(conn.gated(self.0.gate.get())),
+            Err(err) => {
+                self.0.metrics.redis_error(err.kind());
+                Err(err)
+            }
         }
-        leased
     }
 
     /// Runs `write` (a script that may change `key`), on a connection of

@@ -156,9 +156,13 @@ pub static SEGMENT_SETTLE: Function = function!("segment_settle.lua");
 pub static ORDERS_ACK: Function = function!("orders_ack.lua");
 pub static ORDERS_DEAD_LETTER: Function = function!("orders_dead_letter.lua");
 pub static ORDERS_TIDY: Function = function!("orders_tidy.lua");
+// The fleet's record.
+pub static FLEET_BEAT: Function = function!("fleet_beat.lua");
+pub static FLEET_FORMAT: Function = function!("fleet_format.lua");
+pub static FLEET_LIBRARIES: Function = function!("fleet_libraries.lua");
 
 /// Every script: the functions of the library.
-pub static FUNCTIONS: [&Function; 29] = [
+pub static FUNCTIONS: [&Function; 32] = [
     &ACQUIRE,
     &RELEASE,
     &ACQUIRE_PLAIN,
@@ -188,6 +192,9 @@ pub static FUNCTIONS: [&Function; 29] = [
     &ORDERS_ACK,
     &ORDERS_DEAD_LETTER,
     &ORDERS_TIDY,
+    &FLEET_BEAT,
+    &FLEET_FORMAT,
+    &FLEET_LIBRARIES,
 ];
 
 /// The library: its name (`lockgate_<hash of its source>`) and its source,
@@ -274,10 +281,23 @@ impl Function {
         FunctionCall { command }
     }
 
-    /// Runs a call by `FCALL`. When Redis has lost the library (a restart
-    /// without persistence, `FUNCTION FLUSH`), it is loaded and the call
-    /// made again, once.
+    /// Runs a call by `FCALL`, once the instance's gate admits it (the data
+    /// format in use is one this build writes). When Redis has lost the
+    /// library (a restart without persistence, `FUNCTION FLUSH`, or an old
+    /// library's deletion by another instance that took it for unused), it
+    /// is loaded and the call made again, once.
     pub async fn run(
+        &self,
+        call: &FunctionCall,
+        conn: &mut Connection,
+    ) -> Result<Reply, BackendError> {
+        conn.admit().await?;
+        self.run_ungated(call, conn).await
+    }
+
+    /// Runs a call with no question to the gate: the fleet's own scripts,
+    /// which are how the gate learns the format.
+    pub(super) async fn run_ungated(
         &self,
         call: &FunctionCall,
         conn: &mut Connection,
@@ -304,6 +324,7 @@ impl Function {
         if calls.is_empty() {
             return Ok(Vec::new());
         }
+        conn.admit().await?;
         let forks: Option<Vec<Connection>> = calls.iter().map(|_| conn.fork()).collect();
         if let Some(forks) = forks {
             let runs = calls

@@ -116,6 +116,12 @@ async fn every_key_the_gateway_writes_expires_once_its_locks_have_ended() {
     assert!(!keys.is_empty(), "the gateway wrote nothing?");
     for key in keys {
         assert!(key.starts_with("lockgate:"), "{key} is outside the prefix");
+        if key == "lockgate:meta" {
+            // The one key that stands: the fleet's record, which says the
+            // format of what is stored (a sale stays), a few fields an
+            // instance, each dropped when it goes stale.
+            continue;
+        }
         assert!(
             !key.starts_with("lockgate:lock:"),
             "{key} outlived its lease"

@@ -10,6 +10,7 @@ mod connections;
 mod fair_queue;
 mod faults;
 mod fencing;
+mod fleet;
 mod gateway_tls;
 mod helpers;
 mod idempotent;
