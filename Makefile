@@ -38,18 +38,18 @@ run:
 	  $(CARGO) run --release --locked -- serve
 
 test:
-	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go java
-	MAKE="$(MAKE)" ./scripts/stage.sh lint 15
-	MAKE="$(MAKE)" ./scripts/stage.sh script-tests 5
-	MAKE="$(MAKE)" ./scripts/stage.sh unit 30
-	MAKE="$(MAKE)" ./scripts/stage.sh model-check 15
-	MAKE="$(MAKE)" ./scripts/stage.sh cluster-suite 20
-	MAKE="$(MAKE)" ./scripts/stage.sh fuzz 20
-	MAKE="$(MAKE)" ./scripts/stage.sh clients 25
-	MAKE="$(MAKE)" ./scripts/stage.sh console 10
-	MAKE="$(MAKE)" ./scripts/stage.sh docs 10
-	MAKE="$(MAKE)" ./scripts/stage.sh e2e 10
-	MAKE="$(MAKE)" ./scripts/stage.sh chaos-short 10
+	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go java systemd-analyze
+	MAKE="$(MAKE)" ./scripts/stage.sh lint 10
+	MAKE="$(MAKE)" ./scripts/stage.sh script-tests 3
+	MAKE="$(MAKE)" ./scripts/stage.sh unit 20
+	MAKE="$(MAKE)" ./scripts/stage.sh model-check 8
+	MAKE="$(MAKE)" ./scripts/stage.sh cluster-suite 12
+	MAKE="$(MAKE)" ./scripts/stage.sh fuzz 15
+	MAKE="$(MAKE)" ./scripts/stage.sh clients 15
+	MAKE="$(MAKE)" ./scripts/stage.sh console 6
+	MAKE="$(MAKE)" ./scripts/stage.sh docs 5
+	MAKE="$(MAKE)" ./scripts/stage.sh e2e 6
+	MAKE="$(MAKE)" ./scripts/stage.sh chaos-short 8
 
 lint:
 	$(CARGO) fmt --all -- --check

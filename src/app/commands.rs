@@ -1,11 +1,11 @@
-//! The binary's commands, each run to its exit status: `serve`, `run`, `orders`, `acl`, `format`, `openapi`.
+//! The binary's commands, each run to its exit status: `serve`, `run`, `orders`, `acl`, `format`, `health`, `openapi`.
 
 use std::process::ExitCode;
 
 use super::format::format_command;
 use super::handoff::orders_command;
 use super::{Gateway, shutdown_signal};
-use crate::config::{AclCommand, Cli, Command, Config};
+use crate::config::{AclCommand, Cli, Command, Config, HealthArgs};
 use crate::{http, telemetry};
 
 /// The exit status of a configuration error (sysexits' `EX_CONFIG`).
@@ -33,6 +33,51 @@ pub async fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(config) => serve(&config).await,
+        Command::Health(args) => health(args).await,
+    }
+}
+
+/// `lockgate health`: 0 when the gateway answers `/readyz` with 200, 1
+/// otherwise (not ready, unreachable, a bad CA file), one line each way.
+async fn health(args: HealthArgs) -> ExitCode {
+    let mut builder =
+        reqwest::Client::builder().timeout(std::time::Duration::from_millis(args.timeout_ms));
+    if let Some(ca) = &args.ca {
+        match crate::tls::client_config(ca, None) {
+            Ok(tls) => builder = builder.use_preconfigured_tls(tls),
+            Err(err) => {
+                eprintln!("lockgate health: {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let answer = match builder.build() {
+        Ok(client) => client.get(&args.url).send().await,
+        Err(err) => {
+            eprintln!("lockgate health: cannot make an HTTP client: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match answer {
+        Ok(response) if response.status().is_success() => {
+            println!("ready: {}", args.url);
+            ExitCode::SUCCESS
+        }
+        Ok(response) => {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            let body: String = body.chars().take(200).collect();
+            eprintln!(
+                "lockgate health: not ready: {} {status}: {}",
+                args.url,
+                body.trim()
+            );
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!("lockgate health: no answer from {}: {err}", args.url);
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -10,6 +10,7 @@ pub mod commands;
 mod domains;
 mod format;
 mod handoff;
+mod notify;
 
 use std::future::Future;
 use std::io;
@@ -257,6 +258,12 @@ impl Gateway {
         tracing::info!(addr = %self.addr, instance = %self.instance_id, scheme, "lockgate serving");
         let stopping = CancellationToken::new();
         tokio::spawn(self.reloadable.on_hangup(stopping.clone()));
+        let notifier = notify::Notifier::from_env();
+        tokio::spawn(notifier.clone().run(
+            self.redis.clone(),
+            self.addr.to_string(),
+            stopping.clone(),
+        ));
         let handoff = self
             .handoff
             .map(|handoff| tokio::spawn(handoff.run(stopping.clone())));
@@ -274,6 +281,7 @@ impl Gateway {
             () = shutdown => {}
         }
         tracing::info!("shutting down: refusing new connections, ending waits and streamed locks");
+        notifier.notify("STOPPING=1");
         stopping.cancel();
         self.domains.waiting.close();
         self.domains.sessions.close();

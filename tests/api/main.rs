@@ -32,6 +32,7 @@ mod run;
 mod seckill;
 mod secrets;
 mod sentinel;
+mod service;
 mod sessions;
 mod settings;
 mod shutdown;

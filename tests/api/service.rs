@@ -1,0 +1,201 @@
+//! Running as a systemd service, without systemd: the notifications on a `NOTIFY_SOCKET` the test opens, secrets from a credentials directory, `lockgate health`, and the shipped unit checked by `systemd-analyze` (`verify`, and `security` at most 1.2).
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::helpers::{GatewayProcess, RedisServer, free_port, send_signal};
+
+const UNIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/lockgate.service");
+
+/// The next notification on `socket`, at most `within` from now.
+fn next_message(socket: &UnixDatagram, within: Duration) -> Option<String> {
+    socket.set_read_timeout(Some(within)).unwrap();
+    let mut buffer = [0; 512];
+    let read = socket.recv(&mut buffer).ok()?;
+    Some(String::from_utf8_lossy(&buffer[..read]).into_owned())
+}
+
+#[tokio::test]
+async fn the_service_manager_hears_ready_once_redis_answers_then_the_watchdog_then_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    // Redis is not there yet: the gateway serves (503s) but is not ready.
+    let mut redis = RedisServer::start_single().await;
+    let port = redis.node(0).port;
+    redis.kill();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut gateway = Command::new(env!("CARGO_BIN_EXE_lockgate"))
+        .args(["serve", "--listen", &listen])
+        .args(["--redis-url", &format!("redis://127.0.0.1:{port}")])
+        .args(["--redis-timeout-ms", "300"])
+        .env("NOTIFY_SOCKET", &path)
+        .env("WATCHDOG_USEC", "400000")
+        .env_remove("WATCHDOG_PID")
+        .env_remove("RUST_LOG")
+        .stdout(log.reopen().unwrap())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let early = next_message(&socket, Duration::from_millis(1500));
+    assert_eq!(early, None, "notified before Redis answered");
+
+    redis.restart().await;
+    let ready = next_message(&socket, Duration::from_secs(5)).expect("no READY=1");
+    assert_eq!(ready, format!("READY=1\nSTATUS=serving on {listen}"));
+    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    assert_eq!(libraries.len(), 1, "ready before the library was loaded");
+
+    // Every half WATCHDOG_USEC (200 ms): a few within a second.
+    let started = Instant::now();
+    let mut keepalives = 0;
+    while started.elapsed() < Duration::from_secs(1) {
+        if next_message(&socket, Duration::from_millis(500)).as_deref() == Some("WATCHDOG=1") {
+            keepalives += 1;
+        }
+    }
+    assert!(
+        (3..=7).contains(&keepalives),
+        "{keepalives} keepalives in a second"
+    );
+
+    send_signal(gateway.id(), "-TERM");
+    let mut stopping = false;
+    while let Some(message) = next_message(&socket, Duration::from_secs(2)) {
+        if message == "STOPPING=1" {
+            stopping = true;
+            break;
+        }
+        assert_eq!(message, "WATCHDOG=1");
+    }
+    assert!(stopping, "no STOPPING=1");
+    assert!(gateway.wait().unwrap().success());
+    let logs = std::fs::read_to_string(log.path()).unwrap();
+    assert!(!logs.contains("cannot notify"), "{logs}");
+}
+
+#[tokio::test]
+async fn a_relative_secret_file_is_read_from_the_credentials_directory() {
+    let redis = RedisServer::start().await;
+    let credentials = tempfile::tempdir().unwrap();
+    std::fs::write(
+        credentials.path().join("admin-token"),
+        "from-a-credential\n",
+    )
+    .unwrap();
+    let gateway = GatewayProcess::spawn(
+        &redis,
+        &[],
+        &[
+            (
+                "CREDENTIALS_DIRECTORY",
+                credentials.path().to_str().unwrap(),
+            ),
+            ("LOCKGATE_ADMIN_TOKEN_FILE", "admin-token"),
+        ],
+    )
+    .await;
+    let admitted = gateway
+        .http
+        .get(gateway.url("/admin/instances"))
+        .bearer_auth("from-a-credential")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(admitted.status(), 200);
+    let refused = gateway
+        .http
+        .get(gateway.url("/admin/instances"))
+        .bearer_auth("another")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+}
+
+fn health(url: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lockgate"))
+        .args(["health", "--url", url, "--timeout-ms", "2000"])
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn lockgate_health_exits_0_when_ready_and_1_when_not_or_unreachable() {
+    let mut redis = RedisServer::start_single().await;
+    let gateway = GatewayProcess::spawn(&redis, &["--redis-timeout-ms", "300"], &[]).await;
+    let ready = health(&gateway.url("/readyz"));
+    assert_eq!(ready.status.code(), Some(0), "{ready:?}");
+
+    redis.kill();
+    let not_ready = tokio::task::spawn_blocking({
+        let url = gateway.url("/readyz");
+        move || health(&url)
+    })
+    .await
+    .unwrap();
+    assert_eq!(not_ready.status.code(), Some(1), "{not_ready:?}");
+    let said = String::from_utf8_lossy(&not_ready.stderr);
+    assert!(
+        said.starts_with("lockgate health: not ready: ") && said.contains("503"),
+        "{said}"
+    );
+
+    let nobody = health(&format!("http://127.0.0.1:{}/readyz", free_port()));
+    assert_eq!(nobody.status.code(), Some(1), "{nobody:?}");
+    assert!(String::from_utf8_lossy(&nobody.stderr).contains("no answer from"));
+}
+
+/// `systemd-analyze`, which the machine's systemd package ships (no
+/// running systemd needed for these two).
+fn systemd_analyze(args: &[&str], unit: &Path) -> std::process::Output {
+    Command::new("systemd-analyze")
+        .args(args)
+        .arg(unit)
+        .output()
+        .expect("systemd-analyze (Debian's systemd package) is not installed")
+}
+
+#[test]
+fn the_shipped_unit_verifies_and_is_confined_to_an_exposure_of_at_most_1_2() {
+    // As installed: its ExecStart names the binary where the package puts
+    // it; here, where this build is.
+    let dir = tempfile::tempdir().unwrap();
+    let unit = dir.path().join("lockgate.service");
+    let text = std::fs::read_to_string(UNIT).unwrap();
+    assert!(text.contains("ExecStart=/usr/bin/lockgate serve"));
+    std::fs::write(
+        &unit,
+        text.replace("/usr/bin/lockgate", env!("CARGO_BIN_EXE_lockgate")),
+    )
+    .unwrap();
+    let verified = systemd_analyze(&["verify"], &unit);
+    assert!(
+        verified.status.success() && verified.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+
+    // The threshold is in tenths: 12 is an exposure of 1.2.
+    let security = systemd_analyze(&["security", "--offline=true", "--threshold=12"], &unit);
+    let report = String::from_utf8_lossy(&security.stdout);
+    assert!(security.status.success(), "{report}");
+    let overall = report
+        .lines()
+        .find(|line| line.contains("Overall exposure level"))
+        .expect("no overall exposure");
+    let level: f64 = overall
+        .split(": ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|level| level.parse().ok())
+        .expect(overall);
+    assert!(level <= 1.2, "{overall}");
+}
