@@ -39,6 +39,10 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the OpenAPI document (what openapi/openapi.json holds).
     Openapi,
+    /// Settings files: check one, or show every setting's effective value
+    /// and where it comes from.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Ask a gateway whether it is ready (`GET /readyz`): exit 0 when it
     /// is, 1 otherwise, with one line saying why (for a container's
     /// HEALTHCHECK, where there is no curl).
@@ -111,6 +115,22 @@ pub enum FormatCommand {
         to: Option<u32>,
         #[command(flatten)]
         redis: RedisArgs,
+    },
+}
+
+/// `lockgate config`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a settings file: exit 0, or 78 with the file, line and key of
+    /// the first error.
+    Check { file: PathBuf },
+    /// Print each setting of `lockgate serve` as the given flags, the
+    /// environment and the file (--config, or LOCKGATE_CONFIG) make it,
+    /// with its source (flag, env, file, default); secrets as (set).
+    Show {
+        /// `lockgate serve`'s flags, --config among them.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        serve: Vec<std::ffi::OsString>,
     },
 }
 
@@ -242,6 +262,11 @@ impl HandoffArgs {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "lockgate serve")]
 pub struct Config {
+    /// A TOML file of settings, keyed as the variables without LOCKGATE_ in
+    /// lower case (`redis_url`); a flag or a variable wins over it.
+    #[arg(long, env = "LOCKGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+
     /// Address to serve on; port 0 picks a free port and logs it.
     #[arg(long, env = "LOCKGATE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,

@@ -6,7 +6,8 @@
 //!
 //! * [`app`]: the binary's commands; start-up in named steps, serving and
 //!   shutdown; it builds every layer from the [`config`] (flags and
-//!   `LOCKGATE_*` variables). Below it [`telemetry`]: logging, text or JSON.
+//!   `LOCKGATE_*` variables, and a settings file: [`config_file`]). Below
+//!   it [`telemetry`]: logging, text or JSON.
 //! * [`server`]: the transport: the accept loop, connection limits, TLS
 //!   connections, and the layer every request passes (request ids, logs,
 //!   metrics, timeouts).
@@ -38,6 +39,7 @@
 pub mod acl;
 pub mod app;
 pub mod config;
+pub mod config_file;
 pub mod duration;
 pub mod fleet;
 pub mod handoff;

@@ -40,7 +40,19 @@ fn short_error(rendered: &str) -> String {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // `lockgate serve --config FILE`: the file's settings become flags
+    // after the given ones, for each setting no flag or variable gave.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|command| command == "serve") {
+        match lockgate::config_file::serve_args(&args[2..]) {
+            Ok(serve) => args.splice(2.., serve).for_each(drop),
+            Err(err) => {
+                eprintln!("lockgate serve: {err}");
+                return ExitCode::from(lockgate::app::commands::EX_CONFIG);
+            }
+        }
+    }
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(err) if !err.use_stderr() => err.exit(),
         Err(err) => {

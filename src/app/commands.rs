@@ -1,11 +1,11 @@
-//! The binary's commands, each run to its exit status: `serve`, `run`, `orders`, `acl`, `format`, `health`, `openapi`.
+//! The binary's commands, each run to its exit status: `serve`, `run`, `orders`, `acl`, `format`, `config`, `health`, `openapi`.
 
 use std::process::ExitCode;
 
 use super::format::format_command;
 use super::handoff::orders_command;
 use super::{Gateway, shutdown_signal};
-use crate::config::{AclCommand, Cli, Command, Config, HealthArgs};
+use crate::config::{AclCommand, Cli, Command, Config, ConfigCommand, HealthArgs};
 use crate::{http, telemetry};
 
 /// The exit status of a configuration error (sysexits' `EX_CONFIG`).
@@ -34,6 +34,36 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Serve(config) => serve(&config).await,
         Command::Health(args) => health(args).await,
+        Command::Config(command) => config(command),
+    }
+}
+
+/// `lockgate config check FILE` (0, or `EX_CONFIG` with the file, line and
+/// key) and `lockgate config show [SERVE FLAGS]`.
+fn config(command: ConfigCommand) -> ExitCode {
+    match command {
+        ConfigCommand::Check { file } => match crate::config_file::check(&file) {
+            Ok(count) => {
+                println!("{}: {count} settings, each valid", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("lockgate config check: {err}");
+                ExitCode::from(EX_CONFIG)
+            }
+        },
+        ConfigCommand::Show { serve } => match crate::config_file::show(&serve) {
+            Ok(lines) => {
+                for line in lines {
+                    println!("{line}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("lockgate config show: {err}");
+                ExitCode::from(EX_CONFIG)
+            }
+        },
     }
 }
 

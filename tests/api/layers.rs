@@ -5,7 +5,7 @@ use std::path::Path;
 
 /// Every top-level module of `src/` and its layer; a module may name
 /// (`crate::<module>`) only modules of a lower layer.
-const LAYERS: [(&str, u8); 17] = [
+const LAYERS: [(&str, u8); 18] = [
     // Small pieces every layer may use.
     ("acl", 0),
     ("tls", 0),
@@ -27,6 +27,8 @@ const LAYERS: [(&str, u8); 17] = [
     ("http", 6),
     ("server", 7),
     ("config", 8),
+    // The settings file: the flags of `config` from a TOML file.
+    ("config_file", 9),
     ("telemetry", 9),
     ("app", 10),
 ];
