@@ -13,7 +13,8 @@
 #
 #   loadtest/upgrade/run.sh          (make upgrade)
 #
-# Settings: DURATION_S (the load's length, 60), RATE (the sale's attempts per
+# Settings: NGINX_DRAIN (1: take an instance out of nginx by a reload before its
+# SIGTERM; 0, the default: the SIGTERM alone), DURATION_S (the load's length, 60), RATE (the sale's attempts per
 # second, 300), MAX_FAILED (answers tolerated, 60), UPGRADE_FROM (0.1.0),
 # LOCKGATE_BIN (this build; default target/release/lockgate, built),
 # LOADTEST_OUT (k6 summaries, .run/upgrade).
@@ -58,11 +59,32 @@ start_instance() {
   wait_for curl -sf "http://127.0.0.1:$((CLUSTER_PORT + n))/readyz"
 }
 
-# The rolling procedure for instance n: SIGTERM, wait for its exit (its
-# drain done), the other binary in its place, ready.
+# Takes instance n out of nginx's upstreams (down) or puts it back (up), by
+# a reload: nginx's new workers send it nothing, its old ones finish what
+# they have in flight.
+nginx_upstream() {
+  local n="$1" state="$2" address="127.0.0.1:$((CLUSTER_PORT + n))"
+  if [ "$state" = down ]; then
+    sed -i "s|server $address max_fails|server $address down max_fails|" "$CLUSTER_DIR/nginx.conf"
+  else
+    sed -i "s|server $address down max_fails|server $address max_fails|" "$CLUSTER_DIR/nginx.conf"
+  fi
+  nginx -p "$CLUSTER_DIR" -c "$CLUSTER_DIR/nginx.conf" -s reload
+}
+
+# The rolling procedure for instance n: with NGINX_DRAIN=1
+# out of nginx first, a second for what nginx had in flight to it; then
+# SIGTERM, wait for its exit (its drain done), the other binary in its
+# place, ready, and back in nginx. By default the SIGTERM alone
+# (docs/operations.md's steps): a PUT or DELETE that nginx sends to the
+# stopping instance gets its one try (nginx's @once) and fails with 503.
 replace() {
   local n="$1" binary="$2" pid started=$SECONDS
   pid="$(cat "$CLUSTER_DIR/gw-$n.pid")"
+  if [ "${NGINX_DRAIN:-0}" = 1 ]; then
+    nginx_upstream "$n" down
+    sleep 1
+  fi
   kill -TERM "$pid"
   for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
   if kill -0 "$pid" 2>/dev/null; then
@@ -70,6 +92,7 @@ replace() {
     return 1
   fi
   start_instance "$n" "$binary"
+  [ "${NGINX_DRAIN:-0}" = 1 ] && nginx_upstream "$n" up
   say "gw-$n now $("$binary" --version | head -n 1) (replaced in $((SECONDS - started)) s)"
 }
 
