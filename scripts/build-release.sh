@@ -33,7 +33,8 @@ from_changelog() {
   [ -f "$root/CHANGELOG.md" ] || return 0
   awk -v v="$version" '
     /^## \[/ { inside = (index($0, "## [" v "]") == 1) ; next }
-    inside && match($0, /Commit: *`?[0-9a-f]{7,40}/) {
+    # (No {m,n} intervals: mawk, Debian'\''s awk, has none.)
+    inside && match($0, /Commit: *`?[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]+/) {
       s = substr($0, RSTART, RLENGTH); sub(/Commit: *`?/, "", s); print s; exit
     }' "$root/CHANGELOG.md"
 }
