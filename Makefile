@@ -23,6 +23,9 @@
 #   make anchors      lockgate beside etcd, ZooKeeper + Curator, redlock and
 #                     python-redis-lock, one node each (a few minutes)
 #   make openapi      regenerate openapi/openapi.json from the code
+#   make upgrade      the previous release beside this one: every mix of three
+#                     on one Redis and on a Cluster, then a rolling upgrade and
+#                     a rollback behind nginx under k6 (a few minutes)
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -154,3 +157,15 @@ anchors:
 
 openapi:
 	$(CARGO) run --locked --quiet -- openapi > openapi/openapi.json
+
+# The previous release (0.1.0) built from the history (scripts/build-release.sh,
+# cached in target/releases) beside this build, as real processes on one
+# Redis: a few mixed-version checks (make test's short form), or every one
+# and then the rolling upgrade behind nginx under k6 (loadtest/upgrade/run.sh).
+.PHONY: upgrade-short upgrade
+upgrade-short:
+	CARGO=$(CARGO) ./tests/upgrade/run.sh short_
+
+upgrade:
+	CARGO=$(CARGO) ./tests/upgrade/run.sh
+	./loadtest/upgrade/run.sh
