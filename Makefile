@@ -4,7 +4,8 @@
 #                     made at the first start and kept in .run/admin-token)
 #   make test         install what the tests need; fmt check, clippy, every
 #                     test (the lock, sale and hand-off suites also against a
-#                     Redis Cluster), contract fuzzing, the Python,
+#                     Redis Cluster), the previous release beside this one
+#                     (upgrade-short, building it from the history), contract fuzzing, the Python,
 #                     TypeScript, Go and Java clients' suites, the console in Chromium,
 #                     the docs' examples against a real gateway,
 #                     the short k6 load tests against three instances behind
@@ -45,6 +46,7 @@ test:
 	MAKE="$(MAKE)" ./scripts/stage.sh lint 10
 	MAKE="$(MAKE)" ./scripts/stage.sh script-tests 3
 	MAKE="$(MAKE)" ./scripts/stage.sh unit 20
+	MAKE="$(MAKE)" ./scripts/stage.sh upgrade-short 10
 	MAKE="$(MAKE)" ./scripts/stage.sh model-check 8
 	MAKE="$(MAKE)" ./scripts/stage.sh cluster-suite 12
 	MAKE="$(MAKE)" ./scripts/stage.sh fuzz 15

@@ -32,6 +32,7 @@ const acquisitions = new Counter('lock_acquisitions');
 const timeouts = new Counter('lock_wait_timeouts');
 const violations = new Counter('invariant_violations');
 const unexpected = new Counter('unexpected_responses');
+const releaseRetries = new Counter('release_retries');
 const waited = new Trend('lock_wait', true);
 
 // A wait that runs out is an answer (409), not a failure.
@@ -97,10 +98,20 @@ async function hold(key, kind, fields) {
   highest[key] = grant.fencing_token;
   sleep(0.002 + Math.random() * 0.003);
   const end = Date.now();
-  const released = http.del(`${BASE}/locks/${key}`, null, {
-    headers: { 'Lock-Token': grant.token },
+  // As the clients release: with an Idempotency-Key, retried on a 503
+  // (an instance draining while nginx sent it the release: nginx tries a
+  // DELETE once), so a retry of a release that did happen is answered as
+  // it was, never as a second release.
+  const release = () => http.del(`${BASE}/locks/${key}`, null, {
+    headers: { 'Lock-Token': grant.token, 'Idempotency-Key': `${grant.token}-release` },
     tags: { name: 'release', kind },
   });
+  let released = release();
+  for (let retry = 1; released.status === 503 && retry <= 3; retry++) {
+    releaseRetries.add(1);
+    sleep(0.05 * retry);
+    released = release();
+  }
   if (released.status !== 204) {
     // A 10 s lease cannot lapse in a few ms: anything else is a lost lock.
     violation(`${key}: release answered ${released.status} ${released.body}`);

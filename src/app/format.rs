@@ -87,9 +87,10 @@ fn connect(mut args: RedisArgs) -> Result<(crate::redis::Redis, String), String>
     Ok((plain_redis(&args)?, prefix))
 }
 
+/// Redis could not be read: exit 3 (2 is a usage error's, as clap exits).
 fn unreadable(err: &str) -> ExitCode {
     eprintln!("lockgate format: cannot read the fleet's record in Redis: {err}");
-    ExitCode::from(2)
+    ExitCode::from(3)
 }
 
 fn print_status(status: &Status, as_json: bool) {
@@ -124,7 +125,13 @@ fn print_status(status: &Status, as_json: bool) {
         println!("{document}");
         return;
     }
-    println!("data format in use: {}", fleet.format);
+    if fleet.format == 0 {
+        println!(
+            "data format in use: none (the record's format field holds no format: set one with `format raise --to N`)"
+        );
+    } else {
+        println!("data format in use: {}", fleet.format);
+    }
     println!("migrations:");
     for change in &fleet.migrations {
         let from = change

@@ -209,6 +209,15 @@ impl Fleet {
         self.0.gate.unwritable()
     }
 
+    /// Whether a script could run now, as a request's would: Redis
+    /// answers, the record was read by a recent beat (one is made if not),
+    /// and the format in use is one this build writes. `/readyz` asks it,
+    /// so that it says not ready whenever requests would be refused.
+    pub async fn admits(&self) -> Result<(), BackendError> {
+        let mut conn = self.0.redis.connection().await?;
+        self.0.gate.admit(&mut conn).await
+    }
+
     /// Stops beating and drops the record: the fleet lists it no more, and
     /// a raise need not wait for it to go stale.
     pub async fn leave(&self) {
@@ -269,7 +278,12 @@ impl Fleet {
             .metrics
             .fleet_versions(&versions.into_iter().collect::<Vec<_>>());
         if before.is_some_and(|before| before != state.format) {
-            let change = state.migrations.last();
+            // The last migration, if it is the one that made this change
+            // (a hand's edit of the field records none).
+            let change = state
+                .migrations
+                .last()
+                .filter(|change| change.to == state.format);
             match self.unwritable() {
                 Some(unwritable) => tracing::error!(
                     format_in_use = unwritable.format_in_use,
@@ -332,6 +346,11 @@ impl Fleet {
             let Some(state) = last.as_ref() else {
                 return Ok(());
             };
+            // Format 0 is the field holding no format: what was meant is
+            // unknown, so only an operator sets one.
+            if state.format == 0 {
+                return Ok(());
+            }
             if state
                 .migrations
                 .last()

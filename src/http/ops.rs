@@ -14,7 +14,7 @@ use super::responses::problem_responses;
 use crate::fleet::Fleet;
 use crate::locks::{LockLimits, Locks, StreamedLocks, Watches};
 use crate::metrics::{Gauges, Metrics};
-use crate::redis::Redis;
+use crate::redis::{BackendError, Redis};
 
 /// A health answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -67,13 +67,17 @@ pub async fn readyz(
     State(redis): State<Redis>,
     State(fleet): State<Fleet>,
 ) -> Result<Response, ApiError> {
-    if let Some(unwritable) = fleet.unwritable() {
-        let body = FormatNotReady {
-            status: "format",
-            format_in_use: unwritable.format_in_use,
-            writes: unwritable.writes,
-        };
-        return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
+    match fleet.admits().await {
+        Err(BackendError::Unwritable(unwritable)) => {
+            let body = FormatNotReady {
+                status: "format",
+                format_in_use: unwritable.format_in_use,
+                writes: unwritable.writes,
+            };
+            return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
+        }
+        Err(err) => return Err(err.into()),
+        Ok(()) => {}
     }
     redis.ping().await?;
     Ok(Json(Health { status: "ready" }).into_response())

@@ -91,11 +91,29 @@ pub async fn beat(
         (reply.code() == "fleet").then_some(())?;
         Some(FleetState {
             format: u32::try_from(reply.number("format")?).ok()?,
-            migrations: serde_json::from_str(reply.text("migrations")?).ok()?,
-            instances: serde_json::from_str(reply.text("instances")?).ok()?,
+            migrations: each_readable(reply.text("migrations")?)?,
+            instances: each_readable(reply.text("instances")?)?,
             now_ms: reply.number("now_ms")?,
         })
     })
+}
+
+/// The entries of a JSON list that read as `T`: one a hand wrote wrong
+/// (the script keeps only what it can read, but not every field) is left
+/// out rather than failing the beat that carries the others.
+fn each_readable<T: serde::de::DeserializeOwned>(list: &str) -> Option<Vec<T>> {
+    let entries: Vec<serde_json::Value> = match serde_json::from_str(list) {
+        Ok(serde_json::Value::Array(entries)) => entries,
+        // cjson writes an empty list as `{}`.
+        Ok(serde_json::Value::Object(empty)) if empty.is_empty() => Vec::new(),
+        _ => return None,
+    };
+    Some(
+        entries
+            .into_iter()
+            .filter_map(|entry| serde_json::from_value(entry).ok())
+            .collect(),
+    )
 }
 
 /// What a change of the format came to.

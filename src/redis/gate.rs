@@ -86,8 +86,10 @@ impl WriteGate {
             (fleet::FIRST_FORMAT, &self.by),
         )
         .await?;
+        // One more than the format: 0 is "not read yet", and format 0
+        // (a field that holds no format) must close the gate, not open it.
         self.format
-            .store(u64::from(state.format), Ordering::Release);
+            .store(u64::from(state.format) + 1, Ordering::Release);
         let since = millis(self.base.elapsed()).max(1);
         self.confirmed.store(since, Ordering::Release);
         Ok(state)
@@ -112,7 +114,7 @@ impl WriteGate {
     pub fn format_in_use(&self) -> Option<u32> {
         match self.format.load(Ordering::Acquire) {
             0 => None,
-            format => u32::try_from(format).ok(),
+            stored => u32::try_from(stored - 1).ok(),
         }
     }
 

@@ -35,21 +35,7 @@ async fn admin_instances(app: &TestApp) -> Vec<Value> {
 }
 
 async fn set_format(redis: &RedisServer, format: u32) {
-    let mut conn = redis.connection().await;
-    let () = redis::cmd("HSET")
-        .arg(META)
-        .arg("format")
-        .arg(format)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    // As `lockgate format` does: the instances are told on the record's channel.
-    let _: i64 = redis::cmd("PUBLISH")
-        .arg(META)
-        .arg("format")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set_format_text(redis, &format.to_string()).await;
 }
 
 #[tokio::test]
@@ -259,13 +245,13 @@ async fn format_status_raise_and_lower_from_the_command_line() {
         .unwrap();
     assert_eq!(format, 1);
 
-    // Redis not answering: exit 2, said on stderr.
+    // Redis not answering: exit 3, said on stderr (2 is a usage error).
     let nowhere = Command::new(env!("CARGO_BIN_EXE_lockgate"))
         .args(["format", "status", "--redis-url", "redis://127.0.0.1:1"])
         .args(["--redis-timeout-ms", "500"])
         .output()
         .unwrap();
-    assert_eq!(nowhere.status.code(), Some(2), "{nowhere:?}");
+    assert_eq!(nowhere.status.code(), Some(3), "{nowhere:?}");
     assert!(String::from_utf8_lossy(&nowhere.stderr).contains("cannot read the fleet's record"));
 }
 
@@ -379,4 +365,118 @@ async fn a_function_library_nobody_names_is_deleted_after_its_grace() {
         app.acquire(json!({"key": "kept"})).await.status(),
         StatusCode::CREATED
     );
+}
+
+async fn hset(redis: &RedisServer, field: &str, value: &str) {
+    let () = redis::cmd("HSET")
+        .arg(META)
+        .arg(field)
+        .arg(value)
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+}
+
+/// What a hand (or a bug elsewhere) may write into the record: an
+/// instance record that is none is dropped as a stale one is, and the
+/// gateways go on granting; a migrations field that is not JSON is read as
+/// none. One bad field must not stop every beat (and so every grant).
+#[tokio::test]
+async fn a_record_written_wrong_is_dropped_and_grants_go_on() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn_with(&redis, &["--admin-token", ADMIN]).await;
+    for (field, value) in [
+        ("i:empty#1", "[]"),
+        ("i:cut#1", "{not json"),
+        (
+            "i:unbeaten#1",
+            r#"{"id":"x","version":"9.9.9","writes":[1,1]}"#,
+        ),
+        (
+            "i:never#1",
+            r#"{"id":"x","writes":[1,1],"seen_at_ms":"never"}"#,
+        ),
+        ("migrations", "not json"),
+    ] {
+        hset(&redis, field, value).await;
+    }
+    // Past the gate's 5 s: the next request beats, and reads the record.
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    for round in 0..3 {
+        let key = format!("wrong-{round}");
+        assert_eq!(
+            app.acquire(json!({"key": key, "ttl_ms": 1000}))
+                .await
+                .status(),
+            StatusCode::CREATED
+        );
+    }
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(META)
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
+    assert!(
+        !fields.iter().any(|field| field.ends_with("#1")),
+        "{fields:?}"
+    );
+    assert_eq!(admin_instances(&app).await.len(), 1);
+    let status = lockgate(&redis, &["format", "status", "--json"]);
+    assert!(status.status.success(), "{status:?}");
+}
+
+/// A format field that holds no format (1 to 999999999 in digits) is
+/// format 0, which no build writes: nothing is granted (503, never 500),
+/// /readyz says why, nothing raises it by itself, and `format raise --to
+/// 1` sets it again.
+#[tokio::test]
+async fn a_format_field_that_holds_no_format_stops_grants_until_an_operator_sets_one() {
+    let redis = RedisServer::start().await;
+    let app = TestApp::spawn(&redis).await;
+    for junk in ["junk", "-1", "99999999999", "1.5", " 1", "0"] {
+        set_format_text(&redis, junk).await;
+        let closed = eventually(Duration::from_secs(5), || async {
+            app.get("/readyz").await.status() == StatusCode::SERVICE_UNAVAILABLE
+        })
+        .await;
+        assert!(closed, "format {junk:?}: still ready");
+        let ready: Value = app.get("/readyz").await.json().await.unwrap();
+        assert_eq!(ready["format_in_use"], 0, "format {junk:?}: {ready}");
+        let refused = app.acquire(json!({"key": "junk"})).await;
+        assert_problem(refused, 503, "format-unsupported").await;
+        let status = lockgate(&redis, &["format", "status"]);
+        assert!(status.status.success(), "{status:?}");
+        assert!(String::from_utf8_lossy(&status.stdout).contains("data format in use: none"));
+    }
+    // No automatic raise from 0: it stays closed over a few beats.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        app.get("/readyz").await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+
+    let repaired = lockgate(&redis, &["format", "raise", "--to", "1"]);
+    assert!(repaired.status.success(), "{repaired:?}");
+    let open = eventually(Duration::from_secs(5), || async {
+        app.get("/readyz").await.status() == StatusCode::OK
+    })
+    .await;
+    assert!(open, "not ready after format raise --to 1");
+    assert_eq!(
+        app.acquire(json!({"key": "junk"})).await.status(),
+        StatusCode::CREATED
+    );
+}
+
+/// Sets the format field to `text`, and tells the instances on the
+/// record's channel as `lockgate format` does.
+async fn set_format_text(redis: &RedisServer, text: &str) {
+    hset(redis, "format", text).await;
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(META)
+        .arg("format")
+        .query_async(&mut redis.connection().await)
+        .await
+        .unwrap();
 }
