@@ -18,7 +18,10 @@
 //! nobody names is gone, no automatic raise happens (it is the only sign
 //! of such an instance).
 
+mod build;
 pub mod operator;
+
+pub use build::{BEAT, READS, STALE, VERSION, WRITES};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -32,23 +35,6 @@ use crate::redis::fleet::{self, FleetState, FormatChange, FormatRequest, Instanc
 use crate::redis::pubsub::{Listener, Subscriber};
 use crate::redis::{BackendError, Redis, Unwritable, WriteGate};
 use crate::sync::lock;
-
-/// This build's version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// The data formats this build reads.
-pub const READS: &[u32] = &[1];
-
-/// The lowest and the highest data format this build writes. Format 1 is
-/// the layout 0.1.0 wrote (and 0.2.0 writes unchanged).
-pub const WRITES: [u32; 2] = [1, 1];
-
-/// How often an instance renews its record.
-pub const BEAT: Duration = Duration::from_secs(2);
-
-/// How long a record stands without a beat: five beats, so a few missed
-/// ones (a slow Redis, a busy instance) do not drop a live instance.
-pub const STALE: Duration = Duration::from_secs(10);
 
 /// How often the libraries nobody names are looked for (at most: a
 /// grace shorter than two rounds is looked at twice per grace).

@@ -4,7 +4,7 @@ use crate::duration::millis;
 use crate::redis::fleet::{self, FleetState, FormatChange, FormatRequest, InstanceRecord};
 use crate::redis::{BackendError, Connection};
 
-use super::{STALE, WRITES};
+use super::build::{STALE, VERSION, WRITES};
 
 /// How an operator's raise is recorded.
 pub const RAISE: &str = "raise";
@@ -147,7 +147,7 @@ pub async fn change(
     (from, to): (u32, u32),
     how: &str,
 ) -> Result<FormatChange, BackendError> {
-    let by = format!("lockgate format {how} ({})", super::VERSION);
+    let by = format!("lockgate format {how} ({})", VERSION);
     let request = FormatRequest {
         to,
         from: Some(from),
