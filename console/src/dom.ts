@@ -89,4 +89,5 @@ export const ICONS = {
   key: "M14.5 9.5a4 4 0 1 1-1.2-2.8|M13.3 6.7L21 14.5V18h-3.5v-2.5H15V13l-1.7-1.7",
   alert: "M12 3l10 18H2z|M12 10v5|M12 18h.01",
   back: "M15 5l-7 7 7 7",
+  server: "M4 4h16v6H4z|M4 14h16v6H4z|M8 7h.01|M8 17h.01",
 } as const;

@@ -87,6 +87,36 @@ export interface Sale {
   refused?: { sold_out: number; limit_exceeded: number; rate_limited: number };
 }
 
+/** The data formats a build reads and writes (`writes`: the highest; it writes the one in use when that is lower). */
+export interface Formats {
+  reads: number[];
+  writes: number;
+}
+
+/** One live instance of the fleet (`instances[]` of `GET /admin/instances`), as its record said at its last beat. */
+export interface Instance {
+  /** Its configured id, the one its answers carry as `X-Instance-Id`. */
+  id: string;
+  version: string;
+  formats: Formats;
+  /** Unix ms, by that instance's clock. */
+  started_at_ms: number;
+  address: string;
+}
+
+/** `GET /admin/instances`: the live instances, oldest first. */
+export interface InstanceList {
+  instances: Instance[];
+}
+
+/** `GET /version`: the answering instance's build, and the data format in use on Redis. */
+export interface GatewayVersion {
+  version: string;
+  formats: Formats;
+  /** Null until that instance first read it from Redis. */
+  format_in_use?: number | null;
+}
+
 /** An RFC 9457 problem document, as every refusal carries. */
 export interface Problem {
   type: string;
@@ -151,6 +181,16 @@ export class Gateway {
   /** Every sale (admin token). */
   sales(signal: AbortSignal) {
     return this.request<{ sales: Sale[] }>("GET", "/seckill", signal);
+  }
+
+  /** Every live instance on this Redis, oldest first (admin token). */
+  instances(signal: AbortSignal) {
+    return this.request<InstanceList>("GET", "/admin/instances", signal);
+  }
+
+  /** The answering instance's version and data formats, and the format in use (no token needed). */
+  version(signal: AbortSignal) {
+    return this.request<GatewayVersion>("GET", "/version", signal);
   }
 
   /** Whether the gateway answers at all (`GET /healthz`); the answer itself says nothing more. */

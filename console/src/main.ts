@@ -2,11 +2,12 @@
  * The lockgate console: the page the gateway serves at `/console`.
  *
  * It reads only the gateway's public HTTP API, from the origin it was
- * served from, so it works offline and behind nginx alike. Three views,
+ * served from, so it works offline and behind nginx alike. Four views,
  * chosen by the URL's fragment (the gateway serves one page):
  *   #/locks[?prefix=P]  the held locks (views/lock-list.ts)
  *   #/locks/<key>       one lock, its events, revocation (views/lock-page.ts)
  *   #/sales             the flash sales (views/sales.ts)
+ *   #/instances         the data format in use, the live instances (views/instances.ts)
  */
 
 import "./styles.css";
@@ -17,12 +18,13 @@ import * as format from "./format";
 import { Gateway } from "./gateway";
 import { Backoff, Link, type LinkState, sleep } from "./link";
 import { ServerClock } from "./server-clock";
+import { instancesView } from "./views/instances";
 import { lockListView } from "./views/lock-list";
 import { lockPageView } from "./views/lock-page";
 import { salesView } from "./views/sales";
 
 interface Route {
-  name: "locks" | "lock" | "sales";
+  name: "locks" | "lock" | "sales" | "instances";
   view: View;
   title: string;
 }
@@ -31,6 +33,7 @@ interface Route {
 function route(hash: string): Route {
   const [path = "", query = ""] = hash.replace(/^#/, "").split("?");
   if (path === "/sales") return { name: "sales", view: salesView, title: "Sales" };
+  if (path === "/instances") return { name: "instances", view: instancesView, title: "Instances" };
   const lock = /^\/locks\/(.+)$/.exec(path);
   if (lock?.[1]) {
     const key = decodeURIComponent(lock[1]);
@@ -50,6 +53,7 @@ function start(app: HTMLElement): void {
     { class: "views", "aria-label": "Views" },
     h("a", { href: "#/locks", "data-view": "locks" }, icon(ICONS.lock), "Locks"),
     h("a", { href: "#/sales", "data-view": "sales" }, icon(ICONS.sale), "Sales"),
+    h("a", { href: "#/instances", "data-view": "instances" }, icon(ICONS.server), "Instances"),
   );
   const status = linkStatus(link);
   const main = h("main", { id: "main" });

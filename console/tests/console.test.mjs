@@ -2,8 +2,9 @@
 // HTTP shows up and goes, waiters show in order, revoking one holder from the
 // page ends that hold only, a session's lock shows its session and, once the
 // session expires, its lock-delay counting down, a bought-out sale charts its stock to 0 with its
-// refusals counted, the page rides out a gateway restart, and the admin
-// token opens what needs it. Every view is checked with axe and saved as a
+// refusals counted, two gateways on one Redis are listed as the fleet's
+// instances, the page rides out a gateway restart, and the admin token opens
+// what needs it. Every view is checked with axe and saved as a
 // screenshot at 1280x800 and 390x844; no page may log an error it did not
 // provoke, nor ask any origin but the gateway's.
 
@@ -327,6 +328,42 @@ describe("the console", () => {
     await stockSeries.check();
 
     await inspectAtBothSizes(page, "sales", assert, () => page.waitForTimeout(600));
+  });
+
+  test("the instances view shows the format in use and, with the admin token, both gateways on one Redis", async () => {
+    const second = await Lockgate.start(redis, { adminToken: ADMIN_TOKEN });
+    try {
+      const ids = [gateway, second].map((one) => `console-test-${one.port}`);
+      const page = await open("#/instances", { on: second, expectedErrors: [FAILED_REQUEST] });
+      await page.getByRole("heading", { level: 1, name: "Instances" }).waitFor();
+      // /version needs no token: the version and the format in use show at once.
+      await page.locator('[data-figure="version"]').getByText("0.2.0", { exact: true }).waitFor();
+      await page.locator('[data-figure="format-in-use"]').getByText("format 1", { exact: true }).waitFor();
+      await page.locator('[data-figure="answered-by"]').getByText(ids[1], { exact: true }).waitFor();
+      await page.getByText("enter the admin token at the top of the page to see it").waitFor();
+      assert.equal(await page.getByRole("table").count(), 0, "no list without the token");
+
+      await typeAdminToken(page, "not-the-token");
+      await page.getByText("403 Forbidden").waitFor();
+      await page.getByRole("button", { name: "Forget" }).click();
+
+      await typeAdminToken(page, ADMIN_TOKEN);
+      const table = page.getByRole("table", { name: "Live instances, oldest first" });
+      for (const id of ids) {
+        const row = table.getByRole("row").filter({ has: page.getByRole("rowheader", { name: id, exact: true }) });
+        await row.waitFor({ timeout: 5000 });
+        assert.equal(await row.locator('[data-field="version"]').textContent(), "0.2.0");
+        assert.equal(await row.locator('[data-field="reads"]').textContent(), "1");
+        assert.equal(await row.locator('[data-field="writes"]').textContent(), "1");
+        assert.match(await row.locator('[data-field="started"]').textContent(), /^(just now|\d+ s ago|\d+ min \d\d s ago) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/);
+      }
+      assert.equal(await page.locator(`[data-instance="${ids[1]}"] [data-field="address"]`).textContent(), `127.0.0.1:${second.port}`);
+      assert.equal(await page.locator(".problem").count(), 0);
+      await inspectAtBothSizes(page, "instances", assert);
+    } finally {
+      await closePages();
+      await second.stop();
+    }
   });
 
   test("a page that loses the gateway says so and recovers by itself when it is back", async () => {

@@ -11,6 +11,7 @@ const lockState = await importSource("src/views/lock-state");
 const { describeEvent } = await importSource("src/views/lock-timeline");
 const paging = await importSource("src/views/lock-list-state");
 const { SaleHistory, wasReset } = await importSource("src/sale-history");
+const instanceText = await importSource("src/views/instance-text");
 
 const lease = (fencing_token, over = {}) => ({
   fencing_token,
@@ -262,5 +263,31 @@ describe("SaleHistory", () => {
     assert.ok(history.times.length <= 21 && history.times.length >= 20, String(history.times.length));
     assert.equal(history.times[0], 20);
     for (const series of history.chartData()) assert.equal(series.length, history.times.length);
+  });
+});
+
+describe("an instance's sentences", () => {
+  const { formatInUseText, formatsText, readsText, startedAgoText, utcText } = instanceText;
+
+  test("name the formats a build reads and the highest it writes", () => {
+    assert.equal(formatsText({ reads: [1], writes: 1 }), "reads 1, writes 1");
+    assert.equal(formatsText({ reads: [1, 2], writes: 2 }), "reads 1, 2, writes 2");
+    assert.equal(readsText({ reads: [], writes: 0 }), "none");
+  });
+
+  test("say when the format in use is not known yet", () => {
+    assert.equal(formatInUseText(1), "format 1");
+    assert.equal(formatInUseText(0), "format 0");
+    assert.match(formatInUseText(null), /^not read yet/);
+    assert.match(formatInUseText(undefined), /^not read yet/);
+  });
+
+  test("read a start as time ago, and one ahead of this clock as just now", () => {
+    const start = Date.UTC(2025, 4, 4, 17, 31, 7, 268);
+    assert.equal(startedAgoText(start, start + 14_900), "14 s ago");
+    assert.equal(startedAgoText(start, start + 245_000), "4 min 05 s ago");
+    assert.equal(startedAgoText(start, start + 300), "just now");
+    assert.equal(startedAgoText(start, start - 2_000), "just now");
+    assert.equal(utcText(start), "2025-05-04 17:31:07 UTC");
   });
 });
