@@ -17,13 +17,18 @@ if ! "$CARGO" deb --version >/dev/null 2>&1; then
   "$CARGO" install --locked cargo-deb >&2
 fi
 
-"$CARGO" build --release --locked --bin lockgate --example generate-docs >&2
 target_dir="$("$CARGO" metadata --format-version 1 --no-deps --locked \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 
+# The example first, the binary last: an example also unifies the
+# dev-dependencies' features into the library, so the two are built apart
+# and the package holds the binary `cargo build --release` makes (as
+# scripts/build-image.sh does), not a build with test features.
+"$CARGO" build --release --locked --example generate-docs >&2
 rm -rf packaging/generated
 "$target_dir/release/examples/generate-docs" packaging/generated
 python3 packaging/debian-docs.py packaging/generated
+"$CARGO" build --release --locked --bin lockgate >&2
 
 "$CARGO" deb --no-build --locked --output "$target_dir/debian" >&2
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)"
