@@ -23,6 +23,8 @@
 #   make bench        the benchmarks behind docs/performance.md
 #   make anchors      lockgate beside etcd, ZooKeeper + Curator, redlock and
 #                     python-redis-lock, one node each (a few minutes)
+#   make package      the Debian package and the container image;
+#                     make package-test tests both (root)
 #   make openapi      regenerate openapi/openapi.json from the code
 #   make upgrade      the previous release beside this one: every mix of three
 #                     on one Redis and on a Cluster, then a rolling upgrade and
@@ -31,7 +33,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint script-tests unit model-check model conformance cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
+.PHONY: package package-deb package-test run test lint script-tests unit model-check model conformance cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis sqlite curl
@@ -53,6 +55,7 @@ test:
 	MAKE="$(MAKE)" ./scripts/stage.sh clients 15
 	MAKE="$(MAKE)" ./scripts/stage.sh console 6
 	MAKE="$(MAKE)" ./scripts/stage.sh docs 5
+	MAKE="$(MAKE)" ./scripts/stage.sh package-deb 10
 	MAKE="$(MAKE)" ./scripts/stage.sh e2e 6
 	MAKE="$(MAKE)" ./scripts/stage.sh chaos-short 8
 
@@ -156,6 +159,20 @@ bench:
 # The peers are installed by scripts/ensure-anchors.sh (Debian, npm, PyPI).
 anchors:
 	./loadtest/anchors/run.sh
+
+# The Debian package (target/debian/lockgate_<version>_<arch>.deb, cargo-deb)
+# and the container image (lockgate:<version>, podman), and their tests
+# (as root: dpkg -i/-r/-P with lintian; the image's root under chroot).
+# make test runs the package's (package-deb).
+package:
+	./scripts/build-package.sh
+	./scripts/build-image.sh
+
+package-deb:
+	if [ "$$(id -u)" -eq 0 ]; then ./scripts/test-package.sh; else sudo ./scripts/test-package.sh; fi
+
+package-test: package-deb
+	if [ "$$(id -u)" -eq 0 ]; then ./scripts/test-image.sh; else sudo ./scripts/test-image.sh; fi
 
 openapi:
 	$(CARGO) run --locked --quiet -- openapi > openapi/openapi.json

@@ -35,6 +35,7 @@ say "lintian: $(grep -c '^E: ' <<<"$lintian_out" || true) errors, $(grep -c '^W:
 
 token=/etc/lockgate/admin-token
 conffile=/etc/default/lockgate
+settings=/etc/lockgate/lockgate.toml
 unit=/usr/lib/systemd/system/lockgate.service
 
 dpkg -i "$deb" >/dev/null || fail "dpkg -i exited $?"
@@ -49,6 +50,10 @@ for completion in /usr/share/bash-completion/completions/lockgate \
 done
 cmp -s "$unit" "$root/packaging/lockgate.service" || fail "$unit is not packaging/lockgate.service"
 dpkg-query -W -f='${Conffiles}\n' lockgate | grep -q "^ $conffile " || fail "$conffile is not a conffile"
+dpkg-query -W -f='${Conffiles}\n' lockgate | grep -q "^ $settings " || fail "$settings is not a conffile"
+# Every setting is in it, commented; as installed it sets none, and checks.
+/usr/bin/lockgate config check "$settings" >/dev/null || fail "lockgate config check $settings failed"
+grep -q '^#redis_url = "redis://127.0.0.1:6379"$' "$settings" || fail "$settings does not name redis_url's default"
 [[ -f /usr/share/doc/lockgate/copyright && -f /usr/share/doc/lockgate/changelog.gz ]] || fail "no copyright or changelog"
 [[ "$(stat -c '%U %a' "$token")" == "root 600" ]] || fail "$token is $(stat -c '%U %a' "$token")"
 grep -qE '^[0-9a-f]{64}$' "$token" || fail "$token is not 32 random bytes in hex"
@@ -60,10 +65,10 @@ dpkg -i "$deb" >/dev/null || fail "dpkg -i (again, an upgrade) exited $?"
 
 dpkg -r lockgate >/dev/null || fail "dpkg -r exited $?"
 [[ ! -e /usr/bin/lockgate ]] || fail "dpkg -r left /usr/bin/lockgate"
-[[ -f "$conffile" && -f "$token" ]] || fail "dpkg -r removed the conffile or the token"
+[[ -f "$conffile" && -f "$settings" && -f "$token" ]] || fail "dpkg -r removed a conffile or the token"
 
 dpkg -P lockgate >/dev/null || fail "dpkg -P exited $?"
-[[ ! -e "$conffile" && ! -e "$token" && ! -e /etc/lockgate ]] || fail "dpkg -P left $conffile or $token"
+[[ ! -e "$conffile" && ! -e "$settings" && ! -e "$token" && ! -e /etc/lockgate ]] || fail "dpkg -P left $conffile, $settings or $token"
 [[ ! -e /etc/systemd/system/lockgate.service ]] || fail "dpkg -P left a mask of lockgate.service"
 trap - EXIT
 say "ok: lintian, dpkg -i, upgrade, dpkg -r, dpkg -P in $((SECONDS - started)) s"

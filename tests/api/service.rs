@@ -170,7 +170,9 @@ fn the_shipped_unit_verifies_and_is_confined_to_an_exposure_of_at_most_1_2() {
     let dir = tempfile::tempdir().unwrap();
     let unit = dir.path().join("lockgate.service");
     let text = std::fs::read_to_string(UNIT).unwrap();
-    assert!(text.contains("ExecStart=/usr/bin/lockgate serve"));
+    assert!(
+        text.contains("ExecStart=/usr/bin/lockgate serve --config /etc/lockgate/lockgate.toml")
+    );
     std::fs::write(
         &unit,
         text.replace("/usr/bin/lockgate", env!("CARGO_BIN_EXE_lockgate")),
