@@ -277,6 +277,12 @@ pub struct Metrics {
     now: NowGauges,
     handoff: Handoff,
     build: Family<BuildLabels, Gauge>,
+    /// Whether the last SIGHUP reload took (1) or was refused (0); 1
+    /// before any.
+    reload_success: Gauge,
+    /// When the last reload that took was, in Unix seconds (the start's
+    /// reading before any).
+    reload_success_at: Gauge,
     instances: Family<VersionLabel, Gauge>,
 }
 
@@ -301,7 +307,11 @@ impl Default for Metrics {
             handoff: Handoff::default(),
             build: Family::default(),
             instances: Family::default(),
+            reload_success: Gauge::default(),
+            reload_success_at: Gauge::default(),
         };
+        metrics.reload_success.set(1);
+        metrics.reload_success_at.set(unix_seconds());
         metrics.registered()
     }
 }
@@ -329,6 +339,24 @@ impl Metrics {
             "Live instances of the fleet on this Redis (key prefix), by version, as this instance last read its record",
             self.instances.clone(),
         );
+        r.register(
+            "lockgate_config_last_reload_success",
+            "Whether the last SIGHUP reload took (1) or was refused, the settings in force unchanged (0)",
+            self.reload_success.clone(),
+        );
+        r.register(
+            "lockgate_config_last_reload_success_timestamp_seconds",
+            "When the last SIGHUP reload that took was (the start, before any), in Unix seconds",
+            self.reload_success_at.clone(),
+        );
+    }
+
+    /// A SIGHUP reload took (`ok`), or was refused and changed nothing.
+    pub fn reloaded(&self, ok: bool) {
+        self.reload_success.set(i64::from(ok));
+        if ok {
+            self.reload_success_at.set(unix_seconds());
+        }
     }
 
     /// This build's version and formats (`lockgate_build_info`).
@@ -618,6 +646,15 @@ fn sku_label(sku: &str) -> SkuLabel {
     SkuLabel {
         sku: sku.to_owned(),
     }
+}
+
+/// Now, in whole Unix seconds.
+fn unix_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        })
 }
 
 #[cfg(test)]

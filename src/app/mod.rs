@@ -76,43 +76,66 @@ impl StartError {
     }
 }
 
-/// What SIGHUP reads again: the permissions file and the TLS files.
+/// What SIGHUP reads again: the settings file (checked: a bad one refuses
+/// the reload), the permissions file and the TLS files. All of them or
+/// none: each is read and checked before any is put in force.
 struct Reloadable {
     config: Config,
     permissions: Permissions,
     tls: Option<TlsSettings>,
+    metrics: Arc<Metrics>,
 }
 
 impl Reloadable {
-    /// Reads every file again; one that does not parse leaves the one in
-    /// force as it is, with an error in the log.
+    /// Reads every file again and puts them in force together; if one does
+    /// not read or parse, none is, the error is logged, and
+    /// `lockgate_config_last_reload_success` says 0.
     fn reload(&self) {
-        if let Some(path) = &self.config.acl_file {
-            match Acl::load(path) {
-                Ok(acl) => {
+        match self.read() {
+            Ok((acl, tls_config)) => {
+                let principals = acl.map(|acl| {
                     let principals = acl.principals();
                     self.permissions.replace(acl);
-                    tracing::info!(principals, "permissions file reloaded");
-                    http::audit("operator", "reload-permissions", "-", "reloaded");
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "permissions file not reloaded; the old one stays in force");
-                    http::audit("operator", "reload-permissions", "-", "refused");
-                }
-            }
-        }
-        if let (Some(tls), Some(files)) = (&self.tls, self.config.tls_files()) {
-            match tls::server_config(&files) {
-                Ok(config) => {
+                    principals
+                });
+                if let (Some(tls), Some(config)) = (&self.tls, tls_config) {
                     tls.replace(config);
-                    tracing::info!("TLS certificate, key and client CA reloaded");
                 }
-                Err(err) => tracing::error!(
-                    error = %err,
-                    "TLS files not reloaded; the old ones stay in force"
-                ),
+                self.metrics.reloaded(true);
+                tracing::info!(
+                    principals,
+                    tls = self.tls.is_some(),
+                    "reloaded: the settings file checked, the permissions and TLS files in force"
+                );
+                http::audit("operator", "reload", "-", "reloaded");
+            }
+            Err(err) => {
+                self.metrics.reloaded(false);
+                tracing::error!(error = %err, "not reloaded: the settings in force are unchanged");
+                http::audit("operator", "reload", "-", "refused");
             }
         }
+    }
+
+    /// Every file of a reload, read and checked, nothing changed yet.
+    fn read(&self) -> Result<(Option<Acl>, Option<Arc<rustls::ServerConfig>>), String> {
+        if let Some(file) = &self.config.config {
+            crate::config_file::check(file).map_err(|err| err.to_string())?;
+        }
+        let acl = self
+            .config
+            .acl_file
+            .as_deref()
+            .map(Acl::load)
+            .transpose()
+            .map_err(|err| format!("the permissions file: {err}"))?;
+        let tls = match (&self.tls, self.config.tls_files()) {
+            (Some(_), Some(files)) => {
+                Some(tls::server_config(&files).map_err(|err| format!("the TLS files: {err}"))?)
+            }
+            _ => None,
+        };
+        Ok((acl, tls))
     }
 
     /// Reloads on every SIGHUP until `stopping`.
@@ -237,6 +260,7 @@ impl Gateway {
                 config: config.clone(),
                 permissions,
                 tls,
+                metrics: metrics.clone(),
             },
         })
     }

@@ -201,3 +201,65 @@ fn the_shipped_unit_verifies_and_is_confined_to_an_exposure_of_at_most_1_2() {
         .expect(overall);
     assert!(level <= 1.2, "{overall}");
 }
+
+/// SIGHUP puts the files in force together or not at all, and says which
+/// in two series: `lockgate_config_last_reload_success` and its timestamp.
+#[tokio::test]
+async fn a_reload_that_is_refused_changes_nothing_and_the_metrics_say_so() {
+    let redis = RedisServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("lockgate.toml");
+    std::fs::write(&settings, "max_ttl_ms = 60000\n").unwrap();
+    let gateway =
+        GatewayProcess::spawn(&redis, &["--config", settings.to_str().unwrap()], &[]).await;
+    let series = |name: &'static str| {
+        let gateway = &gateway;
+        async move {
+            let text = gateway
+                .http
+                .get(gateway.url("/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.lines()
+                .find_map(|line| line.strip_prefix(&format!("{name} ")).map(str::to_owned))
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+        }
+    };
+    assert_eq!(series("lockgate_config_last_reload_success").await, "1");
+    let started: i64 = series("lockgate_config_last_reload_success_timestamp_seconds")
+        .await
+        .parse()
+        .unwrap();
+
+    // A settings file that no longer checks: refused, nothing changes.
+    std::fs::write(&settings, "max_ttl_ms = \"soon\"\n").unwrap();
+    send_signal(gateway.child.id(), "-HUP");
+    let refused = crate::helpers::eventually(Duration::from_secs(5), || async {
+        series("lockgate_config_last_reload_success").await == "0"
+    })
+    .await;
+    assert!(refused, "{}", gateway.logs());
+    assert!(
+        gateway.logs().contains("not reloaded"),
+        "{}",
+        gateway.logs()
+    );
+
+    std::fs::write(&settings, "max_ttl_ms = 60000\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    send_signal(gateway.child.id(), "-HUP");
+    let took = crate::helpers::eventually(Duration::from_secs(5), || async {
+        series("lockgate_config_last_reload_success").await == "1"
+    })
+    .await;
+    assert!(took, "{}", gateway.logs());
+    let at: i64 = series("lockgate_config_last_reload_success_timestamp_seconds")
+        .await
+        .parse()
+        .unwrap();
+    assert!(at > started, "{at} after {started}");
+}
