@@ -263,3 +263,78 @@ async fn a_reload_that_is_refused_changes_nothing_and_the_metrics_say_so() {
         .unwrap();
     assert!(at > started, "{at} after {started}");
 }
+
+/// Requests in flight while SIGHUP reloads, again and again, all complete:
+/// a reload swaps what new requests read, and stops nothing.
+#[tokio::test]
+async fn requests_under_load_all_complete_across_reloads() {
+    let redis = RedisServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join("lockgate.toml");
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(
+        &acl,
+        // The principal of the API key "k" (`echo -n k | lockgate acl hash`).
+        "[principals.loader]\napi_key_sha256 = \"8254c329a92850f6d539dd376f4816ee2764517da5e0235514af433164480d7a\"\nrules = [{ prefix = \"reload-\", allow = [\"lock\", \"read\"] }]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &settings,
+        format!("acl_file = {:?}\n", acl.to_str().unwrap()),
+    )
+    .unwrap();
+    let gateway =
+        GatewayProcess::spawn(&redis, &["--config", settings.to_str().unwrap()], &[]).await;
+    let pid = gateway.child.id();
+    let reloading = tokio::spawn(async move {
+        for _ in 0..20 {
+            send_signal(pid, "-HUP");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut clients = Vec::new();
+    for client in 0..8 {
+        let http = gateway.http.clone();
+        let url = gateway.url("/locks");
+        clients.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for cycle in 0..40 {
+                let key = format!("reload-{client}-{cycle}");
+                let granted = http
+                    .post(&url)
+                    .bearer_auth("k")
+                    .json(&serde_json::json!({"key": key, "ttl_ms": 5000}))
+                    .send()
+                    .await
+                    .unwrap();
+                answers.push(granted.status().as_u16());
+                let body: serde_json::Value = granted.json().await.unwrap_or_default();
+                if let Some(token) = body["token"].as_str() {
+                    let released = http
+                        .delete(format!("{url}/{key}"))
+                        .bearer_auth("k")
+                        .header("Lock-Token", token)
+                        .send()
+                        .await
+                        .unwrap();
+                    answers.push(released.status().as_u16());
+                }
+            }
+            answers
+        }));
+    }
+    reloading.await.unwrap();
+    for client in clients {
+        let answers = client.await.unwrap();
+        assert_eq!(answers.len(), 80, "{answers:?}");
+        assert!(
+            answers
+                .iter()
+                .all(|status| *status == 201 || *status == 204),
+            "{answers:?}"
+        );
+    }
+    let logs = gateway.logs();
+    assert!(logs.matches("reloaded:").count() >= 10, "{logs}");
+    assert!(!logs.contains("not reloaded"), "{logs}");
+}
