@@ -23,29 +23,6 @@
 --          [] when the field is not JSON), instances (JSON list of the live
 --          records), now_ms
 
--- A record is one this script can read: JSON with its beat's time and the
--- formats it writes. Anything else (a hand's edit, a record cut short) is
--- dropped as a stale one is, so that one bad field cannot stop every beat.
-local function readable(text)
-  local ok, fields = pcall(cjson.decode, text)
-  if not ok or type(fields) ~= 'table' or type(fields.seen_at_ms) ~= 'number'
-      or type(fields.writes) ~= 'table' or type(fields.writes[1]) ~= 'number'
-      or type(fields.writes[2]) ~= 'number' then
-    return nil
-  end
-  return fields
-end
-
--- The format in use: 1 to 999999999, written as digits alone; 0 for
--- anything else in the field, a format no build writes (so no instance
--- runs a script on it until an operator sets one).
-local function format_of(text)
-  if text and string.match(text, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?$') then
-    return tonumber(text)
-  end
-  return 0
-end
-
 local meta = KEYS[1]
 local instance, record, stale_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local first_format, first_by = string.match(ARGV[4], '^(%d+) (.*)$')
@@ -68,7 +45,7 @@ local all = redis.call('HGETALL', meta)
 local live = {}
 for i = 1, #all, 2 do
   if string.sub(all[i], 1, 2) == 'i:' then
-    local fields = readable(all[i + 1])
+    local fields = fleet_record(all[i + 1])
     if not fields or fields.seen_at_ms + stale_ms < now then
       redis.call('HDEL', meta, all[i])
     else
@@ -81,5 +58,5 @@ local migrations = state[2] or '[]'
 if not pcall(cjson.decode, migrations) then
   migrations = '[]'
 end
-return {'fleet', 'format', format_of(state[1]), 'migrations', migrations,
+return {'fleet', 'format', fleet_format(state[1]), 'migrations', migrations,
   'instances', '[' .. table.concat(live, ',') .. ']', 'now_ms', now}

@@ -2,7 +2,7 @@
 -- only when every live instance can write the new one, and records the
 -- change; every instance is told on the channel <prefix>meta.
 --
--- KEYS[1]  meta  <prefix>meta (see fleet_beat.lua)
+-- KEYS[1]  meta  <prefix>meta (see fleet_beat.lua), read through lib/fleet.lua
 -- ARGV[1]  the format to change to
 -- ARGV[2]  the format it must be now, or '' for any (a change decided on
 --          what was read before)
@@ -19,25 +19,6 @@
 --   refused  a live instance cannot write it: instance (its id), writes
 --            (`<min>..<max>`), version
 
--- As fleet_beat.lua reads them: a record that is not one is no live
--- instance, a field that is no format is format 0.
-local function readable(text)
-  local ok, fields = pcall(cjson.decode, text)
-  if not ok or type(fields) ~= 'table' or type(fields.seen_at_ms) ~= 'number'
-      or type(fields.writes) ~= 'table' or type(fields.writes[1]) ~= 'number'
-      or type(fields.writes[2]) ~= 'number' then
-    return nil
-  end
-  return fields
-end
-
-local function format_of(text)
-  if text and string.match(text, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?$') then
-    return tonumber(text)
-  end
-  return 0
-end
-
 -- The migrations kept: the last ones, so that beats read a bounded field.
 local KEPT = 100
 
@@ -47,7 +28,7 @@ local by, how = ARGV[4], ARGV[5]
 local seconds, micros = unpack(redis.call('TIME'))
 local now = tonumber(seconds) * 1000 + math.floor(tonumber(micros) / 1000)
 
-local current = format_of(redis.call('HGET', meta, 'format') or '1')
+local current = fleet_format(redis.call('HGET', meta, 'format') or '1')
 if current == target then
   return {'same', 'format', current}
 end
@@ -57,7 +38,7 @@ end
 local all = redis.call('HGETALL', meta)
 for i = 1, #all, 2 do
   if string.sub(all[i], 1, 2) == 'i:' then
-    local fields = readable(all[i + 1])
+    local fields = fleet_record(all[i + 1])
     if fields and fields.seen_at_ms + stale_ms >= now
         and (target < fields.writes[1] or target > fields.writes[2]) then
       return {'refused', 'instance', fields.id, 'version', fields.version,

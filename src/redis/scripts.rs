@@ -103,6 +103,7 @@ const LIBRARIES: &str = concat!(
     include_str!("../../lua/lib/holders.lua"),
     include_str!("../../lua/lib/modes.lua"),
     include_str!("../../lua/lib/queue.lua"),
+    include_str!("../../lua/lib/fleet.lua"),
 );
 
 /// One script, as a function of the library.
