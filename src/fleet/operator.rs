@@ -32,10 +32,13 @@ pub async fn status(conn: &mut Connection, prefix: &str) -> Result<Status, Backe
         (fleet::FIRST_FORMAT, "lockgate format status"),
     )
     .await?;
+    // This build's own library is named: the command loaded it itself to
+    // read the record, and it is the same as its instances'.
+    let own = crate::redis::library().0;
     let unnamed = fleet::libraries(conn)
         .await?
         .into_iter()
-        .filter(|library| !fleet.instances.iter().any(|i| &i.library == library))
+        .filter(|library| library != own && !fleet.instances.iter().any(|i| &i.library == library))
         .collect();
     Ok(Status { fleet, unnamed })
 }

@@ -480,3 +480,20 @@ async fn set_format_text(redis: &RedisServer, text: &str) {
         .await
         .unwrap();
 }
+
+/// `format status` on a Redis no gateway serves: the library the command
+/// loaded itself to read the record is not taken for an older release's
+/// (which would hold a raise back).
+#[tokio::test]
+async fn format_status_does_not_count_its_own_library_as_unnamed() {
+    let redis = RedisServer::start().await;
+    let status = lockgate(&redis, &["format", "status", "--json"]);
+    assert!(status.status.success(), "{status:?}");
+    let document: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(document["instances"], json!([]));
+    assert_eq!(document["unnamed_libraries"], json!([]), "{document}");
+    assert!(
+        !libraries_on(&primaries(&redis)[0]).await.is_empty(),
+        "no library loaded?"
+    );
+}
