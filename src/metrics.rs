@@ -132,6 +132,13 @@ struct BuildLabels {
     format_writes: String,
 }
 
+/// Which certificate of the gateway's: `listener` (its HTTPS
+/// certificate) or `redis_client` (the one it shows Redis).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertificateLabel {
+    certificate: &'static str,
+}
+
 /// The instances of the fleet running one version.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
@@ -157,6 +164,17 @@ pub enum LockOutcome {
 }
 
 impl LockOutcome {
+    const ALL: [Self; 8] = [
+        Self::Acquired,
+        Self::Reentered,
+        Self::Conflict,
+        Self::Waited,
+        Self::Released,
+        Self::ExpiredOnExtend,
+        Self::Revoked,
+        Self::Queued,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             Self::Acquired => "acquired",
@@ -184,6 +202,8 @@ pub enum RenewalOutcome {
 }
 
 impl RenewalOutcome {
+    const ALL: [Self; 3] = [Self::Renewed, Self::Failed, Self::Lost];
+
     fn label(self) -> &'static str {
         match self {
             Self::Renewed => "renewed",
@@ -204,6 +224,8 @@ pub enum SessionOutcome {
 }
 
 impl SessionOutcome {
+    const ALL: [Self; 3] = [Self::Opened, Self::Expired, Self::Deleted];
+
     fn label(self) -> &'static str {
         match self {
             Self::Opened => "opened",
@@ -284,7 +306,18 @@ pub struct Metrics {
     /// reading before any).
     reload_success_at: Gauge,
     instances: Family<VersionLabel, Gauge>,
+    /// Whether the last fleet beat reached Redis (1) or not (0).
+    redis_up: Gauge,
+    /// Whether `/readyz` would say ready, as of the last fleet beat.
+    ready: Gauge,
+    /// The most requests that may wait here at once (`--max-waiters`).
+    waiters_limit: Gauge,
+    /// When each certificate the gateway presents stops being valid.
+    certificate_expiry: Family<CertificateLabel, Gauge>,
 }
+
+/// The kinds `lockgate_redis_errors_total` counts by.
+const REDIS_ERROR_KINDS: [&str; 4] = ["connection", "timeout", "server", "pool"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -309,14 +342,48 @@ impl Default for Metrics {
             instances: Family::default(),
             reload_success: Gauge::default(),
             reload_success_at: Gauge::default(),
+            redis_up: Gauge::default(),
+            ready: Gauge::default(),
+            waiters_limit: Gauge::default(),
+            certificate_expiry: Family::default(),
         };
         metrics.reload_success.set(1);
         metrics.reload_success_at.set(unix_seconds());
+        metrics.start_at_zero();
         metrics.registered()
     }
 }
 
 impl Metrics {
+    /// Makes the series of every known label value, at zero: a rate or
+    /// an alert on one then has data before the first event, and an
+    /// increase from nothing to one is seen as one.
+    fn start_at_zero(&self) {
+        for outcome in LockOutcome::ALL {
+            let outcome = outcome.label();
+            self.lock_outcomes
+                .get_or_create(&OutcomeLabel { outcome })
+                .inc_by(0);
+        }
+        for outcome in RenewalOutcome::ALL {
+            let outcome = outcome.label();
+            self.renewals
+                .get_or_create(&OutcomeLabel { outcome })
+                .inc_by(0);
+        }
+        for outcome in SessionOutcome::ALL {
+            let outcome = outcome.label();
+            self.sessions
+                .get_or_create(&OutcomeLabel { outcome })
+                .inc_by(0);
+        }
+        for kind in REDIS_ERROR_KINDS {
+            self.redis_errors
+                .get_or_create(&KindLabel { kind })
+                .inc_by(0);
+        }
+    }
+
     /// Registers every series under its name and help (the registry keeps
     /// handles to the same atomics the methods below count with).
     fn registered(mut self) -> Self {
@@ -349,6 +416,43 @@ impl Metrics {
             "When the last SIGHUP reload that took was (the start, before any), in Unix seconds",
             self.reload_success_at.clone(),
         );
+        r.register(
+            "lockgate_redis_up",
+            "Whether this instance's last fleet beat (every 2 s) reached Redis (1) or not (0)",
+            self.redis_up.clone(),
+        );
+        r.register(
+            "lockgate_ready",
+            "Whether /readyz would answer 200, as of the last fleet beat: Redis answers and the data format in use is one this build writes",
+            self.ready.clone(),
+        );
+        r.register(
+            "lockgate_tls_certificate_expiry_timestamp_seconds",
+            "When a certificate the gateway presents stops being valid (its notAfter), in Unix seconds, by certificate (listener, redis_client)",
+            self.certificate_expiry.clone(),
+        );
+    }
+
+    /// A fleet beat: whether it reached Redis, and whether the instance
+    /// would say ready (Redis answers and the format in use is one it
+    /// writes).
+    pub fn beat(&self, redis_up: bool, ready: bool) {
+        self.redis_up.set(i64::from(redis_up));
+        self.ready.set(i64::from(redis_up && ready));
+    }
+
+    /// The most requests that may wait for a lock here at once.
+    pub fn waiters_limit(&self, limit: usize) {
+        self.waiters_limit
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
+
+    /// When a certificate the gateway presents stops being valid (its
+    /// notAfter), in Unix seconds: `listener` or `redis_client`.
+    pub fn certificate_expiry(&self, certificate: &'static str, not_after: i64) {
+        self.certificate_expiry
+            .get_or_create(&CertificateLabel { certificate })
+            .set(not_after);
     }
 
     /// A SIGHUP reload took (`ok`), or was refused and changed nothing.
@@ -405,6 +509,11 @@ impl Metrics {
             "lockgate_lock_waiters",
             "Requests waiting for a lock on this instance now",
             self.now.waiters.clone(),
+        );
+        r.register(
+            "lockgate_lock_waiters_limit",
+            "The most requests that may wait for a lock on this instance at once (--max-waiters)",
+            self.waiters_limit.clone(),
         );
         r.register(
             "lockgate_streamed_locks",
@@ -619,6 +728,10 @@ impl Metrics {
     /// A sale's orders not yet stored, and how old the oldest is.
     pub fn handoff_gauges(&self, sku: &str, pending: u64, lag_ms: u64) {
         let sku = sku_label(sku);
+        // The sale's counters exist from its first report, at zero.
+        self.handoff.stored.get_or_create(&sku).inc_by(0);
+        self.handoff.dead_lettered.get_or_create(&sku).inc_by(0);
+        self.handoff.lost.get_or_create(&sku).inc_by(0);
         let pending = i64::try_from(pending).unwrap_or(i64::MAX);
         self.handoff.pending.get_or_create(&sku).set(pending);
         self.handoff
@@ -709,6 +822,26 @@ mod tests {
         assert!(text.contains(
             "lockgate_http_request_duration_seconds_count{route=\"/locks\",method=\"POST\",status=\"201\"} 1\n"
         ));
+    }
+
+    #[test]
+    fn every_known_outcome_and_error_kind_starts_at_zero() {
+        let text = Metrics::default().render(Gauges::default());
+        for series in [
+            "lockgate_lock_outcomes_total{outcome=\"waited\"} 0\n",
+            "lockgate_stream_renewals_total{outcome=\"lost\"} 0\n",
+            "lockgate_sessions_total{outcome=\"expired\"} 0\n",
+            "lockgate_redis_errors_total{kind=\"timeout\"} 0\n",
+        ] {
+            assert!(text.contains(series), "{series} missing from {text}");
+        }
+        let metrics = Metrics::default();
+        metrics.handoff_gauges("phone", 0, 0);
+        let text = metrics.render(Gauges::default());
+        assert!(
+            text.contains("lockgate_orders_dead_letters_total{sku=\"phone\"} 0\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -35,6 +35,15 @@ pub fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'
     Ok(certificates)
 }
 
+/// When the first certificate of a PEM file (the gateway's own, before
+/// its chain) stops being valid: its notAfter, in Unix seconds.
+pub fn not_after(path: &Path, what: &str) -> Result<i64, String> {
+    let certificates = read_certificates(path, what)?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&certificates[0])
+        .map_err(|err| format!("the {what} {} does not parse: {err}", path.display()))?;
+    Ok(parsed.validity().not_after.timestamp())
+}
+
 /// The private key of a PEM file.
 pub fn read_private_key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
     std::fs::metadata(path)

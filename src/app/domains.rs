@@ -35,6 +35,7 @@ impl Domains {
         stored: Option<OrderStore>,
     ) -> Self {
         let waiting = Waiting::new(subscriber.clone(), instance_id, config.max_waiters);
+        metrics.waiters_limit(config.max_waiters);
         waiting.start_tending(redis.clone());
         let sessions = Sessions::new(redis.clone(), &config.redis.key_prefix, metrics.clone());
         sessions.start_sweeping();

@@ -100,6 +100,7 @@ impl Reloadable {
                 });
                 if let (Some(tls), Some(config)) = (&self.tls, tls_config) {
                     tls.replace(config);
+                    note_certificates(&self.config, &self.metrics);
                 }
                 self.metrics.reloaded(true);
                 tracing::info!(
@@ -155,6 +156,23 @@ impl Reloadable {
     }
 }
 
+/// When the certificates the gateway presents (its listener's, the one it
+/// shows Redis) stop being valid, in the metrics, for the alert that warns
+/// before they do.
+fn note_certificates(config: &Config, metrics: &Metrics) {
+    let listener = config.tls_files().map(|files| files.cert);
+    let redis_client = config.redis.redis_tls_cert.as_deref();
+    for (certificate, path) in [("listener", listener), ("redis_client", redis_client)] {
+        let Some(path) = path else { continue };
+        match tls::not_after(path, "TLS certificate") {
+            Ok(not_after) => metrics.certificate_expiry(certificate, not_after),
+            Err(err) => {
+                tracing::warn!(error = %err, certificate, "cannot read when a certificate expires")
+            }
+        }
+    }
+}
+
 /// A bound, ready-to-serve gateway instance.
 pub struct Gateway {
     listener: TcpListener,
@@ -195,6 +213,7 @@ impl Gateway {
             .transpose()
             .map_err(StartError::Config)?;
         let metrics = Arc::new(Metrics::default());
+        note_certificates(config, &metrics);
         let redis = connect_redis(config, &metrics).await?;
         let (listener, addr) = listen(config).await?;
         let instance_id = config.instance_id(addr);

@@ -250,9 +250,18 @@ impl Fleet {
         }
     }
 
-    /// One beat: the record renewed, the fleet read, the versions counted,
-    /// a change of the format logged.
+    /// One beat, and what it says of Redis and readiness in the metrics.
     async fn beat(&self) -> Result<(), BackendError> {
+        let beaten = self.renew_and_read().await;
+        self.0
+            .metrics
+            .beat(beaten.is_ok(), self.unwritable().is_none());
+        beaten
+    }
+
+    /// The record renewed, the fleet read, the versions counted, a change
+    /// of the format logged.
+    async fn renew_and_read(&self) -> Result<(), BackendError> {
         let mut conn = self.0.redis.connection().await?;
         let before = self.0.gate.format_in_use();
         let state = self.0.gate.beat(&mut conn).await?;

@@ -2,6 +2,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
@@ -242,4 +243,88 @@ async fn lockgate_run_over_tls_with_a_client_certificate() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "{out:?}");
+}
+
+/// The certificate's notAfter, as openssl reads it, in Unix seconds.
+fn not_after(pem: &Path) -> i64 {
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-enddate", "-in"])
+        .arg(pem)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let date = text.trim().strip_prefix("notAfter=").unwrap().to_owned();
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", &date, "+%s"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_listeners_certificate_expiry_is_a_metric_that_follows_a_reload() {
+    let redis = RedisServer::start_single().await;
+    let dir = TempDir::new().unwrap();
+    let certs = dir.path().join("certs");
+    let make = |days: &str| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-certs.sh");
+        let out = std::process::Command::new(script)
+            .arg(&certs)
+            .env("LOCKGATE_CERT_DAYS", days)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "make-certs.sh: {out:?}");
+    };
+    make("20");
+    let pem = |name: &str| certs.join(name).to_string_lossy().into_owned();
+    let gateway = Served::start(
+        &redis.gateway_flags(),
+        &[
+            "--tls-cert",
+            &pem("server.pem"),
+            "--tls-key",
+            &pem("server-key.pem"),
+        ],
+        dir.path(),
+    );
+    let client = tls_client(&certs, None);
+    let expiry = || async {
+        let text = client
+            .get(gateway.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(
+                    "lockgate_tls_certificate_expiry_timestamp_seconds{certificate=\"listener\"} ",
+                )
+            })
+            .map(|value| value.parse::<i64>().unwrap())
+    };
+    let first = not_after(&certs.join("server.pem"));
+    assert_eq!(expiry().await, Some(first));
+
+    // A certificate for 400 days (of the same CA) put in force by SIGHUP.
+    std::fs::remove_file(certs.join("server.pem")).unwrap();
+    std::fs::remove_file(certs.join("server-key.pem")).unwrap();
+    make("400");
+    let renewed = not_after(&certs.join("server.pem"));
+    assert!(renewed > first + 300 * 86_400);
+    send_signal(gateway.child.id(), "-HUP");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            expiry().await == Some(renewed)
+        })
+        .await,
+        "the metric still says {:?}",
+        expiry().await
+    );
 }

@@ -343,3 +343,40 @@ async fn text_logs_written_to_a_file_carry_no_colour_codes() {
     assert!(logs.contains("lockgate serving"), "{logs}");
     assert!(!logs.contains('\u{1b}'), "colour codes in the log:\n{logs}");
 }
+
+#[tokio::test]
+async fn redis_up_and_ready_follow_redis_going_away_and_coming_back() {
+    let mut redis = RedisServer::start_single().await;
+    let app = TestApp::spawn(&redis).await;
+    let gauges = |metrics: &HashMap<String, f64>| {
+        (
+            metrics.get("lockgate_redis_up").copied(),
+            metrics.get("lockgate_ready").copied(),
+        )
+    };
+    assert_eq!(gauges(&scrape(&app).await), (Some(1.0), Some(1.0)));
+    assert_eq!(
+        scrape(&app).await.get("lockgate_lock_waiters_limit"),
+        Some(&20_000.0)
+    );
+
+    redis.kill();
+    // The next fleet beat (every 2 s) finds Redis gone.
+    assert!(
+        eventually(Duration::from_secs(8), || async {
+            gauges(&scrape(&app).await) == (Some(0.0), Some(0.0))
+        })
+        .await,
+        "{:?}",
+        gauges(&scrape(&app).await)
+    );
+    redis.restart().await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            gauges(&scrape(&app).await) == (Some(1.0), Some(1.0))
+        })
+        .await,
+        "{:?}",
+        gauges(&scrape(&app).await)
+    );
+}
