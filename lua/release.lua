@@ -14,6 +14,8 @@
 --          milliseconds: a retry with the same key and token answers that
 --          again, however the lock stands now (a release answered 503 may
 --          have taken effect)
+-- ARGV[10] (optional) the release's span, as a W3C traceparent, when it is
+--          traced: told to the waiters it grants, whose spans link to it
 --
 -- Returns {code, field, value, ...}, by code:
 --   released    the holder's place is free (or granted to the next waiter);
@@ -30,6 +32,9 @@ local ctx = context(KEYS, ARGV)
 local token, all, keep = ARGV[4], ARGV[5] == 'all', tonumber(ARGV[6])
 local fence = tonumber(ARGV[7] or '')
 local idem, kept = (ARGV[8] or '') ~= '' and 'r:' .. ARGV[8], tonumber(ARGV[9] or '0')
+if (ARGV[10] or '') ~= '' then
+  ctx.cause = ARGV[10]
+end
 
 -- What a release under an Idempotency-Key did, kept in `gone` (the lock's
 -- slot): `<token> released <session>` or `<token> holds-left <holds>`.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 use axum::http::HeaderValue;
 
@@ -21,6 +21,7 @@ use crate::redis::{PoolKind, RedisSettings, Replication, Topology};
 use crate::run::RunArgs;
 use crate::seckill::{RatePolicy, SaleSettings};
 use crate::server::{ConnectionLimits, RequestLimits, RequestSettings};
+pub use crate::telemetry::LogFormat;
 use crate::tls::ServerFiles;
 
 /// lockgate: distributed locks on Redis over plain HTTP.
@@ -494,9 +495,15 @@ pub struct Config {
           action = clap::ArgAction::Set)]
     pub format_auto_raise: bool,
 
-    /// Log output: human-readable text or one JSON object per line.
+    /// Log output: human-readable text or one JSON object per line (with
+    /// trace_id and span_id when traces are sent).
     #[arg(long, env = "LOCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Send traces to this OpenTelemetry collector, by OTLP over HTTP
+    /// (protobuf) to URL/v1/traces (http://collector:4318); off when unset.
+    #[arg(long, env = "LOCKGATE_OTLP_ENDPOINT", value_parser = otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Where Redis is, and the keys' namespace: the same for the gateway and
@@ -688,10 +695,16 @@ fn key_prefix(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
+/// A collector's base URL: http:// or https://, with a host, and no query.
+fn otlp_endpoint(text: &str) -> Result<String, String> {
+    let uri: axum::http::Uri = text.parse().map_err(|err| format!("not a URL ({err})"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        return Err("an http:// or https:// URL with a host, such as http://localhost:4318".into());
+    }
+    if uri.query().is_some() {
+        return Err("may not have a query: the traces go to URL/v1/traces".into());
+    }
+    Ok(text.to_owned())
 }
 
 impl Config {

@@ -65,6 +65,7 @@ local function context(keys, args)
   ctx.waiters, ctx.watch, ctx.events, ctx.gone = keys[5], keys[6], keys[7], keys[8]
   ctx.publish, ctx.prefix, ctx.key = args[1], args[2], args[3]
   ctx.seconds, ctx.micros, ctx.busy, ctx.batch = nil, nil, nil, nil
+  ctx.cause = nil
   return ctx
 end
 

@@ -171,10 +171,15 @@ local function live_waiters(ctx)
 end
 
 -- Tells waiter `waiter` (an entry with its id) on its instance's grant
--- channel that it was offered a place: its fencing token and the offer's end.
+-- channel that it was offered a place: its fencing token and the offer's
+-- end, then, when the run was traced (`ctx.cause`, a release's
+-- traceparent), the span of the request that freed the place.
 local function tell_granted(ctx, waiter, fence, ends)
-  redis.call(ctx.publish, channel(ctx, 'granted') .. ':' .. waiter.inst,
-    waiter.id .. ' ' .. string.format('%d', fence) .. ' ' .. string.format('%d', ends))
+  local message = waiter.id .. ' ' .. string.format('%d', fence) .. ' ' .. string.format('%d', ends)
+  if ctx.cause then
+    message = message .. ' ' .. ctx.cause
+  end
+  redis.call(ctx.publish, channel(ctx, 'granted') .. ':' .. waiter.inst, message)
 end
 
 -- Offers `waiter` (an entry with its id) a place, and takes it (and the

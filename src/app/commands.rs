@@ -22,7 +22,8 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Orders(args) => {
             if args.command.is_none() {
-                telemetry::init(args.worker.log_format);
+                // No traces: nothing is held to be sent at exit.
+                telemetry::init(args.worker.log_format, None).shutdown();
             }
             orders_command(*args).await
         }
@@ -148,7 +149,18 @@ fn acl(command: AclCommand) -> ExitCode {
 /// `lockgate serve`: the gateway, until a shutdown signal. A setting at
 /// fault is one line naming it and `EX_CONFIG`.
 async fn serve(config: &Config) -> ExitCode {
-    telemetry::init(config.log_format);
+    let instance = config.instance_id(config.listen);
+    let traces = config
+        .otlp_endpoint
+        .as_deref()
+        .map(|endpoint| telemetry::Traces {
+            endpoint,
+            instance: &instance,
+        });
+    let telemetry = telemetry::init(config.log_format, traces);
+    if let Some(endpoint) = &config.otlp_endpoint {
+        tracing::info!(to = %telemetry::traces_url(endpoint), "sending traces");
+    }
     // Every waiting request holds a connection open: allow as many as the
     // hard limit permits, not the usual soft limit of 1024.
     match rlimit::increase_nofile_limit(u64::MAX) {
@@ -166,6 +178,9 @@ async fn serve(config: &Config) -> ExitCode {
         }
         Err(err) => Err(err.to_string()),
     };
+    // The spans still held are sent; the exporter waits for its answer on
+    // a thread of its own while the runtime carries the request.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
+use tracing::{Instrument, Span};
 
 use super::BackendError;
 use super::gate::WriteGate;
@@ -136,12 +137,15 @@ impl Connection {
         let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
         let started = Instant::now();
+        let operation = operation(cmd);
+        let span = call_span(&operation);
         // An error reply comes back as a value: made the error it is.
         let result = connection
             .route_command(cmd.clone(), routing)
+            .instrument(span.clone())
             .await
             .and_then(Value::extract_error);
-        self.note(operation(cmd), started, &result);
+        self.note(operation, started, &span, &result);
         Ok(redis::from_redis_value(result?)?)
     }
 
@@ -186,12 +190,15 @@ impl Connection {
             port: *port,
         });
         let started = Instant::now();
+        let operation = operation(cmd);
+        let span = call_span(&operation);
         // An error reply comes back as a value: made the error it is.
         let result = connection
             .route_command(cmd.clone(), routing)
+            .instrument(span.clone())
             .await
             .and_then(Value::extract_error);
-        self.note(operation(cmd), started, &result);
+        self.note(operation, started, &span, &result);
         Ok(redis::from_redis_value(result?)?)
     }
 
@@ -199,12 +206,14 @@ impl Connection {
         &mut self,
         operation: Cow<'static, str>,
         started: Instant,
+        span: &Span,
         result: &Result<T, RedisError>,
     ) {
         self.metrics.redis_command(operation, started.elapsed());
         let Err(err) = result else {
             return;
         };
+        span.record("otel.status_code", "ERROR");
         let kind = error_kind(err);
         self.metrics.redis_error(kind);
         // A primary demoted by a failover answers READONLY: the connection
@@ -214,6 +223,19 @@ impl Connection {
             self.broken = true;
         }
     }
+}
+
+/// The span of one Redis call, for traces: at debug level, so that with
+/// traces off it is disabled where it is made, and costs next to nothing.
+fn call_span(operation: &str) -> Span {
+    tracing::debug_span!(
+        "redis",
+        otel.name = %format_args!("redis {operation}"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        db.system.name = "redis",
+        db.operation.name = %operation,
+    )
 }
 
 /// A command's name for metrics: a script's file name for `EVALSHA` and
@@ -236,8 +258,14 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let started = Instant::now();
-            let result = self.inner().req_packed_command(cmd).await;
-            self.note(operation(cmd), started, &result);
+            let operation = operation(cmd);
+            let span = call_span(&operation);
+            let result = self
+                .inner()
+                .req_packed_command(cmd)
+                .instrument(span.clone())
+                .await;
+            self.note(operation, started, &span, &result);
             result
         })
     }
@@ -250,8 +278,13 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let started = Instant::now();
-            let result = self.inner().req_packed_commands(cmd, offset, count).await;
-            self.note(Cow::Borrowed("pipeline"), started, &result);
+            let span = call_span("pipeline");
+            let result = self
+                .inner()
+                .req_packed_commands(cmd, offset, count)
+                .instrument(span.clone())
+                .await;
+            self.note(Cow::Borrowed("pipeline"), started, &span, &result);
             result
         })
     }

@@ -23,6 +23,7 @@ use tower::{Layer, Service};
 
 use crate::http::{ApiError, FailureCause};
 use crate::metrics::Metrics;
+use crate::telemetry::{self, trace_context};
 
 /// The header naming the instance that answered.
 pub static X_INSTANCE_ID: HeaderName = HeaderName::from_static("x-instance-id");
@@ -105,12 +106,7 @@ where
         request
             .headers_mut()
             .insert(X_REQUEST_ID.clone(), id.clone());
-        let span = tracing::info_span!(
-            "request",
-            id = %String::from_utf8_lossy(id.as_bytes()),
-            method = %request.method(),
-            path = %loggable_path(request.uri().path()),
-        );
+        let span = request_span(&request, &id);
         // Counted even if the client leaves before the answer (see `Counted`).
         let counted = Counted {
             metrics: self.observer.metrics.clone(),
@@ -232,6 +228,13 @@ impl Counted {
         let elapsed = self.started.elapsed();
         let route = self.route.as_ref().map_or("unmatched", MatchedPath::as_str);
         self.metrics.request(route, self.method, status, elapsed);
+        // Fields of a traced request's span only (a no-op on the other).
+        // As i64: OpenTelemetry has no unsigned integers (a u16 would be sent as text).
+        self.span
+            .record("http.response.status_code", i64::from(status));
+        if status >= 500 {
+            self.span.record("otel.status_code", "ERROR");
+        }
         self.span.in_scope(|| {
             tracing::debug!(status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "answered")
         });
@@ -244,6 +247,36 @@ impl Drop for Counted {
             self.count(CLIENT_CLOSED_REQUEST);
         }
     }
+}
+
+/// The request's span: its id, method and path; when traces are on, also
+/// what OpenTelemetry names a server span by (`GET /locks/{key}`), and the
+/// client's trace continued from its `traceparent`.
+fn request_span(request: &Request, id: &HeaderValue) -> tracing::Span {
+    let id = String::from_utf8_lossy(id.as_bytes());
+    let method = request.method();
+    let path = loggable_path(request.uri().path());
+    if !telemetry::tracing_on() {
+        return tracing::info_span!("request", %id, %method, %path);
+    }
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    let span = tracing::info_span!(
+        "request",
+        %id,
+        %method,
+        %path,
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    trace_context::continue_from(&span, request.headers());
+    span
 }
 
 /// The status a request is counted with when its client left before the answer.

@@ -12,6 +12,8 @@ const LAYERS: [(&str, u8); 18] = [
     ("sync", 0),
     ("duration", 0),
     ("sse", 0),
+    // Logs and traces: every layer's spans and trace context.
+    ("telemetry", 0),
     // A client of the HTTP API: it imports nothing of the server.
     ("run", 1),
     ("metrics", 1),
@@ -29,7 +31,6 @@ const LAYERS: [(&str, u8); 18] = [
     ("config", 8),
     // The settings file: the flags of `config` from a TOML file.
     ("config_file", 9),
-    ("telemetry", 9),
     ("app", 10),
 ];
 

@@ -37,5 +37,6 @@ mod sessions;
 mod settings;
 mod shutdown;
 mod streams;
+mod traces;
 mod waiting;
 mod watching;

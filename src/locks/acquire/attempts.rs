@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::AcquireRequest;
 use super::deadlock;
@@ -26,6 +27,20 @@ use crate::redis::locks::grant::{
     self as scripts, AcquireReply, Attempt, ExtendReply, IfGranted, LeaveReply,
 };
 use crate::redis::locks::{LockKeys, LockState};
+use crate::telemetry::trace_context;
+
+/// A lock wait's span, for traces (debug level: disabled unless traces
+/// are on): its lock, its place when it queued, how it ended, and a link
+/// to the release that granted it.
+fn wait_span(key: &str) -> tracing::Span {
+    tracing::debug_span!(
+        "lock wait",
+        otel.name = "lock wait",
+        lock.key = key,
+        lock.queued_position = tracing::field::Empty,
+        lock.outcome = tracing::field::Empty,
+    )
+}
 
 /// What one acquisition wants, for every attempt it makes.
 #[derive(Clone, Copy)]
@@ -170,8 +185,20 @@ impl<'a> Acquisition<'a> {
         let reports_position = self.terms.request.positions.is_some();
         let waiting = &self.locks.waiting();
         let mut ticket = waiting.enter(self.terms.keys, self.terms.waiter_id, reports_position)?;
-        let _ = tokio::time::timeout_at(self.terms.deadline.into(), ticket.subscribed()).await;
-        self.wait(&mut ticket).await
+        let span = wait_span(self.terms.keys.key());
+        async {
+            let _ = tokio::time::timeout_at(self.terms.deadline.into(), ticket.subscribed()).await;
+            let waited = self.wait(&mut ticket).await;
+            let outcome = match &waited {
+                Ok(_) => "granted",
+                Err(NoGrant::Held { .. }) => "timed-out",
+                Err(_) => "refused",
+            };
+            tracing::Span::current().record("lock.outcome", outcome);
+            waited
+        }
+        .instrument(span)
+        .await
     }
 
     /// Joins the queue and waits in it.
@@ -246,7 +273,10 @@ impl<'a> Acquisition<'a> {
                 Standing::Queued { position } => self.report(position),
                 // Only a batch's waiter is told so.
                 Standing::Ready(_) => continue,
-                Standing::Granted { .. } => {
+                Standing::Granted { released_by, .. } => {
+                    if let Some(release) = released_by {
+                        trace_context::link(&tracing::Span::current(), release);
+                    }
                     if let Some(granted) = Box::pin(self.claim()).await? {
                         return Ok(granted);
                     }
@@ -299,6 +329,11 @@ impl<'a> Acquisition<'a> {
     /// streamed lock) is told, and the lock is tended when its lease ends.
     fn joined(&self, ticket: &Ticket, position: u64, free_in_ms: u64) {
         ticket.joined(position);
+        // As i64: OpenTelemetry has no unsigned integers.
+        tracing::Span::current().record(
+            "lock.queued_position",
+            i64::try_from(position).unwrap_or(i64::MAX),
+        );
         self.locks.metrics().lock(LockOutcome::Queued);
         self.report(position);
         if free_in_ms > 0 {

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::redis::locks::LockKeys;
 use crate::redis::pubsub::{Listener, Subscriber};
 use crate::sync::lock;
+use crate::telemetry::trace_context::RemoteSpan;
 
 /// Why a request may not wait here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -42,10 +43,12 @@ pub enum WaitRefused {
 pub enum Standing {
     /// In the queue, at this position (1 is next; 0 before it was heard).
     Queued { position: u64 },
-    /// Granted a place: its fencing token and (short, until claimed) lease end.
+    /// Granted a place: its fencing token and (short, until claimed) lease
+    /// end, and, when traces are on, the span of the release that granted it.
     Granted {
         fencing_token: u64,
         expires_at_ms: u64,
+        released_by: Option<RemoteSpan>,
     },
     /// Not in the queue any more, and no grant was heard: granted with the
     /// message missed, or passed over. Leaving the queue tells which.
@@ -312,6 +315,8 @@ impl Listener for Room {
         slot.standing.send_replace(Standing::Granted {
             fencing_token,
             expires_at_ms,
+            // The release's `traceparent`, after the grant when it was traced.
+            released_by: parts.next().and_then(RemoteSpan::parse),
         });
     }
 

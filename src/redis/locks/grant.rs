@@ -6,6 +6,7 @@ use crate::redis::scripts::{
     SESSION_RELEASE, SET_VALUE,
 };
 use crate::redis::{BackendError, Connection};
+use crate::telemetry::trace_context;
 
 /// One attempt at a lock: who, how, for how long, and what to do without a
 /// place.
@@ -295,8 +296,19 @@ pub async fn release_full(
     holds: Holds,
 ) -> Result<ReleaseReply, BackendError> {
     let mut invocation = release_of(keys, publish, token, holds);
-    if let Some(fence) = fence {
-        invocation.arg(fence);
+    let traced = trace_context::current();
+    match (fence, &traced) {
+        (Some(fence), _) => {
+            invocation.arg(fence);
+        }
+        (None, Some(_)) => {
+            invocation.arg("");
+        }
+        (None, None) => {}
+    }
+    if let Some(traceparent) = traced {
+        // No Idempotency-Key (ARGV[8], ARGV[9]), then the release's span.
+        invocation.arg("").arg(0).arg(traceparent);
     }
     let reply = RELEASE.run(&invocation, conn).await?;
     RELEASE.read(&reply, release_reply)
@@ -317,6 +329,9 @@ pub async fn release_keyed(
         .arg(fence.map_or_else(String::new, |fence| fence.to_string()))
         .arg(idempotency_key)
         .arg(kept_ms);
+    if let Some(traceparent) = trace_context::current() {
+        invocation.arg(traceparent);
+    }
     let reply = RELEASE.run(&invocation, conn).await?;
     RELEASE.read(&reply, |reply| {
         Some((

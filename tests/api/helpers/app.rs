@@ -205,6 +205,6 @@ impl From<Value> for Grant {
 /// Gateway logs in tests only when `TEST_LOG` is set.
 fn init_test_logs() {
     if std::env::var_os("TEST_LOG").is_some() {
-        lockgate::telemetry::init(lockgate::config::LogFormat::Text);
+        lockgate::telemetry::init(lockgate::config::LogFormat::Text, None).shutdown();
     }
 }
