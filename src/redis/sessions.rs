@@ -265,12 +265,14 @@ const ENDED_KEPT_MS: u64 = 60_000;
 
 /// A session ended (`why`, when known) and its locks freed: its keys and
 /// its index entry go, but for a short-lived record of why it ended.
+/// Whether this call took it out of the index: of two instances ending one
+/// session at once, only one did, and only that one counts it.
 pub async fn drop_ended(
     conn: &mut Connection,
     keys: &SessionKeys,
     handle: &str,
     why: Option<Ending>,
-) -> Result<(), BackendError> {
+) -> Result<bool, BackendError> {
     let _: () = redis::cmd("DEL")
         .arg(&keys.session)
         .arg(&keys.locks)
@@ -289,12 +291,12 @@ pub async fn drop_ended(
             .query_async(conn)
             .await?;
     }
-    let _: () = redis::cmd("ZREM")
+    let dropped: u64 = redis::cmd("ZREM")
         .arg(&keys.index)
         .arg(handle)
         .query_async(conn)
         .await?;
-    Ok(())
+    Ok(dropped > 0)
 }
 
 /// A session as its holder sees it.

@@ -827,3 +827,47 @@ async fn a_revoked_lock_leaves_its_session() {
         .unwrap();
     assert_eq!(kept["locks"], 1, "{kept}");
 }
+
+/// What `lockgate_sessions_total{outcome}` says on `app`.
+async fn sessions_counted(app: &TestApp, outcome: &str) -> u64 {
+    let text = app.get("/metrics").await.text().await.unwrap();
+    let series = format!("lockgate_sessions_total{{outcome=\"{outcome}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series.as_str()))
+        .map_or(0, |value| value.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_session_that_expires_is_counted_once_across_the_fleet() {
+    let redis = RedisServer::start().await;
+    let apps = [
+        TestApp::spawn(&redis).await,
+        TestApp::spawn(&redis).await,
+        TestApp::spawn(&redis).await,
+    ];
+    for n in 0..6 {
+        let session = open(&apps[0], json!({"ttl_ms": 1_000})).await;
+        take_in(
+            &apps[n % 3],
+            &format!("counted:{n}"),
+            session["id"].as_str().unwrap(),
+            json!({}),
+        )
+        .await;
+    }
+    let expired = || async {
+        let mut total = 0;
+        for app in &apps {
+            total += sessions_counted(app, "expired").await;
+        }
+        total
+    };
+    // Every instance sweeps; each expiry is counted by the one that ended it.
+    assert!(
+        eventually(Duration::from_secs(8), || async { expired().await >= 6 }).await,
+        "{} counted",
+        expired().await
+    );
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(expired().await, 6);
+}

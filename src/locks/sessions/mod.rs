@@ -218,11 +218,15 @@ impl Sessions {
             grant::session_release(&mut conn, &keys, publish, token, (word, delayed_until_ms))
                 .await?;
         }
-        scripts::drop_ended(&mut conn, &self.keys(handle), handle.as_str(), Some(why)).await?;
-        self.0.metrics.session(match why {
-            Ending::Expired => SessionOutcome::Expired,
-            Ending::Deleted | Ending::ShuttingDown => SessionOutcome::Deleted,
-        });
+        let dropped_here =
+            scripts::drop_ended(&mut conn, &self.keys(handle), handle.as_str(), Some(why)).await?;
+        // Another instance's sweep may have ended it at the same time.
+        if dropped_here {
+            self.0.metrics.session(match why {
+                Ending::Expired => SessionOutcome::Expired,
+                Ending::Deleted | Ending::ShuttingDown => SessionOutcome::Deleted,
+            });
+        }
         if let Some(watched) = lock(&self.0.watched).get(handle) {
             *lock(&watched.why) = Some(why);
             watched.ended.cancel();

@@ -60,9 +60,9 @@ impl Sessions {
             EndReply::Alive { expires_at_ms } => {
                 scripts::indexed(&mut conn, &keys, handle.as_str(), expires_at_ms).await
             }
-            EndReply::NotFound => {
-                scripts::drop_ended(&mut conn, &keys, handle.as_str(), None).await
-            }
+            EndReply::NotFound => scripts::drop_ended(&mut conn, &keys, handle.as_str(), None)
+                .await
+                .map(|_dropped_here| ()),
         }
     }
 
