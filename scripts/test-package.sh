@@ -55,6 +55,15 @@ dpkg-query -W -f='${Conffiles}\n' lockgate | grep -q "^ $settings " || fail "$se
 /usr/bin/lockgate config check "$settings" >/dev/null || fail "lockgate config check $settings failed"
 grep -q '^#redis_url = "redis://127.0.0.1:6379"$' "$settings" || fail "$settings does not name redis_url's default"
 [[ -f /usr/share/doc/lockgate/copyright && -f /usr/share/doc/lockgate/changelog.gz ]] || fail "no copyright or changelog"
+# The alert rules pass their own tests where they are installed.
+ops=/usr/share/lockgate/ops
+cmp -s "$ops/grafana/lockgate.json" "$root/ops/grafana/lockgate.json" || fail "no dashboard at $ops/grafana"
+if command -v promtool >/dev/null 2>&1; then
+  promtool test rules "$ops/prometheus/lockgate-rules.test.yml" >/dev/null \
+    || fail "promtool test rules $ops/prometheus/lockgate-rules.test.yml failed"
+else
+  cmp -s "$ops/prometheus/lockgate-rules.yml" "$root/ops/prometheus/lockgate-rules.yml" || fail "no rules at $ops/prometheus"
+fi
 [[ "$(stat -c '%U %a' "$token")" == "root 600" ]] || fail "$token is $(stat -c '%U %a' "$token")"
 grep -qE '^[0-9a-f]{64}$' "$token" || fail "$token is not 32 random bytes in hex"
 first_token="$(cat "$token")"

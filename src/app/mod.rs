@@ -100,7 +100,7 @@ impl Reloadable {
                 });
                 if let (Some(tls), Some(config)) = (&self.tls, tls_config) {
                     tls.replace(config);
-                    note_certificates(&self.config, &self.metrics);
+                    note_certificates(&self.config, &self.metrics, Reading::Reload);
                 }
                 self.metrics.reloaded(true);
                 tracing::info!(
@@ -156,12 +156,25 @@ impl Reloadable {
     }
 }
 
+/// When certificates are read: at the start, or by a reload, which puts a
+/// new listener's certificate in force (the Redis client's is read at the
+/// start only, and so named only then).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    Start,
+    Reload,
+}
+
 /// When the certificates the gateway presents (its listener's, the one it
 /// shows Redis) stop being valid, in the metrics, for the alert that warns
 /// before they do.
-fn note_certificates(config: &Config, metrics: &Metrics) {
+fn note_certificates(config: &Config, metrics: &Metrics, reading: Reading) {
     let listener = config.tls_files().map(|files| files.cert);
-    let redis_client = config.redis.redis_tls_cert.as_deref();
+    let redis_client = config
+        .redis
+        .redis_tls_cert
+        .as_deref()
+        .filter(|_| reading == Reading::Start);
     for (certificate, path) in [("listener", listener), ("redis_client", redis_client)] {
         let Some(path) = path else { continue };
         match tls::not_after(path, "TLS certificate") {
@@ -213,7 +226,7 @@ impl Gateway {
             .transpose()
             .map_err(StartError::Config)?;
         let metrics = Arc::new(Metrics::default());
-        note_certificates(config, &metrics);
+        note_certificates(config, &metrics, Reading::Start);
         let redis = connect_redis(config, &metrics).await?;
         let (listener, addr) = listen(config).await?;
         let instance_id = config.instance_id(addr);

@@ -16,6 +16,7 @@ use super::gate::WriteGate;
 use super::pool::{ClusterManager, LeanManager, LiveConnection};
 use super::scripts;
 use crate::metrics::Metrics;
+use crate::telemetry;
 
 /// A connection for one request. Every command's latency and failure go to
 /// the metrics. A connection whose command failed at the connection level
@@ -225,9 +226,13 @@ impl Connection {
     }
 }
 
-/// The span of one Redis call, for traces: at debug level, so that with
-/// traces off it is disabled where it is made, and costs next to nothing.
+/// The span of one Redis call, for traces: only when traces are on and the
+/// call is made for a request (the background's beats and sweeps, several
+/// a second, would each be a trace of their own), at debug level.
 fn call_span(operation: &str) -> Span {
+    if !telemetry::tracing_on() || Span::current().is_none() {
+        return Span::none();
+    }
     tracing::debug_span!(
         "redis",
         otel.name = %format_args!("redis {operation}"),

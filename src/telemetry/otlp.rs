@@ -6,7 +6,8 @@
 //! exporter's built-in clients would bring a second reqwest, of another
 //! major version.)
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use opentelemetry::KeyValue;
@@ -14,6 +15,8 @@ use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+
+use crate::sync::lock;
 
 /// How long one export may take before it is given up (its spans are lost).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,7 +87,30 @@ impl HttpClient for OnRuntime {
             let body = response.bytes().await?;
             Ok::<_, reqwest::Error>((status, body))
         });
-        let (status, body) = answer.await??;
+        let answered = answer.await?;
+        match &answered {
+            Ok((status, _)) if status.is_success() => {}
+            Ok((status, _)) => refused(&format!("the collector answered {status}")),
+            Err(err) => refused(&err.to_string()),
+        }
+        let (status, body) = answered?;
         Ok(Response::builder().status(status).body(body)?)
     }
+}
+
+/// When the last failed export was logged.
+static LAST_LOGGED: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// How often a failing collector is logged: its spans are lost meanwhile.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Logs an export that failed: the first, then at most one a minute.
+fn refused(why: &str) {
+    let mut last = lock(&LAST_LOGGED);
+    if last.is_some_and(|last| last.elapsed() < LOG_EVERY) {
+        return;
+    }
+    *last = Some(Instant::now());
+    drop(last);
+    tracing::warn!(error = why, "spans not sent (logged at most once a minute)");
 }

@@ -12,11 +12,11 @@ const LAYERS: [(&str, u8); 18] = [
     ("sync", 0),
     ("duration", 0),
     ("sse", 0),
-    // Logs and traces: every layer's spans and trace context.
-    ("telemetry", 0),
     // A client of the HTTP API: it imports nothing of the server.
     ("run", 1),
     ("metrics", 1),
+    // Logs and traces: the spans and trace context of every layer above.
+    ("telemetry", 1),
     ("redis", 2),
     ("locks", 3),
     // The fleet of instances and its data format, beside the locks.

@@ -170,6 +170,20 @@ async fn a_granted_waiters_span_links_to_the_release_that_granted_it_across_two_
         .unwrap();
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
 
+    // A caller that does not sample: nothing of its trace is recorded.
+    let unsampled = ClientSpan::new();
+    let answered = waiters
+        .http
+        .get(waiters.url("/locks/traced"))
+        .header(
+            "traceparent",
+            format!("00-{}-{}-00", unsampled.trace, unsampled.span),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+
     let complete = |spans: &[Value]| {
         !in_trace(spans, &waiting.trace, "lock wait").is_empty()
             && !in_trace(spans, &releasing.trace, "DELETE /locks/{key}").is_empty()
@@ -184,6 +198,12 @@ async fn a_granted_waiters_span_links_to_the_release_that_granted_it_across_two_
         receiver.spans()
     );
     let spans = receiver.spans();
+    assert!(
+        !spans
+            .iter()
+            .any(|span| span["trace_id"] == unsampled.trace.as_str()),
+        "an unsampled trace was recorded: {spans:#?}"
+    );
 
     // The client's traces continued: each request's span is a child of
     // the client's span, on the instance that served it.
@@ -242,6 +262,19 @@ async fn a_granted_waiters_span_links_to_the_release_that_granted_it_across_two_
             "{call}"
         );
     }
+
+    // The background's Redis calls (fleet beats, session sweeps) are no
+    // traces of their own: every Redis span has a parent.
+    let roots: Vec<&Value> = spans
+        .iter()
+        .filter(|span| {
+            span["name"].as_str().unwrap().starts_with("redis ") && span["parent_span_id"] == ""
+        })
+        .collect();
+    assert!(
+        roots.is_empty(),
+        "Redis calls as traces of their own: {roots:#?}"
+    );
 
     // JSON logs: the audit line carries the ids of the request's span.
     let audit = in_trace(&spans, &auditing.trace, "GET /admin/instances")[0];
