@@ -11,7 +11,9 @@
 -- Returns {code, field, value, ...}, by code:
 --   ending     why, delayed_until_ms (the end of the lock-delay its locks
 --              keep: its expiry plus its lock_delay_ms, for an expiry; else
---              0), locks (a JSON list of [token, lock key])
+--              0), locks (a JSON list of [token, lock key]), ended_now (1
+--              for the one call that marked it ended, 0 for a call after:
+--              the end is counted once, whoever finishes it)
 --   alive      it has not expired: expires_at_ms
 --   not-found  no such session
 
@@ -22,6 +24,7 @@ if not session[1] then
   return {'not-found'}
 end
 local why, delayed_until = session[3], tonumber(session[5] or '0')
+local ended_now = 0
 if not why then
   if ARGV[2] ~= '1' and tonumber(session[2]) >= now then
     return {'alive', 'expires_at_ms', tonumber(session[2])}
@@ -32,6 +35,7 @@ if not why then
     delayed_until = tonumber(session[2]) + tonumber(session[4])
   end
   redis.call('HSET', KEYS[1], 'ended', why, 'delayed_until', delayed_until)
+  ended_now = 1
 end
 local locks = {}
 local entries = redis.call('HGETALL', KEYS[2])
@@ -40,4 +44,4 @@ for i = 1, #entries, 2 do
   locks[#locks + 1] = cjson.encode({string.match(entries[i], '^(%S+)'), key})
 end
 return {'ending', 'why', why, 'delayed_until_ms', delayed_until,
-  'locks', '[' .. table.concat(locks, ',') .. ']'}
+  'locks', '[' .. table.concat(locks, ',') .. ']', 'ended_now', ended_now}

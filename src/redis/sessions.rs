@@ -216,12 +216,14 @@ impl Ending {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndReply {
     /// Ending (now, or since an earlier call): why, the end of the
-    /// lock-delay its locks keep (0: none), and its locks as (holder
-    /// token, lock key).
+    /// lock-delay its locks keep (0: none), its locks as (holder token,
+    /// lock key), and whether this call was the one that ended it (of two
+    /// instances ending it at once, only one was).
     Ending {
         why: Ending,
         delayed_until_ms: u64,
         locks: Vec<(String, String)>,
+        ended_now: bool,
     },
     /// Not expired (a sweep that came early): its expiry.
     Alive {
@@ -249,6 +251,7 @@ pub async fn end(
                 why: Ending::of(reply.text("why")?)?,
                 delayed_until_ms: reply.number("delayed_until_ms")?,
                 locks,
+                ended_now: reply.flag("ended_now")?,
             })
         }
         "alive" => Some(EndReply::Alive {
@@ -265,14 +268,12 @@ const ENDED_KEPT_MS: u64 = 60_000;
 
 /// A session ended (`why`, when known) and its locks freed: its keys and
 /// its index entry go, but for a short-lived record of why it ended.
-/// Whether this call took it out of the index: of two instances ending one
-/// session at once, only one did, and only that one counts it.
 pub async fn drop_ended(
     conn: &mut Connection,
     keys: &SessionKeys,
     handle: &str,
     why: Option<Ending>,
-) -> Result<bool, BackendError> {
+) -> Result<(), BackendError> {
     let _: () = redis::cmd("DEL")
         .arg(&keys.session)
         .arg(&keys.locks)
@@ -291,12 +292,12 @@ pub async fn drop_ended(
             .query_async(conn)
             .await?;
     }
-    let dropped: u64 = redis::cmd("ZREM")
+    let _: () = redis::cmd("ZREM")
         .arg(&keys.index)
         .arg(handle)
         .query_async(conn)
         .await?;
-    Ok(dropped > 0)
+    Ok(())
 }
 
 /// A session as its holder sees it.

@@ -51,16 +51,20 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Sends the spans still held (within a few seconds) and stops the
+    /// Sends the spans still held (for [`LAST_SPANS`] at most: a collector
+    /// that does not answer does not hold the exit up) and stops the
     /// exporter.
     pub fn shutdown(self) {
         if let Some(provider) = self.provider
-            && let Err(err) = provider.shutdown()
+            && let Err(err) = provider.shutdown_with_timeout(LAST_SPANS)
         {
             tracing::warn!(error = %err, "the last spans were not all sent");
         }
     }
 }
+
+/// How long the exit waits for the last spans to be sent.
+const LAST_SPANS: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Who sends the traces: the service's name, version and instance.
 pub struct Traces<'a> {

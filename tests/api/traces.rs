@@ -85,6 +85,16 @@ impl ClientSpan {
     }
 }
 
+/// The gateway's first audit line, a JSON object.
+fn audit_line(gateway: &GatewayProcess) -> Value {
+    gateway
+        .logs()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["target"] == "lockgate::audit")
+        .unwrap_or_else(|| panic!("no audit line: {}", gateway.logs()))
+}
+
 fn in_trace<'a>(spans: &'a [Value], trace: &str, name: &str) -> Vec<&'a Value> {
     spans
         .iter()
@@ -278,12 +288,7 @@ async fn a_granted_waiters_span_links_to_the_release_that_granted_it_across_two_
 
     // JSON logs: the audit line carries the ids of the request's span.
     let audit = in_trace(&spans, &auditing.trace, "GET /admin/instances")[0];
-    let line = waiters
-        .logs()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .find(|line| line["target"] == "lockgate::audit")
-        .unwrap_or_else(|| panic!("no audit line: {}", waiters.logs()));
+    let line = audit_line(&waiters);
     assert_eq!(line["trace_id"], auditing.trace.as_str(), "{line}");
     assert_eq!(line["span_id"], audit["span_id"], "{line}");
 }
@@ -314,11 +319,58 @@ async fn without_an_endpoint_no_span_is_sent_and_json_lines_carry_no_trace_ids()
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(receiver.spans().is_empty(), "{:#?}", receiver.spans());
-    let line = gateway
-        .logs()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .find(|line| line["target"] == "lockgate::audit")
-        .unwrap_or_else(|| panic!("no audit line: {}", gateway.logs()));
+    let line = audit_line(&gateway);
     assert!(line.get("trace_id").is_none(), "{line}");
+}
+
+#[tokio::test]
+async fn a_batch_that_waits_has_a_wait_span_with_its_locks() {
+    let receiver = Receiver::start();
+    let redis = RedisServer::start_single().await;
+    let gateway = GatewayProcess::spawn(
+        &redis,
+        &["--otlp-endpoint", &receiver.endpoint()],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    )
+    .await;
+    let grant =
+        GatewayProcess::granted(gateway.acquire(&json!({"key": "batch:a", "ttl_ms": 30_000})))
+            .await;
+    let client = ClientSpan::new();
+    let batch = gateway
+        .http
+        .post(gateway.url("/locks/batch"))
+        .header("traceparent", client.traceparent())
+        .json(&json!({
+            "locks": [{"key": "batch:a"}, {"key": "batch:b"}],
+            "ttl_ms": 30_000,
+            "wait_ms": 10_000,
+        }))
+        .send();
+    let batch = tokio::spawn(batch);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = gateway
+        .http
+        .delete(gateway.url("/locks/batch:a"))
+        .header("Lock-Token", grant["token"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    assert_eq!(batch.await.unwrap().unwrap().status(), StatusCode::CREATED);
+
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            !in_trace(&receiver.spans(), &client.trace, "lock wait").is_empty()
+        })
+        .await,
+        "spans received: {:#?}",
+        receiver.spans()
+    );
+    let spans = receiver.spans();
+    let request = in_trace(&spans, &client.trace, "POST /locks/batch")[0];
+    let wait = in_trace(&spans, &client.trace, "lock wait")[0];
+    assert_eq!(wait["parent_span_id"], request["span_id"], "{wait}");
+    assert_eq!(wait["attributes"]["lock.keys"], "batch:a batch:b", "{wait}");
+    assert_eq!(wait["attributes"]["lock.outcome"], "granted", "{wait}");
 }

@@ -16,6 +16,7 @@
 use std::time::Instant;
 
 use futures_util::future::select_all;
+use tracing::Instrument;
 
 use super::{BatchHold, BatchTerms};
 use crate::locks::acquire::GrantGuard;
@@ -77,7 +78,16 @@ impl Locks {
             guard.queued_as(Some((&id, terms.deadline)));
         }
         let session = terms.session.as_ref().map(|joined| &joined.handle);
-        let waited = Box::pin(self.batch_wait(terms, &keys, &id)).await;
+        let span = wait_span(&keys);
+        let waited = Box::pin(self.batch_wait(terms, &keys, &id).instrument(span.clone())).await;
+        span.record(
+            "lock.outcome",
+            match &waited {
+                Ok(_) => "granted",
+                Err(LockError::Held { .. } | LockError::Delayed { .. }) => "timed-out",
+                Err(_) => "refused",
+            },
+        );
         if let Some(session) = session {
             for lock in &keys {
                 Box::pin(deadlock::note_wait(self, session, lock.key(), None)).await;
@@ -326,6 +336,18 @@ impl Locks {
 }
 
 /// Nothing to undo: the guards stand down.
+/// A batch's wait's span, for traces (debug level: disabled unless traces
+/// are on): its locks and how it ended. It has no link: a batch is told
+/// that a place is free, and takes all its locks itself.
+fn wait_span(keys: &[LockKeys]) -> tracing::Span {
+    tracing::debug_span!(
+        "lock wait",
+        otel.name = "lock wait",
+        lock.keys = %keys.iter().map(LockKeys::key).collect::<Vec<_>>().join(" "),
+        lock.outcome = tracing::field::Empty,
+    )
+}
+
 fn complete(guards: Vec<GrantGuard>) {
     for guard in guards {
         guard.complete();

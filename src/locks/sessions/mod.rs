@@ -189,23 +189,35 @@ impl Sessions {
                 why,
                 delayed_until_ms,
                 locks,
+                ended_now,
             } => {
                 drop(conn);
-                self.finish(&handle, why, delayed_until_ms, &locks).await?;
+                self.finish(&handle, (why, ended_now), delayed_until_ms, &locks)
+                    .await?;
                 Ok(())
             }
         }
     }
 
     /// Ends each of an ended session's locks on its own keys, then drops
-    /// the session.
+    /// the session; counts its end when this call's `session_end` was the
+    /// one that ended it (`ended_now`: every instance sweeps, and two may
+    /// finish one session at once).
     async fn finish(
         &self,
         handle: &SessionHandle,
-        why: Ending,
+        (why, ended_now): (Ending, bool),
         delayed_until_ms: u64,
         locks: &[(String, String)],
     ) -> Result<(), BackendError> {
+        // Counted when decided: a sweep that dies half way is finished by
+        // another, which does not count it again.
+        if ended_now {
+            self.0.metrics.session(match why {
+                Ending::Expired => SessionOutcome::Expired,
+                Ending::Deleted | Ending::ShuttingDown => SessionOutcome::Deleted,
+            });
+        }
         let publish = self.0.redis.publish_command();
         let word = if why == Ending::Expired {
             "expired"
@@ -218,15 +230,7 @@ impl Sessions {
             grant::session_release(&mut conn, &keys, publish, token, (word, delayed_until_ms))
                 .await?;
         }
-        let dropped_here =
-            scripts::drop_ended(&mut conn, &self.keys(handle), handle.as_str(), Some(why)).await?;
-        // Another instance's sweep may have ended it at the same time.
-        if dropped_here {
-            self.0.metrics.session(match why {
-                Ending::Expired => SessionOutcome::Expired,
-                Ending::Deleted | Ending::ShuttingDown => SessionOutcome::Deleted,
-            });
-        }
+        scripts::drop_ended(&mut conn, &self.keys(handle), handle.as_str(), Some(why)).await?;
         if let Some(watched) = lock(&self.0.watched).get(handle) {
             *lock(&watched.why) = Some(why);
             watched.ended.cancel();

@@ -52,17 +52,19 @@ impl Sessions {
                 why,
                 delayed_until_ms,
                 locks,
+                ended_now,
             } => {
                 drop(conn);
-                self.finish(handle, why, delayed_until_ms, &locks).await
+                self.finish(handle, (why, ended_now), delayed_until_ms, &locks)
+                    .await
             }
             // Kept alive since: its place in the index was stale.
             EndReply::Alive { expires_at_ms } => {
                 scripts::indexed(&mut conn, &keys, handle.as_str(), expires_at_ms).await
             }
-            EndReply::NotFound => scripts::drop_ended(&mut conn, &keys, handle.as_str(), None)
-                .await
-                .map(|_dropped_here| ()),
+            EndReply::NotFound => {
+                scripts::drop_ended(&mut conn, &keys, handle.as_str(), None).await
+            }
         }
     }
 
