@@ -9,7 +9,7 @@ use serde_json::json;
 use tempfile::TempDir;
 
 use crate::helpers::security::*;
-use crate::helpers::{EventStream, RedisServer, eventually, send_signal};
+use crate::helpers::{EventStream, RedisServer, eventually, sample, send_signal};
 
 #[tokio::test]
 async fn tls_with_client_certificates_names_the_principal_and_reloads_on_sighup() {
@@ -301,13 +301,11 @@ async fn the_listeners_certificate_expiry_is_a_metric_that_follows_a_reload() {
             .text()
             .await
             .unwrap();
-        text.lines()
-            .find_map(|line| {
-                line.strip_prefix(
-                    "lockgate_tls_certificate_expiry_timestamp_seconds{certificate=\"listener\"} ",
-                )
-            })
-            .map(|value| value.parse::<i64>().unwrap())
+        sample(
+            &text,
+            "lockgate_tls_certificate_expiry_timestamp_seconds{certificate=\"listener\"}",
+        )
+        .map(|value| value.parse::<i64>().unwrap())
     };
     let first = not_after(&certs.join("server.pem"));
     assert_eq!(expiry().await, Some(first));

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::helpers::{GatewayProcess, RedisServer, free_port, send_signal};
+use crate::helpers::{GatewayProcess, RedisServer, free_port, sample, send_signal};
 
 const UNIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/lockgate.service");
 
@@ -224,9 +224,7 @@ async fn a_reload_that_is_refused_changes_nothing_and_the_metrics_say_so() {
                 .text()
                 .await
                 .unwrap();
-            text.lines()
-                .find_map(|line| line.strip_prefix(&format!("{name} ")).map(str::to_owned))
-                .unwrap_or_else(|| panic!("no {name} in {text}"))
+            sample(&text, name).unwrap_or_else(|| panic!("no {name} in {text}"))
         }
     };
     assert_eq!(series("lockgate_config_last_reload_success").await, "1");

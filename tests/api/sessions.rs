@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     ADMIN, EventStream, GatewayProcess, RedisServer, TestApp, assert_problem, command_calls,
-    eventually,
+    eventually, sample,
 };
 
 /// Opens a session on `app`; its 201 body.
@@ -831,10 +831,8 @@ async fn a_revoked_lock_leaves_its_session() {
 /// What `lockgate_sessions_total{outcome}` says on `app`.
 async fn sessions_counted(app: &TestApp, outcome: &str) -> u64 {
     let text = app.get("/metrics").await.text().await.unwrap();
-    let series = format!("lockgate_sessions_total{{outcome=\"{outcome}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(series.as_str()))
-        .map_or(0, |value| value.parse().unwrap())
+    let series = format!("lockgate_sessions_total{{outcome=\"{outcome}\"}}");
+    sample(&text, &series).map_or(0, |value| value.parse().unwrap())
 }
 
 #[tokio::test]

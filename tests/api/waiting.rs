@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{RedisServer, TestApp, assert_problem, eventually, lock_keys, lock_script};
+use crate::helpers::{
+    RedisServer, TestApp, assert_problem, eventually, lock_keys, lock_script, sample,
+};
 
 /// Generous for a loaded CI box, yet far below any lease or poll interval a
 /// sleep-and-retry client would use.
@@ -41,11 +43,9 @@ async fn wait_for_subscribers(redis: &RedisServer, key: &str, count: u64) {
 
 /// Runs of the acquire script so far, by the gateway's own count.
 async fn acquire_scripts(app: &TestApp) -> u64 {
-    let series = "lockgate_redis_command_duration_seconds_count{operation=\"acquire.lua\"} ";
+    let series = "lockgate_redis_command_duration_seconds_count{operation=\"acquire.lua\"}";
     let text = app.get("/metrics").await.text().await.unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series))
-        .map_or(0, |count| count.parse().unwrap())
+    sample(&text, series).map_or(0, |count| count.parse().unwrap())
 }
 
 fn spawn_waiter(

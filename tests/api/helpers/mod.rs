@@ -64,6 +64,16 @@ pub async fn assert_problem(response: Response, status: u16, slug: &str) -> Valu
     body
 }
 
+/// The value of one series (its name and labels, as written) in a
+/// Prometheus text page, if the page has it.
+pub fn sample(page: &str, series: &str) -> Option<String> {
+    page.lines().find_map(|line| {
+        line.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .map(str::to_owned)
+    })
+}
+
 /// Polls `check` until it holds or `within` runs out.
 pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where
