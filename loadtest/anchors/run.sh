@@ -20,6 +20,8 @@
 #   relay    the same clients on one key, each unlocking as soon as it is
 #            granted and asking again: hand-offs to another client per
 #            second, and the time from each release to the next grant
+#   relay-20 lockgate alone: the relay with ANCHORS_RELAY_CLIENTS (default
+#            20) clients, for the Redis work per contended cycle
 #   waiters  ANCHORS_WAITERS (default 10 000) clients waiting on one held
 #            key, for the systems that wait in the server (lockgate, etcd,
 #            python-redis-lock's BLPOP in Redis); etcd queues them more
@@ -30,7 +32,11 @@
 # (CuratorBench.java, redlock/bench.mjs, redis_lock_bench.py). Every driver
 # reports its own CPU; the servers' CPU is utime + stime of every server
 # process of the system (/proc/PID/stat) over the phase, their memory the
-# highest total RSS during the waiters phase above the total before it.
+# highest total RSS during the waiters phase above the total before it. For
+# the systems on Redis, the relay phases also count Redis's work: script
+# calls and commands (INFO commandstats, reset before the phase) and, durable,
+# its fsyncs (strace -c of fdatasync and fsync on redis-server, stopping only
+# on those calls).
 #
 # LOCKGATE_BIN and LOCKBENCH_BIN may name prebuilt binaries; otherwise they
 # are built here (cargo build --release). ANCHORS_DISK_DIR and
@@ -45,6 +51,7 @@ anchors="$root/loadtest/anchors"
 run_dir="$root/.run/anchors"
 seconds="${ANCHORS_SECONDS:-5}"
 clients="${ANCHORS_CLIENTS:-50}"
+relay_clients="${ANCHORS_RELAY_CLIENTS:-20}"
 waiters="${ANCHORS_WAITERS:-10000}"
 queue_seconds="${ANCHORS_QUEUE_SECONDS:-30}"
 # A driver that hangs is stopped and its cells say it failed.
@@ -178,6 +185,40 @@ measure() {
   fi
 }
 
+# count_redis_start COLUMN: Redis's command counts reset, and (durable) its
+# fsyncs counted from now, until count_redis_stop.
+count_redis_start() {
+  redis-cli -p "$redis_port" config resetstat >/dev/null
+  strace_pid=""
+  if [ "$1" = durable ] && command -v strace >/dev/null 2>&1; then
+    strace --seccomp-bpf -f -c -e trace=fdatasync,fsync -o "$work/strace" -p "$redis_pid" 2>>"$drivers_log" &
+    strace_pid=$!
+    # Attached to every thread before the phase starts.
+    sleep 0.5
+  fi
+}
+
+# count_redis_stop SYSTEM COLUMN PHASE: records what Redis did since
+# count_redis_start, as PHASE-redis: script calls, commands (less this
+# reading's INFO) and fsyncs (null in memory, or without strace).
+count_redis_stop() {
+  local fsyncs=null
+  if [ -n "$strace_pid" ]; then
+    kill -INT "$strace_pid" 2>/dev/null || true
+    wait "$strace_pid" 2>/dev/null || true
+    fsyncs="$(awk '$NF == "fdatasync" || $NF == "fsync" {n += $4} END {print n + 0}' "$work/strace")"
+  fi
+  redis-cli -p "$redis_port" info commandstats | tr -d '\r' >"$work/commandstats"
+  local counts
+  counts="$(python3 -c '
+import json, re, sys
+calls = {m.group(1): int(m.group(2)) for m in re.finditer(r"cmdstat_([^:]+):calls=(\d+)", open(sys.argv[1]).read())}
+scripts = sum(calls.get(c, 0) for c in ("fcall", "evalsha", "eval", "fcall_ro", "evalsha_ro"))
+commands = sum(n for c, n in calls.items() if c not in ("info", "config|resetstat"))
+print(json.dumps({"script_calls": scripts, "commands": commands, "calls": calls}))' "$work/commandstats")"
+  record "$1" "$2" "$3-redis" "{\"redis\": $counts, \"fsyncs\": $fsyncs}"
+}
+
 # measure_waiters SYSTEM COLUMN PID... -- DRIVER...: the servers' highest
 # total RSS while the driver keeps its clients waiting, above the total before.
 measure_waiters() {
@@ -233,8 +274,14 @@ run_lockgate() {
   wait_for curl -sf "$url/readyz"
   measure lockgate "$column" cycles "$gateway_pid" "$redis_pid" -- \
     "$lockbench" cycles --url "$url" --clients "$clients" --seconds "$seconds"
+  count_redis_start "$column"
   measure lockgate "$column" relay "$gateway_pid" "$redis_pid" -- \
     "$lockbench" relay --url "$url" --clients "$clients" --seconds "$seconds"
+  count_redis_stop lockgate "$column" relay
+  count_redis_start "$column"
+  measure lockgate "$column" relay-20 "$gateway_pid" "$redis_pid" -- \
+    "$lockbench" relay --url "$url" --clients "$relay_clients" --seconds "$seconds"
+  count_redis_stop lockgate "$column" relay-20
   measure_waiters lockgate "$column" "$gateway_pid" "$redis_pid" -- \
     "$lockbench" waiters --url "$url" --clients "$waiters" --pid "$gateway_pid"
   stop "$gateway_pid"
@@ -263,11 +310,14 @@ run_redis_lock() {
   fi
   redis-cli -p "$redis_port" flushall >/dev/null
   local phase
-  for phase in cycles relay; do
-    measure redis-lock "$column" "$phase" "$redis_pid" -- \
-      "$run_dir/venv/bin/python" "$anchors/redis_lock_bench.py" "$phase" \
-      --redis "redis://127.0.0.1:$redis_port" --clients "$clients" --seconds "$seconds"
-  done
+  measure redis-lock "$column" cycles "$redis_pid" -- \
+    "$run_dir/venv/bin/python" "$anchors/redis_lock_bench.py" cycles \
+    --redis "redis://127.0.0.1:$redis_port" --clients "$clients" --seconds "$seconds"
+  count_redis_start "$column"
+  measure redis-lock "$column" relay "$redis_pid" -- \
+    "$run_dir/venv/bin/python" "$anchors/redis_lock_bench.py" relay \
+    --redis "redis://127.0.0.1:$redis_port" --clients "$clients" --seconds "$seconds"
+  count_redis_stop redis-lock "$column" relay
   measure_waiters redis-lock "$column" "$redis_pid" -- \
     "$run_dir/venv/bin/python" "$anchors/redis_lock_bench.py" waiters \
     --redis "redis://127.0.0.1:$redis_port" --clients "$waiters"
@@ -407,7 +457,7 @@ json.dump(versions, open(sys.argv[1], "w"))
 PY
 python3 - "$work/settings.json" <<PY
 import json, sys
-json.dump({"seconds": $seconds, "clients": $clients, "waiters": $waiters,
+json.dump({"seconds": $seconds, "clients": $clients, "relay_clients": $relay_clients, "waiters": $waiters,
            "queue_seconds": $queue_seconds, "cores": $(nproc),
            "load_before": "$load_before", "load_after": "$(cut -d' ' -f1 /proc/loadavg)",
            "date": "$(date -u +%Y-%m-%d)", "disk_fs": "$(stat -f -c %T "$disk")",
