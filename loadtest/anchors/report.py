@@ -14,6 +14,7 @@ import sys
 
 SYSTEMS = [
     ("lockgate", "lockgate"),
+    ("lockgate-before", "lockgate, the build before"),
     ("etcd", "etcd lock API"),
     ("zookeeper", "ZooKeeper + Curator InterProcessMutex"),
     ("redlock", "redlock (npm)"),
@@ -36,6 +37,8 @@ def main():
     with open(settings_path) as file:
         settings = json.load(file)
     runs = {(r["system"], r["column"], r["phase"]): r for r in results}
+    # The build before, when the run measured it (BASELINE_BIN).
+    systems = [s for s in SYSTEMS if s[0] != "lockgate-before" or any(r[0] == s[0] for r in runs)]
 
     def run(system, column, phase):
         return runs.get((system, column, phase))
@@ -94,7 +97,7 @@ def main():
     # Which of a system's server processes is its Redis (run.sh measures
     # lockgate's gateway, then its Redis): the part of the cost that a
     # lock library on Redis pays too.
-    redis_process = {"lockgate": 1, "redlock": 0, "redis-lock": 0}
+    redis_process = {"lockgate": 1, "lockgate-before": 1, "redlock": 0, "redis-lock": 0}
 
     def redis_share(r):
         index = redis_process.get(r["system"])
@@ -137,7 +140,7 @@ def main():
     print()
     print("| system | data | " + " | ".join(name for name, _, _ in figures) + " |")
     print("|---|---" + "|---" * len(figures) + "|")
-    for system, name in SYSTEMS:
+    for system, name in systems:
         for column in COLUMNS:
             row = [figure(system, column, phase, compute) for _, phase, compute in figures]
             # A system that did not run at all: its reason once.
@@ -149,7 +152,7 @@ def main():
     print()
     print("| system | server processes measured | load generator | versions |")
     print("|---|---|---|---|")
-    for system, name in SYSTEMS:
+    for system, name in systems:
         v = versions[system]
         print(f'| {name} | {v["servers"]} | {v["driver"]} | {v["version"]} |')
     print()
@@ -213,7 +216,7 @@ def main():
                f"{shown} (target at most {bound})", value, bound, False)
     for column, label in zip(COLUMNS, LABELS):
         costs = {}
-        for system, name in SYSTEMS:
+        for system, name in (s for s in systems if s[0] != "lockgate-before"):
             r = run(system, column, "cycles")
             if r and "missing" not in r and r["driver"].get("done"):
                 costs[name] = r["server_cpu_ms"] * 1000 / r["driver"]["done"]
@@ -225,6 +228,32 @@ def main():
                     f"(ms per 1 000 cycles: {ranked}): {'met' if met else 'NOT met'}")
             print("* " + line)
             targets.append({"target": line, "met": met})
+
+    # Nothing else slower than the build before, measured in the same run.
+    def before_ratio(column, phase, value):
+        ours, before = run("lockgate", column, phase), run("lockgate-before", column, phase)
+        if not ours or not before or "missing" in ours or "missing" in before:
+            return None
+        try:
+            return value(ours) / value(before)
+        except (KeyError, ZeroDivisionError, TypeError):
+            return None
+
+    if any(s[0] == "lockgate-before" for s in systems):
+        per_cycle = lambda index: lambda r: r["server_cpu_ms_each"][index] / r["driver"]["done"]
+        for column, label in zip(COLUMNS, LABELS):
+            for what, phase, value, at_least in [
+                ("uncontended cycles/s", "cycles", lambda r: r["driver"]["per_second"], True),
+                ("gateway CPU per uncontended cycle", "cycles", per_cycle(0), False),
+                ("Redis CPU per uncontended cycle", "cycles", per_cycle(1), False),
+                (f"server memory with {waiters:,} waiting", "waiters",
+                 lambda r: r["rss_peak_kib"] - r["rss_idle_kib"], False),
+            ]:
+                value = before_ratio(column, phase, value)
+                shown = f"{value:.3f}x" if value is not None else "n/a"
+                bound = 0.97 if at_least else 1.03
+                target(f"{what}, {label}, against the build before: {shown} "
+                       f"(target {'at least' if at_least else 'at most'} {bound})", value, bound, at_least)
 
     with open(out_path, "w") as file:
         json.dump({"settings": settings, "versions": versions, "results": results,

@@ -89,6 +89,9 @@ fi
 "$root/scripts/ensure-tools.sh" rust redis curl
 "$root/scripts/ensure-anchors.sh" || say "a peer could not be installed: the table says which"
 
+# BASELINE_BIN: the build before (a release build), measured beside this
+# one in the same run as lockgate-before.
+baseline="${BASELINE_BIN:-}"
 lockgate="${LOCKGATE_BIN:-}"
 lockbench="${LOCKBENCH_BIN:-}"
 if [ -z "$lockgate" ] || [ -z "$lockbench" ]; then
@@ -263,26 +266,29 @@ start_redis() {
 }
 stop() { kill "$@" 2>/dev/null || true; wait "$@" 2>/dev/null || true; }
 
+# run_lockgate COLUMN [SYSTEM BINARY]: lockgate's phases (SYSTEM
+# lockgate-before with BASELINE_BIN: the build before, on the same Redis).
 run_lockgate() {
-  local column="$1" port gateway_pid url
+  local column="$1" system="${2:-lockgate}" binary="${3:-$lockgate}" port gateway_pid url
   port="$(free_port)"
-  "$lockgate" serve --listen "127.0.0.1:$port" --redis-url "redis://127.0.0.1:$redis_port" \
-    >"$logs/gateway-$column.log" 2>&1 &
+  redis-cli -p "$redis_port" flushall >/dev/null
+  "$binary" serve --listen "127.0.0.1:$port" --redis-url "redis://127.0.0.1:$redis_port" \
+    >"$logs/$system-$column.log" 2>&1 &
   gateway_pid=$!
   pids+=("$gateway_pid")
   url="http://127.0.0.1:$port"
   wait_for curl -sf "$url/readyz"
-  measure lockgate "$column" cycles "$gateway_pid" "$redis_pid" -- \
+  measure "$system" "$column" cycles "$gateway_pid" "$redis_pid" -- \
     "$lockbench" cycles --url "$url" --clients "$clients" --seconds "$seconds"
   count_redis_start "$column"
-  measure lockgate "$column" relay "$gateway_pid" "$redis_pid" -- \
+  measure "$system" "$column" relay "$gateway_pid" "$redis_pid" -- \
     "$lockbench" relay --url "$url" --clients "$clients" --seconds "$seconds"
-  count_redis_stop lockgate "$column" relay
+  count_redis_stop "$system" "$column" relay
   count_redis_start "$column"
-  measure lockgate "$column" relay-20 "$gateway_pid" "$redis_pid" -- \
+  measure "$system" "$column" relay-20 "$gateway_pid" "$redis_pid" -- \
     "$lockbench" relay --url "$url" --clients "$relay_clients" --seconds "$seconds"
-  count_redis_stop lockgate "$column" relay-20
-  measure_waiters lockgate "$column" "$gateway_pid" "$redis_pid" -- \
+  count_redis_stop "$system" "$column" relay-20
+  measure_waiters "$system" "$column" "$gateway_pid" "$redis_pid" -- \
     "$lockbench" waiters --url "$url" --clients "$waiters" --pid "$gateway_pid"
   stop "$gateway_pid"
 }
@@ -409,6 +415,7 @@ command -v etcd >/dev/null 2>&1 || have_etcd=no
 for column in durable memory; do
   start_redis "$column"
   run_lockgate "$column"
+  [ -z "$baseline" ] || run_lockgate "$column" lockgate-before "$baseline"
   run_redlock "$column"
   run_redis_lock "$column"
   stop "$redis_pid"
@@ -444,6 +451,8 @@ import json, sys
 versions = {
     "lockgate": {"servers": "gateway + Redis", "driver": "lockbench (Rust, HTTP/1.1)",
                  "version": "$("$lockgate" --version) ($lockgate_build), Redis $redis_version"},
+    "lockgate-before": {"servers": "gateway + Redis", "driver": "lockbench (Rust, HTTP/1.1)",
+                        "version": "$([ -z "$baseline" ] || "$baseline" --version | head -n 1) (BASELINE_BIN), Redis $redis_version"},
     "etcd": {"servers": "etcd", "driver": "lockbench (Rust, HTTP/1.1 to the JSON gateway)",
              "version": "etcd $(etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p') (Debian $(package_version etcd-server))"},
     "zookeeper": {"servers": "ZooKeeper (JVM)", "driver": "CuratorBench (Java, a session per client)",
