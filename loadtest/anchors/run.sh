@@ -450,7 +450,7 @@ python3 - "$work/versions.json" <<PY
 import json, sys
 versions = {
     "lockgate": {"servers": "gateway + Redis", "driver": "lockbench (Rust, HTTP/1.1)",
-                 "version": "$("$lockgate" --version) ($lockgate_build), Redis $redis_version"},
+                 "version": "$("$lockgate" --version | head -n 1) ($lockgate_build), Redis $redis_version"},
     "lockgate-before": {"servers": "gateway + Redis", "driver": "lockbench (Rust, HTTP/1.1)",
                         "version": "$([ -z "$baseline" ] || "$baseline" --version | head -n 1) (BASELINE_BIN), Redis $redis_version"},
     "etcd": {"servers": "etcd", "driver": "lockbench (Rust, HTTP/1.1 to the JSON gateway)",
