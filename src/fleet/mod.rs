@@ -303,6 +303,8 @@ impl Fleet {
                     "the data format in use changed to one this build does not write: \
                      it grants nothing until the format is lowered or it is replaced by a newer release"
                 ),
+                // This instance's own raise was logged as it made it.
+                None if change.is_some_and(|change| change.by == by(&self.0.id)) => {}
                 None => tracing::info!(
                     format_in_use = state.format,
                     by = change.map(|change| change.by.as_str()),
