@@ -262,10 +262,13 @@ impl Locks {
 
     /// Whether a lock in a session may be tried in one step (joined and
     /// attached as it is granted): on one Redis, where a script reaches
-    /// both the lock's keys and the session's, and for what the plain try
-    /// takes (an exclusive lock, no value, Idempotency-Key or stream).
+    /// both the lock's keys and the session's, for what the plain try
+    /// takes (an exclusive lock, no value, Idempotency-Key or stream), and
+    /// when no replica must confirm the grant (the long way confirms it,
+    /// and gives back what is not).
     fn tries_in_one_step(&self, request: &AcquireRequest) -> bool {
         !self.redis().is_cluster()
+            && !(request.confirmed && self.redis().confirms_writes())
             && request.kind == LockKind::Exclusive
             && request.permits == 1
             && request.value.is_none()
