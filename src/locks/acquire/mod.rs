@@ -267,8 +267,8 @@ impl Locks {
     /// when no replica must confirm the grant (the long way confirms it,
     /// and gives back what is not).
     fn tries_in_one_step(&self, request: &AcquireRequest) -> bool {
-        !self.redis().is_cluster()
-            && !(request.confirmed && self.redis().confirms_writes())
+        let confirmed = request.confirmed && self.redis().confirms_writes();
+        !(self.redis().is_cluster() || confirmed)
             && request.kind == LockKind::Exclusive
             && request.permits == 1
             && request.value.is_none()
