@@ -1,7 +1,7 @@
 """The fault harness's command line (chaos/run.sh calls it).
 
     python -m harness run --binary PATH --python PATH --out DIR
-        [--short | --only NAME,... | --random MINUTES [--seed N]] [--sabotage fence|confirm]
+        [--short] [--only NAME,... | --random MINUTES [--seed N]] [--sabotage fence|confirm]
     python -m harness list
     python -m harness selftest
     python -m harness cleanup [--run ID | --stale]
@@ -138,8 +138,10 @@ def command_run(args) -> int:
             runner.say(f"removed {len(leftovers)} namespaces left behind")
         shutil.rmtree(workdir, ignore_errors=True)
     wall = time.monotonic() - started
-    kind = f"random, {args.random:g} minutes" if args.random else "short" if args.short else (
-        "selected scenarios" if args.only else "every scenario")
+    kind = f"random, {args.random:g} minutes" if args.random else (
+        "selected scenarios" if args.only else "short" if args.short else "every scenario")
+    if args.short and (args.only or args.random):
+        kind += ", short timing"
     notes = [
         f"Run of commit `{commit}`, {began_at:%Y-%m-%d %H:%M %Z}: {kind}, {len(results)} scenarios in "
         f"{wall:.0f} s, on {os.cpu_count()} cores; gateway binary `{binary.name}`.",
@@ -195,8 +197,9 @@ def main(argv=None) -> int:
     run.add_argument("--binary", required=True, help="the lockgate binary")
     run.add_argument("--python", default=sys.executable, help="the Python (with psycopg) for the clients")
     run.add_argument("--out", required=True, help="where results, timelines, histories and logs go")
+    run.add_argument("--short", action="store_true",
+                     help=f"only {', '.join(SHORT)}, shorter (with --only: the scenarios named, shorter)")
     choice = run.add_mutually_exclusive_group()
-    choice.add_argument("--short", action="store_true", help=f"only {' and '.join(SHORT)}, shorter")
     choice.add_argument("--only", help="comma-separated scenario names")
     choice.add_argument("--random", type=float, metavar="MINUTES",
                         help="faults drawn at random from the catalogue for this long")

@@ -33,10 +33,11 @@ def workload_config(ctx: RunContext, world: World, scenario: Scenario, history_d
     load = scenario.workload
     clients = {}
     for i in range(6):
-        name = f"L{i + 1}"
-        clients[name] = {"kind": "locker", "home": GATEWAYS[i % 3], "keys": list(load.locker_keys),
-                         "ttl_ms": load.plain_ttl_ms, "wait_ms": load.plain_wait_ms,
-                         "work_ms": load.victim_work_ms if name == scenario.victim else load.work_ms}
+        name, home = f"L{i + 1}", GATEWAYS[i % 3]
+        clients[name] = {"kind": "locker", "home": home, "keys": list(load.locker_keys),
+                         "ttl_ms": load.home_ttl_ms.get(home, load.plain_ttl_ms), "wait_ms": load.plain_wait_ms,
+                         "work_ms": load.victim_work_ms if name == scenario.victim
+                         else load.home_work_ms.get(home, load.work_ms)}
     # Streamed holders hold for seconds: most of their keys are their own, so
     # that the plain holders are not starved waiting behind them; chaos:k1
     # they share with the lockers.
@@ -218,7 +219,8 @@ def run(ctx: RunContext, scenario: Scenario, timing: Timing, stopping: threading
         load = scenario.workload
         # The longest a client can be inside one operation: a wait, its
         # answer's delay, the work under the lock.
-        patience = 15 + load.plain_wait_ms / 1000 + load.work_ms[1] / 1000 + 2 * load.slack_s
+        longest_work = max([load.work_ms[1], *(work[1] for work in load.home_work_ms.values())])
+        patience = 15 + load.plain_wait_ms / 1000 + longest_work / 1000 + 2 * load.slack_s
         problems = stop_clients(clients, stop_file, patience)
         t1 = now_ms()
         nemesis.heal_all()

@@ -37,14 +37,15 @@ class Timing:
     warmup: float  # clients run this long before the first fault
     after: float  # and this long after the last heal
     hold_fault: float  # how long a partition, pause or slow link lasts
+    rounds: int  # how many times a fault repeated round after round is injected
 
     @staticmethod
     def full() -> "Timing":
-        return Timing(warmup=10, after=10, hold_fault=10)
+        return Timing(warmup=10, after=10, hold_fault=10, rounds=8)
 
     @staticmethod
     def short() -> "Timing":
-        return Timing(warmup=4, after=4, hold_fault=6)
+        return Timing(warmup=4, after=4, hold_fault=6, rounds=3)
 
 
 @dataclass
@@ -56,6 +57,10 @@ class Workload:
     plain_wait_ms: int = 3000
     work_ms: tuple[int, int] = (50, 50)  # a locker's work between its read and its write
     victim_work_ms: tuple[int, int] = (1000, 1000)
+    # A locker's work and lease by its home gateway, where they differ
+    # from work_ms and plain_ttl_ms.
+    home_work_ms: dict[str, tuple[int, int]] = field(default_factory=dict)
+    home_ttl_ms: dict[str, int] = field(default_factory=dict)
     stream_ttl_ms: int = 3000
     # chaos:k1 is taken by lockers and streamers alike: plain and streamed
     # holders of one key.
