@@ -1,7 +1,7 @@
 """The fault harness's command line (chaos/run.sh calls it).
 
     python -m harness run --binary PATH --python PATH --out DIR
-        [--short] [--only NAME,... | --random MINUTES [--seed N]] [--sabotage fence|confirm]
+        [--short] [--only NAME,... | --random MINUTES [--seed N]] [--sabotage fence|confirm|lease]
     python -m harness list
     python -m harness selftest
     python -m harness cleanup [--run ID | --stale]
@@ -204,10 +204,11 @@ def main(argv=None) -> int:
     choice.add_argument("--random", type=float, metavar="MINUTES",
                         help="faults drawn at random from the catalogue for this long")
     run.add_argument("--seed", type=int, help="the random schedule's seed (printed by every random run)")
-    run.add_argument("--sabotage", choices=["fence", "confirm"],
+    run.add_argument("--sabotage", choices=["fence", "confirm", "lease"],
                      help="for showing that the verdicts fail: 'fence' turns off the fence raised at read, "
                           "'confirm' starts the gateways without --redis-wait-replicas where the scenario "
-                          "asks for it")
+                          "asks for it, 'lease' has the lockers ask for three times the lease the scenario "
+                          "sets for their home gateway (handoff-kill), which its checks still count from")
     run.add_argument("--sentinel", choices=["auto", "yes", "no"], default="auto",
                      help="give the gateways the redis+sentinel:// URL: auto = if the binary takes one")
     run.set_defaults(handler=command_run)

@@ -22,6 +22,7 @@ from .topology import GATEWAYS, HarnessError, RunContext, World, http_call
 
 BUYER_RATE = 10  # purchases per second per buyer
 DRAIN_CHUNK = 100  # units the drain buys per purchase (the sale's per-user limit)
+LEASE_SABOTAGE = 3  # `--sabotage lease`: how many times longer the leases set per home gateway are asked
 
 
 def say(message: str) -> None:
@@ -34,8 +35,13 @@ def workload_config(ctx: RunContext, world: World, scenario: Scenario, history_d
     clients = {}
     for i in range(6):
         name, home = f"L{i + 1}", GATEWAYS[i % 3]
+        ttl_ms = load.home_ttl_ms.get(home, load.plain_ttl_ms)
+        if ctx.sabotage == "lease" and home in load.home_ttl_ms:
+            # Leases longer than the scenario set, which its checks still
+            # hold the grants to: as if the gateway granted more than asked.
+            ttl_ms *= LEASE_SABOTAGE
         clients[name] = {"kind": "locker", "home": home, "keys": list(load.locker_keys),
-                         "ttl_ms": load.home_ttl_ms.get(home, load.plain_ttl_ms), "wait_ms": load.plain_wait_ms,
+                         "ttl_ms": ttl_ms, "wait_ms": load.plain_wait_ms,
                          "work_ms": load.victim_work_ms if name == scenario.victim
                          else load.home_work_ms.get(home, load.work_ms)}
     # Streamed holders hold for seconds: most of their keys are their own, so
