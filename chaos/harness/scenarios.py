@@ -47,7 +47,7 @@ class Timing:
 
     @staticmethod
     def short() -> "Timing":
-        return Timing(warmup=4, after=4, hold_fault=6, rounds=3)
+        return Timing(warmup=4, after=4, hold_fault=6, rounds=2)
 
 
 @dataclass
@@ -484,7 +484,7 @@ DEAD_WAITERS = "gw2"  # the gateway killed at its waiters' turn
 # before their release. (Both: the fair queue settles into a fixed
 # rotation of the lockers, where a gw2 waiter may always follow a gw3
 # holder and never a gw1 one.)
-HOLDER_WORK_MS = 800
+HOLDER_WORK_MS = 700
 DEAD_WAITER_TTL_MS = 2000
 # As the packaged systemd unit starts a gateway that died again (RestartSec=1s).
 RESTART_AFTER_S = 1.0
@@ -495,7 +495,8 @@ AT_GRANT = "at the grant"
 # are granted outright, 300 mostly, 600 offered), or at the grant message to
 # one of its waiters, which the gateway hears at the same moment (the
 # kill wins the race or the answer does). The short run takes the first
-# rounds.
+# rounds: a round lasts about 7 s, most of it the restarted gateway's
+# clients coming back (they keep off it for 2 s) and queueing again.
 HANDOFF_ROUNDS = (100, AT_GRANT, 600, 300, AT_GRANT, 50, AT_GRANT, 600)
 
 
