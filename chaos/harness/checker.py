@@ -545,6 +545,55 @@ def dead_waiters_passed_on(records, windows, info, result: Result) -> None:
         result.props["passed-on"] = Prop(True, detail)
 
 
+def paused_waiters_answered(records, windows, info, result: Result) -> None:
+    """Of each pause of the waiters' gateway around a hand-off: how late it
+    could read the grant (from the grant to its continuation), whether it
+    answered its client the grant as made (outright) or claimed the place
+    anew (a later lease end), and where the lease the answer reports began
+    by the client's rule: its request's start plus the waited_ms reported,
+    which a client takes for the earliest moment the grant was made (the
+    Go and Python clients time their lease from it, as `lease_end` does).
+    `waited-report` holds when no such start lies past the lease's real
+    start (its `expires_at_ms` - `ttl_ms`, the Redis clock being the
+    clients' here) by more than LEASE_TOLERANCE_MS."""
+    plan = info.get("paused_waiters")
+    if plan is None:
+        result.props["waited-report"] = Prop(None, "the pauses were not recorded")
+        return
+    key = plan["key"]
+    answers = {r["fencing_token"]: r for r in records
+               if r["op"] == "acquire" and r["outcome"] == "granted" and r["key"] == key}
+    late, measured = [], 0
+    for n, pause in enumerate(plan["pauses"], 1):
+        grant, window = pause["grant"], windows.get(pause["fault"])
+        if grant is None or window is None:
+            result.notes.append(f"pause {n}: no grant to a waiter of {plan['gateway']} while it was stopped")
+            continue
+        heard_late = window[1] - grant["start"]
+        answer = answers.get(grant["fencing_token"])
+        if answer is None:
+            result.notes.append(f"pause {n}: continued {heard_late:.0f} ms after the grant; the grant was "
+                                "answered to no client (its place gone, the waiter queued again)")
+            continue
+        measured += 1
+        how = ("answered as granted outright" if answer["expires_at_ms"] == grant["expires_at_ms"]
+               else f"claimed anew (lease end {answer['expires_at_ms'] - grant['expires_at_ms']:+.0f} ms)")
+        began = answer["expires_at_ms"] - answer["ttl_ms"]
+        past = answer["start"] + answer.get("waited_ms", 0) - began
+        result.notes.append(f"pause {n}: continued {heard_late:.0f} ms after the grant; {how} to "
+                            f"{answer['client']}, waited_ms {answer.get('waited_ms', 0)}: its request's start plus "
+                            f"waited_ms lies {past:+.0f} ms from the lease's start")
+        if past > LEASE_TOLERANCE_MS:
+            late.append(f"pause {n}: {answer['client']}'s lease, heard {heard_late:.0f} ms late and {how}, "
+                        f"began {past:.0f} ms before its request's start plus waited_ms")
+    if not measured:
+        result.props["waited-report"] = Prop(None, "no grant made while the gateway was stopped was answered")
+        return
+    result.props["waited-report"] = Prop(not late, "; ".join(late) or
+                                         f"{measured} grants heard late, each lease begun no earlier than its "
+                                         "request's start plus waited_ms")
+
+
 def handoff_exactly_once(records, windows, info, result: Result) -> None:
     """Every order answered 201 stored once in the database, and
     `lockgate orders reconcile` clean, once the fault healed."""
