@@ -528,7 +528,8 @@ def dead_waiters_passed_on(records, windows, info, result: Result) -> None:
         result.props["passed-on"] = Prop(None, f"no kill of {gateway} was recorded")
         return
     measured = sum(1 for kill in plan["kills"] if kill["fault"] in windows)
-    detail = f"{measured} kills of {gateway}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    detail = (f"{measured} kill{'' if measured == 1 else 's'} of {gateway}: "
+              + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
     if free:
         detail += f"; free again after at most {max(free):.0f} ms, p50 {statistics.median(free):.0f} ms"
     if outright_free:

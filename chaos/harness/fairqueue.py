@@ -1,6 +1,6 @@
 """What a schedule reads of a lock's fair queue in Redis (`lua/lib/queue.lua`):
-who waits at its head, and the grants the queue publishes to the waiters'
-gateways.
+which waiter a place freed now would go to, and the grants the queue
+publishes to the waiters' gateways.
 
 A waiter's entry names its gateway as the queue knows it, `<instance
 id>#<nonce of that start>`, so a gateway started again under its id is
@@ -66,7 +66,8 @@ class GrantListener:
     """Hears every grant the queue of `key` publishes, records each as a
     `queue-grant` record of its own history file, and, when armed, calls
     back at the first grant to a waiter of one gateway (from its own
-    thread, at once: the gateway hears the message at the same moment)."""
+    thread, at once: Redis sends the message to the gateway, a subscriber
+    of the channel itself, just before this pattern's subscriber)."""
 
     def __init__(self, world: World, key: str, history_dir: Path):
         self.world, self.key = world, key
@@ -76,13 +77,12 @@ class GrantListener:
         self.sock: socket.socket | None = None
         self.subscribed = threading.Event()
         self.executor = netns_executor(world.hosts["cl"].ns, workers=1)
-        self.done = None
 
     def start(self) -> None:
         primary = self.world.primary_host()
         if primary is None:
             raise HarnessError("no sentinel names a primary")
-        self.done = self.executor.submit(self._listen, self.world.ip(primary))
+        self.executor.submit(self._listen, self.world.ip(primary))
         if not self.subscribed.wait(10):
             raise HarnessError(f"could not subscribe to the grants of {self.key}")
 

@@ -482,7 +482,7 @@ HANDOFF_KEY = LOCK_KEYS[0]
 # The gateway whose waiter's turn each fault lands at: killed in
 # handoff-kill, stopped in handoff-pause.
 WAITERS_GATEWAY = "gw2"
-# The other gateways' lockers work long enough for a kill to be timed
+# The other gateways' lockers work long enough for a fault to be timed
 # before their release. (Both: the fair queue settles into a fixed
 # rotation of the lockers, where a gw2 waiter may always follow a gw3
 # holder and never a gw1 one.)
@@ -503,18 +503,18 @@ HANDOFF_ROUNDS = (100, AT_GRANT, 600, 300, AT_GRANT, 50, AT_GRANT, 600)
 
 
 def kill_before_release(stage: Stage, watch: HistoryWatch, before_ms: int) -> int:
-    """SIGKILL to the dead waiters' gateway `before_ms` before a holder
-    from another gateway releases the key, while a waiter of that gateway
-    is the next to be served: the release grants the place to a waiter
-    nobody will answer (or, killed long enough before, passes it over)."""
+    """SIGKILL to WAITERS_GATEWAY `before_ms` before a holder from another
+    gateway releases the key, while a waiter of WAITERS_GATEWAY is the next
+    to be served: the release grants the place to a waiter nobody will
+    answer (or, killed long enough before, passes it over)."""
     wait_before_release(stage, watch, before_ms)
     return stage.nemesis.kill(f"lockgate-{WAITERS_GATEWAY}")
 
 
 def wait_before_release(stage: Stage, watch: HistoryWatch, before_ms: int) -> None:
     """Until `before_ms` before a holder from another gateway than
-    WAITERS_GATEWAY releases the key, while a waiter of WAITERS_GATEWAY is the
-    next to be served."""
+    WAITERS_GATEWAY releases the key, while a waiter of WAITERS_GATEWAY is
+    the next to be served."""
     world = stage.world
     watch.poll()  # only a read from now on counts
 
@@ -523,8 +523,9 @@ def wait_before_release(stage: Stage, watch: HistoryWatch, before_ms: int) -> No
             if record["op"] != "read" or record["key"] != HANDOFF_KEY or record["outcome"] != "ok":
                 continue
             grant = watch.open.get((record["client"], record["fencing_token"]))
-            # The release comes once the work is done: there must be time
-            # left to kill before it.
+            # A locker of another gateway (it works HOLDER_WORK_MS), through
+            # another gateway; it releases once its work is done: there
+            # must be time left before that.
             if (grant is None or grant.get("home") in (None, WAITERS_GATEWAY) or grant["gateway"] == WAITERS_GATEWAY
                     or record["end"] + HOLDER_WORK_MS - before_ms < now_ms() + 20):
                 continue
@@ -541,8 +542,8 @@ def wait_before_release(stage: Stage, watch: HistoryWatch, before_ms: int) -> No
 
 
 def kill_at_grant(stage: Stage, listener: GrantListener) -> int:
-    """SIGKILL to the dead waiters' gateway the moment the queue publishes
-    a grant of the key to one of its waiters."""
+    """SIGKILL to WAITERS_GATEWAY the moment the queue publishes a grant of
+    the key to one of its waiters."""
     fired = threading.Event()
     killed = {}
 
