@@ -3,8 +3,9 @@
 # the network between them, a recorded history and a checker (chaos/README.md).
 #
 #   chaos/run.sh                  every scenario (make chaos)
-#   chaos/run.sh --short          two scenarios, under 2 minutes (make test)
-#   chaos/run.sh --only NAME,...  the scenarios named (--list names them)
+#   chaos/run.sh --short          four scenarios, shorter (make test)
+#   chaos/run.sh --only NAME,...  the scenarios named (--list names them);
+#                                 with --short, with the short run's timing
 #   chaos/run.sh --random MINUTES [--seed N]
 #                                 faults drawn at random for MINUTES (make chaos
 #                                 RANDOM=N); CHAOS_RANDOM and CHAOS_SEED say the same

@@ -1,7 +1,7 @@
 """The fault harness's command line (chaos/run.sh calls it).
 
     python -m harness run --binary PATH --python PATH --out DIR
-        [--short | --only NAME,... | --random MINUTES [--seed N]] [--sabotage fence|confirm]
+        [--short] [--only NAME,... | --random MINUTES [--seed N]] [--sabotage fence|confirm|lease]
     python -m harness list
     python -m harness selftest
     python -m harness cleanup [--run ID | --stale]
@@ -138,8 +138,10 @@ def command_run(args) -> int:
             runner.say(f"removed {len(leftovers)} namespaces left behind")
         shutil.rmtree(workdir, ignore_errors=True)
     wall = time.monotonic() - started
-    kind = f"random, {args.random:g} minutes" if args.random else "short" if args.short else (
-        "selected scenarios" if args.only else "every scenario")
+    kind = f"random, {args.random:g} minutes" if args.random else (
+        "selected scenarios" if args.only else "short" if args.short else "every scenario")
+    if args.short and (args.only or args.random):
+        kind += ", short timing"
     notes = [
         f"Run of commit `{commit}`, {began_at:%Y-%m-%d %H:%M %Z}: {kind}, {len(results)} scenarios in "
         f"{wall:.0f} s, on {os.cpu_count()} cores; gateway binary `{binary.name}`.",
@@ -195,16 +197,18 @@ def main(argv=None) -> int:
     run.add_argument("--binary", required=True, help="the lockgate binary")
     run.add_argument("--python", default=sys.executable, help="the Python (with psycopg) for the clients")
     run.add_argument("--out", required=True, help="where results, timelines, histories and logs go")
+    run.add_argument("--short", action="store_true",
+                     help=f"only {', '.join(SHORT)}, shorter (with --only: the scenarios named, shorter)")
     choice = run.add_mutually_exclusive_group()
-    choice.add_argument("--short", action="store_true", help=f"only {' and '.join(SHORT)}, shorter")
     choice.add_argument("--only", help="comma-separated scenario names")
     choice.add_argument("--random", type=float, metavar="MINUTES",
                         help="faults drawn at random from the catalogue for this long")
     run.add_argument("--seed", type=int, help="the random schedule's seed (printed by every random run)")
-    run.add_argument("--sabotage", choices=["fence", "confirm"],
+    run.add_argument("--sabotage", choices=["fence", "confirm", "lease"],
                      help="for showing that the verdicts fail: 'fence' turns off the fence raised at read, "
                           "'confirm' starts the gateways without --redis-wait-replicas where the scenario "
-                          "asks for it")
+                          "asks for it, 'lease' has the lockers ask for three times the lease the scenario "
+                          "sets for their home gateway (handoff-kill), which its checks still count from")
     run.add_argument("--sentinel", choices=["auto", "yes", "no"], default="auto",
                      help="give the gateways the redis+sentinel:// URL: auto = if the binary takes one")
     run.set_defaults(handler=command_run)

@@ -31,6 +31,7 @@ beyond the stock were oversold.
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -91,6 +92,7 @@ class Result:
     refused_writes: list[tuple[float, str]] = field(default_factory=list)
     told_lost: list[tuple[float, str]] = field(default_factory=list)
     backwards_grants: list[tuple[float, str]] = field(default_factory=list)
+    unheard_grants: list[tuple[float, float, str]] = field(default_factory=list)  # held by a dead waiter
     t0: float = 0
     t1: float = 0
 
@@ -442,6 +444,155 @@ def lease_kept_after_gateway_death(records, windows, info, result: Result) -> No
     result.props["lease-kept"] = Prop(not early, (f"{len(waits)} locks of the killed {gateway} granted again, "
                                                   f"{min(waits):.0f} to {max(waits):.0f} ms after their lease")
                                       + ("; " + "; ".join(early) if early else ""))
+
+
+# The one-write hand-off's bound (lua/lib/queue.lua): a waiter whose gateway
+# died less than FRESH_MS before its grant may hold the lock for its lease;
+# one whose gateway died earlier is offered it for OFFER_MS at most.
+FRESH_MS = 500
+OFFER_MS = 1000
+TENDING_ROUND_MS = 300  # a gateway with waiters tends their lock this often
+# What the next grant takes beyond that: the waiting gateway's tend is due
+# 1 ms past the lease it last read, then the script, the message, the
+# answer, on two loaded cores.
+HANDOFF_SLACK_MS = 200
+# A tend sent just before the kill still renews the presence as Redis
+# runs it: a death counts as more than FRESH_MS before a grant only beyond this.
+DEATH_MARGIN_MS = 50
+
+
+def dead_waiters_passed_on(records, windows, info, result: Result) -> None:
+    """After each kill of the dead waiters' gateway: how long the key stayed
+    with nobody alive holding it, from the kill, or the end of the hold it
+    came during (the holder's release), to the next grant a client heard of.
+    Within the waiter's `ttl_ms` + FRESH_MS + a tending round + slack; a
+    second + a tending round + slack where the gateway had died more than
+    FRESH_MS before the place freed. The grants the queue published
+    (`fairqueue.GrantListener`) that no client heard of say what each kill
+    left: a place granted outright to a dead waiter, one offered to it, or
+    none; a run where no kill left an outright grant measured nothing of the
+    one-write hand-off."""
+    plan = info.get("dead_waiters")
+    if plan is None:
+        result.props["passed-on"] = Prop(None, "the kills were not recorded")
+        return
+    key, gateway, ttl = plan["key"], plan["gateway"], plan["ttl_ms"]
+    bound_outright = ttl + FRESH_MS + TENDING_ROUND_MS + HANDOFF_SLACK_MS
+    bound_offered = min(ttl, OFFER_MS) + TENDING_ROUND_MS + HANDOFF_SLACK_MS
+    holds = sorted((h for h in result.holds if h.key == key and h.end > h.start), key=lambda h: h.start)
+    heard = {h.fencing_token for h in result.holds if h.key == key}
+    unheard = [r for r in records if r["op"] == "queue-grant" and r["key"] == key and r["gateway"] == gateway
+               and r["fencing_token"] not in heard]
+    free, outright_free, passed_after_lease, late = [], [], [], []
+    kinds = Counter()
+    for n, kill in enumerate(plan["kills"], 1):
+        window = windows.get(kill["fault"])
+        if window is None:
+            continue
+        killed = window[0]
+        free_from = killed
+        for hold in holds:  # the hold the kill came during, if any
+            if hold.start <= free_from < hold.end:
+                free_from = hold.end
+        following = [hold for hold in holds if hold.start >= free_from]
+        if not following:
+            late.append(f"kill {n}: {key} never granted again")
+            continue
+        granted = following[0]
+        gap = granted.start - free_from
+        dead = next((r for r in unheard if killed - OFFER_MS <= r["start"] <= granted.start), None)
+        died_before = free_from - killed
+        bound = bound_offered if died_before > FRESH_MS + DEATH_MARGIN_MS else bound_outright
+        if dead is None:
+            kind = "no dead waiter granted"
+        elif dead["outright"]:
+            kind = "granted outright to the dead waiter"
+            outright_free.append(gap)
+            passed_after_lease.append(granted.start - dead["expires_at_ms"])
+        else:
+            kind = "offered to the dead waiter"
+        kinds[kind] += 1
+        free.append(gap)
+        if dead:
+            result.unheard_grants.append((dead["start"], dead["expires_at_ms"],
+                                          f"{key} {kind} of {dead['instance']}, fencing token {dead['fencing_token']}"))
+        shown = (f"kill {n} ({kill['planned']}; the place freed {died_before:.0f} ms after it): {kind}"
+                 + (f" (published {dead['start'] - killed:+.0f} ms from the kill, lease to "
+                    f"{dead['expires_at_ms'] - dead['start']:.0f} ms after)" if dead else "")
+                 + f"; {key} free again {gap:.0f} ms later, to {granted.client} via {granted.gateway} "
+                   f"(bound {bound} ms)")
+        result.notes.append(shown)
+        if gap > bound:
+            late.append(f"kill {n}: {key} held by nobody alive for {gap:.0f} ms, beyond {bound} ms")
+    if not free and not late:
+        result.props["passed-on"] = Prop(None, f"no kill of {gateway} was recorded")
+        return
+    measured = sum(1 for kill in plan["kills"] if kill["fault"] in windows)
+    detail = (f"{measured} kill{'' if measured == 1 else 's'} of {gateway}: "
+              + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
+    if free:
+        detail += f"; free again after at most {max(free):.0f} ms, p50 {statistics.median(free):.0f} ms"
+    if outright_free:
+        detail += (f" (after an outright grant to a dead waiter: at most {max(outright_free):.0f} ms, p50 "
+                   f"{statistics.median(outright_free):.0f} ms; the next grant {max(passed_after_lease):.0f} ms "
+                   f"at most past the dead waiter's lease)")
+    detail += (f"; bound {ttl} + {FRESH_MS} + {TENDING_ROUND_MS} + {HANDOFF_SLACK_MS} = {bound_outright} ms, "
+               f"{bound_offered} ms where {gateway} died more than {FRESH_MS} ms before the place freed")
+    if late:
+        result.props["passed-on"] = Prop(False, "; ".join(late) + "; " + detail)
+    elif not outright_free:
+        result.props["passed-on"] = Prop(None, "no kill left a place granted outright to a dead waiter: " + detail)
+    else:
+        result.props["passed-on"] = Prop(True, detail)
+
+
+def paused_waiters_answered(records, windows, info, result: Result) -> None:
+    """Of each pause of the waiters' gateway around a hand-off: how late it
+    could read the grant (from the grant to its continuation), whether it
+    answered its client the grant as made (outright) or claimed the place
+    anew (a later lease end), and where the lease the answer reports began
+    by the client's rule: its request's start plus the waited_ms reported,
+    which a client takes for the earliest moment the grant was made (the
+    Go and Python clients time their lease from it, as `lease_end` does).
+    `waited-report` holds when no such start lies past the lease's real
+    start (its `expires_at_ms` - `ttl_ms`, the Redis clock being the
+    clients' here) by more than LEASE_TOLERANCE_MS."""
+    plan = info.get("paused_waiters")
+    if plan is None:
+        result.props["waited-report"] = Prop(None, "the pauses were not recorded")
+        return
+    key = plan["key"]
+    answers = {r["fencing_token"]: r for r in records
+               if r["op"] == "acquire" and r["outcome"] == "granted" and r["key"] == key}
+    late, measured = [], 0
+    for n, pause in enumerate(plan["pauses"], 1):
+        grant, window = pause["grant"], windows.get(pause["fault"])
+        if grant is None or window is None:
+            result.notes.append(f"pause {n}: no grant to a waiter of {plan['gateway']} while it was stopped")
+            continue
+        heard_late = window[1] - grant["start"]
+        answer = answers.get(grant["fencing_token"])
+        if answer is None:
+            result.notes.append(f"pause {n}: continued {heard_late:.0f} ms after the grant; the grant was "
+                                "answered to no client (its place gone, the waiter queued again)")
+            continue
+        measured += 1
+        how = ("answered as granted outright" if answer["expires_at_ms"] == grant["expires_at_ms"]
+               else f"claimed anew (lease end {answer['expires_at_ms'] - grant['expires_at_ms']:+.0f} ms)")
+        began = answer["expires_at_ms"] - answer["ttl_ms"]
+        past = answer["start"] + answer.get("waited_ms", 0) - began
+        result.notes.append(f"pause {n}: continued {heard_late:.0f} ms after the grant; {how} to "
+                            f"{answer['client']}, waited_ms {answer.get('waited_ms', 0)}: its request's start plus "
+                            f"waited_ms lies {past:+.0f} ms from the lease's start")
+        if past > LEASE_TOLERANCE_MS:
+            late.append(f"pause {n}: {answer['client']}'s lease, heard {heard_late:.0f} ms late and {how}, "
+                        f"began {past:.0f} ms before its request's start plus waited_ms")
+    if not measured:
+        result.props["waited-report"] = Prop(None, "no grant made while the gateway was stopped was answered")
+        return
+    result.props["waited-report"] = Prop(not late, "; ".join(late) or
+                                         f"{measured} grants heard late, each lease begun no earlier than its "
+                                         "request's start plus waited_ms")
 
 
 def handoff_exactly_once(records, windows, info, result: Result) -> None:

@@ -116,11 +116,14 @@ def markdown(results: list[Result], scenarios: dict, header_notes: list[str]) ->
 # The timeline.
 
 WIDTH, LEFT, RIGHT, TOP, ROW, BOTTOM = 1100, 70, 20, 76, 18, 40
-COLOURS = {"plain": "#4C78A8", "stream": "#54A24B", "overlap": "#E45756"}
+COLOURS = {"plain": "#4C78A8", "stream": "#54A24B", "overlap": "#E45756", "unheard": "#F58518"}
+UNHEARD = "dead"  # the row of grants to waiters whose gateway died before answering them
 
 
 def svg(result: Result, summary: str, stamp: str = "") -> str:
     clients = sorted({hold.client for hold in result.holds} | {c for _, c in result.refused_writes})
+    if result.unheard_grants:
+        clients.append(UNHEARD)
     rows_of = {client: i for i, client in enumerate(clients)}
     height = TOP + ROW * max(len(clients), 1) + BOTTOM + 12 * len(result.fault_spans)
     t0, t1 = result.t0, max(result.t1, result.t0 + 1)
@@ -138,7 +141,9 @@ def svg(result: Result, summary: str, stamp: str = "") -> str:
              f'<text x="{LEFT}" y="47" fill="#555">holders of each lock over time, one row per client: '
              f'blue plain, green streamed, red overlapping another holder, pale: still at work after the lease</text>',
              f'<text x="{LEFT}" y="60" fill="#555">grey: faults; dashed: a replica promoted or demoted; '
-             f'x: a stale write a fence refused; ◆: told lost; ▼: a grant whose fencing token went backwards</text>']
+             f'x: a stale write a fence refused; ◆: told lost; ▼: a grant whose fencing token went backwards'
+             + ('; orange (row "dead"): a grant no client heard of, its waiter\'s gateway killed'
+                if result.unheard_grants else '') + '</text>']
     bottom = TOP + ROW * len(clients)
     for i, (start, end, label) in enumerate(result.fault_spans):
         parts.append(f'<rect x="{x(start):.1f}" y="{TOP}" width="{max(x(end) - x(start), 1):.1f}" '
@@ -166,6 +171,10 @@ def svg(result: Result, summary: str, stamp: str = "") -> str:
         parts.append(f'<rect x="{x(hold.start):.1f}" y="{y}" width="{max(x(hold.end) - x(hold.start), 1):.1f}" '
                      f'height="{ROW - 6}" fill="{colour}"><title>{escape(hold.key)} via {hold.gateway}, '
                      f'fencing token {hold.fencing_token}</title></rect>')
+    for start, end, label in result.unheard_grants:
+        y = TOP + rows_of[UNHEARD] * ROW + 3
+        parts.append(f'<rect x="{x(start):.1f}" y="{y}" width="{max(x(end) - x(start), 1):.1f}" height="{ROW - 6}" '
+                     f'fill="{COLOURS["unheard"]}"><title>{escape(label)}</title></rect>')
     for at, client in result.refused_writes:
         cx, cy = x(at), TOP + rows_of[client] * ROW + ROW / 2
         parts.append(f'<path d="M{cx - 4:.1f},{cy - 4:.1f} L{cx + 4:.1f},{cy + 4:.1f} M{cx - 4:.1f},{cy + 4:.1f} '

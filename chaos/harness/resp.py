@@ -1,4 +1,5 @@
-"""The few Redis commands the runner sends (ROLE, SENTINEL, CLUSTER), in RESP.
+"""The few Redis commands the runner sends (ROLE, SENTINEL, CLUSTER), in RESP,
+and the messages of a subscription (`fairqueue.GrantListener`).
 
 A connection per command: the runner asks rarely, and a fresh socket opened
 from a thread of the right namespace (see `netns.netns_executor`) is the
@@ -16,15 +17,20 @@ class RedisError(Exception):
 
 def command(host: str, port: int, *args, timeout: float = 2.0):
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        payload = [f"*{len(args)}\r\n".encode()]
-        for arg in args:
-            data = str(arg).encode()
-            payload.append(b"$%d\r\n%s\r\n" % (len(data), data))
-        sock.sendall(b"".join(payload))
-        return _read(sock.makefile("rb"))
+        sock.sendall(encode(*args))
+        return read(sock.makefile("rb"))
 
 
-def _read(stream):
+def encode(*args) -> bytes:
+    payload = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = str(arg).encode()
+        payload.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(payload)
+
+
+def read(stream):
+    """One reply (or, on a subscribed connection, one message) from `stream`."""
     line = stream.readline()
     if not line:
         raise RedisError("connection closed")
@@ -45,5 +51,5 @@ def _read(stream):
         length = int(rest)
         if length < 0:
             return None
-        return [_read(stream) for _ in range(length)]
+        return [read(stream) for _ in range(length)]
     raise RedisError(f"unexpected reply {line!r}")

@@ -22,6 +22,7 @@ from .topology import GATEWAYS, HarnessError, RunContext, World, http_call
 
 BUYER_RATE = 10  # purchases per second per buyer
 DRAIN_CHUNK = 100  # units the drain buys per purchase (the sale's per-user limit)
+LEASE_SABOTAGE = 3  # `--sabotage lease`: how many times longer the leases set per home gateway are asked
 
 
 def say(message: str) -> None:
@@ -33,10 +34,16 @@ def workload_config(ctx: RunContext, world: World, scenario: Scenario, history_d
     load = scenario.workload
     clients = {}
     for i in range(6):
-        name = f"L{i + 1}"
-        clients[name] = {"kind": "locker", "home": GATEWAYS[i % 3], "keys": list(load.locker_keys),
-                         "ttl_ms": load.plain_ttl_ms, "wait_ms": load.plain_wait_ms,
-                         "work_ms": load.victim_work_ms if name == scenario.victim else load.work_ms}
+        name, home = f"L{i + 1}", GATEWAYS[i % 3]
+        ttl_ms = load.home_ttl_ms.get(home, load.plain_ttl_ms)
+        if ctx.sabotage == "lease" and home in load.home_ttl_ms:
+            # Leases longer than the scenario set, which its checks still
+            # hold the grants to: as if the gateway granted more than asked.
+            ttl_ms *= LEASE_SABOTAGE
+        clients[name] = {"kind": "locker", "home": home, "keys": list(load.locker_keys),
+                         "ttl_ms": ttl_ms, "wait_ms": load.plain_wait_ms,
+                         "work_ms": load.victim_work_ms if name == scenario.victim
+                         else load.home_work_ms.get(home, load.work_ms)}
     # Streamed holders hold for seconds: most of their keys are their own, so
     # that the plain holders are not starved waiting behind them; chaos:k1
     # they share with the lockers.
@@ -218,7 +225,8 @@ def run(ctx: RunContext, scenario: Scenario, timing: Timing, stopping: threading
         load = scenario.workload
         # The longest a client can be inside one operation: a wait, its
         # answer's delay, the work under the lock.
-        patience = 15 + load.plain_wait_ms / 1000 + load.work_ms[1] / 1000 + 2 * load.slack_s
+        longest_work = max([load.work_ms[1], *(work[1] for work in load.home_work_ms.values())])
+        patience = 15 + load.plain_wait_ms / 1000 + longest_work / 1000 + 2 * load.slack_s
         problems = stop_clients(clients, stop_file, patience)
         t1 = now_ms()
         nemesis.heal_all()

@@ -12,12 +12,14 @@ the clients go on for a while.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from . import checker
+from .fairqueue import GrantListener, gateway_of, next_served
 from .history import Tail, now_ms
 from .nemesis import Stage
 from .topology import GATEWAYS, SENTINELS, HarnessError, Setup
@@ -37,14 +39,15 @@ class Timing:
     warmup: float  # clients run this long before the first fault
     after: float  # and this long after the last heal
     hold_fault: float  # how long a partition, pause or slow link lasts
+    rounds: int  # how many times a fault repeated round after round is injected
 
     @staticmethod
     def full() -> "Timing":
-        return Timing(warmup=10, after=10, hold_fault=10)
+        return Timing(warmup=10, after=10, hold_fault=10, rounds=8)
 
     @staticmethod
     def short() -> "Timing":
-        return Timing(warmup=4, after=4, hold_fault=6)
+        return Timing(warmup=4, after=4, hold_fault=6, rounds=2)
 
 
 @dataclass
@@ -56,6 +59,10 @@ class Workload:
     plain_wait_ms: int = 3000
     work_ms: tuple[int, int] = (50, 50)  # a locker's work between its read and its write
     victim_work_ms: tuple[int, int] = (1000, 1000)
+    # A locker's work and lease by its home gateway, where they differ
+    # from work_ms and plain_ttl_ms.
+    home_work_ms: dict[str, tuple[int, int]] = field(default_factory=dict)
+    home_ttl_ms: dict[str, int] = field(default_factory=dict)
     stream_ttl_ms: int = 3000
     # chaos:k1 is taken by lockers and streamers alike: plain and streamed
     # holders of one key.
@@ -466,6 +473,173 @@ def orders_database_faults(stage: Stage) -> None:
         world.notes.append("no batch was being stored when PostgreSQL was killed")
 
 
+# The one-write hand-off (lua/lib/queue.lua): the head of a lock's queue is
+# granted its whole lease outright when its gateway renewed its presence
+# within 0.5 s, else offered the place for a second. So a waiter whose
+# gateway dies at its turn holds the lock for its lease at most, and only
+# if the gateway died less than 0.5 s before the grant; a second otherwise.
+HANDOFF_KEY = LOCK_KEYS[0]
+# The gateway whose waiter's turn each fault lands at: killed in
+# handoff-kill, stopped in handoff-pause.
+WAITERS_GATEWAY = "gw2"
+# The other gateways' lockers work long enough for a fault to be timed
+# before their release. (Both: the fair queue settles into a fixed
+# rotation of the lockers, where a gw2 waiter may always follow a gw3
+# holder and never a gw1 one.)
+HOLDER_WORK_MS = 700
+DEAD_WAITER_TTL_MS = 2000
+# As the packaged systemd unit starts a gateway that died again (RestartSec=1s).
+RESTART_AFTER_S = 1.0
+AT_GRANT = "at the grant"
+# Where each round's kill lands: this many ms before a holder's release
+# (the gateway's presence was renewed 0 to 300 ms before its death, and a
+# grant is outright when it was renewed at most 500 ms before: 50 and 100
+# are granted outright, 300 mostly, 600 offered), or at the grant message to
+# one of its waiters, which the gateway hears at the same moment (the
+# kill wins the race or the answer does). The short run takes the first
+# rounds: a round lasts about 7 s, most of it the restarted gateway's
+# clients coming back (they keep off it for 2 s) and queueing again.
+HANDOFF_ROUNDS = (100, AT_GRANT, 600, 300, AT_GRANT, 50, AT_GRANT, 600)
+
+
+def kill_before_release(stage: Stage, watch: HistoryWatch, before_ms: int) -> int:
+    """SIGKILL to WAITERS_GATEWAY `before_ms` before a holder from another
+    gateway releases the key, while a waiter of WAITERS_GATEWAY is the next
+    to be served: the release grants the place to a waiter nobody will
+    answer (or, killed long enough before, passes it over)."""
+    wait_before_release(stage, watch, before_ms)
+    return stage.nemesis.kill(f"lockgate-{WAITERS_GATEWAY}")
+
+
+def wait_before_release(stage: Stage, watch: HistoryWatch, before_ms: int) -> None:
+    """Until `before_ms` before a holder from another gateway than
+    WAITERS_GATEWAY releases the key, while a waiter of WAITERS_GATEWAY is
+    the next to be served."""
+    world = stage.world
+    watch.poll()  # only a read from now on counts
+
+    def holder_read() -> dict | None:
+        for record in watch.poll():
+            if record["op"] != "read" or record["key"] != HANDOFF_KEY or record["outcome"] != "ok":
+                continue
+            grant = watch.open.get((record["client"], record["fencing_token"]))
+            # A locker of another gateway (it works HOLDER_WORK_MS), through
+            # another gateway; it releases once its work is done: there
+            # must be time left before that.
+            if (grant is None or grant.get("home") in (None, WAITERS_GATEWAY) or grant["gateway"] == WAITERS_GATEWAY
+                    or record["end"] + HOLDER_WORK_MS - before_ms < now_ms() + 20):
+                continue
+            waiter = next_served(world, HANDOFF_KEY)
+            if waiter is not None and gateway_of(waiter["inst"]) == WAITERS_GATEWAY:
+                return record
+        return None
+
+    read = stage.wait_for(holder_read, 30, 0.005)
+    if not read:
+        raise HarnessError(f"no holder from {', '.join(others(WAITERS_GATEWAY))} read the row of {HANDOFF_KEY} "
+                           f"while a waiter of {WAITERS_GATEWAY} was the next to be served")
+    stage.sleep(max(0.0, (read["end"] + HOLDER_WORK_MS - before_ms - now_ms()) / 1000))
+
+
+def kill_at_grant(stage: Stage, listener: GrantListener) -> int:
+    """SIGKILL to WAITERS_GATEWAY the moment the queue publishes a grant of
+    the key to one of its waiters."""
+    fired = threading.Event()
+    killed = {}
+
+    def kill(_grant: dict) -> None:
+        killed["fault"] = stage.nemesis.kill(f"lockgate-{WAITERS_GATEWAY}")
+        fired.set()
+
+    listener.arm(WAITERS_GATEWAY, kill)
+    if not stage.wait_for(fired.is_set, 30, 0.01):
+        listener.disarm()
+        if not fired.wait(1):
+            raise HarnessError(f"no waiter of {WAITERS_GATEWAY} was granted {HANDOFF_KEY}")
+    return killed["fault"]
+
+
+def handoff_kills(stage: Stage) -> None:
+    """Round after round, the gateway of the waiter whose turn comes next
+    is killed (SIGKILL) just before the holder releases, or at the grant;
+    it is started again a second later. The checker measures how long the
+    key then stayed with nobody alive holding it."""
+    world = stage.world
+    watch = HistoryWatch(stage.history_dir)
+    listener = GrantListener(world, HANDOFF_KEY, stage.history_dir)
+    listener.start()
+    kills = []
+    stage.info["dead_waiters"] = {"key": HANDOFF_KEY, "gateway": WAITERS_GATEWAY, "ttl_ms": DEAD_WAITER_TTL_MS,
+                                  "kills": kills}
+    process = world.procs[f"lockgate-{WAITERS_GATEWAY}"]
+    try:
+        stage.sleep(stage.timing.warmup)
+        start = now_ms()
+        for where in HANDOFF_ROUNDS[:stage.timing.rounds]:
+            if where == AT_GRANT:
+                fault = kill_at_grant(stage, listener)
+            else:
+                fault = kill_before_release(stage, watch, where)
+            kills.append({"fault": fault, "planned": where if where == AT_GRANT else f"{where} ms before a release"})
+            stage.sleep(RESTART_AFTER_S)
+            stage.nemesis.heal(fault)
+            world.wait_ready(process, world.gateway_url(WAITERS_GATEWAY))
+        stage.expect_activity(f"while {WAITERS_GATEWAY} was killed and started again", start, now_ms(),
+                              gateways=others(WAITERS_GATEWAY))
+        # The grants of the last kill's aftermath are heard before the
+        # listener stops: until a client was granted the key again.
+        restarted = now_ms()
+        stage.wait_for(lambda: any(r["op"] == "acquire" and r["outcome"] == "granted" and r["key"] == HANDOFF_KEY
+                                   and r["end"] > restarted for r in watch.poll()),
+                       DEAD_WAITER_TTL_MS / 1000 + 5, 0.05)
+    finally:
+        listener.stop()
+
+
+# How long after the grant a gateway stopped around the hand-off is
+# continued: under 0.5 s it answers the grant it heard late as made
+# outright (no write), beyond that it claims the place anew.
+PAUSE_ROUNDS = (400, 800, 450, 300, 700, 400, 450, 800)
+
+
+def handoff_pauses(stage: Stage) -> None:
+    """Round after round, the gateway of the waiter whose turn comes next
+    is stopped (SIGSTOP) 100 ms before the holder's release, so that it
+    hears the grant late, and continued a few hundred ms after the grant."""
+    world = stage.world
+    watch = HistoryWatch(stage.history_dir)
+    listener = GrantListener(world, HANDOFF_KEY, stage.history_dir)
+    listener.start()
+    pauses = []
+    stage.info["paused_waiters"] = {"key": HANDOFF_KEY, "gateway": WAITERS_GATEWAY, "pauses": pauses}
+    try:
+        stage.sleep(stage.timing.warmup)
+        start = now_ms()
+        for late_ms in PAUSE_ROUNDS[:stage.timing.rounds]:
+            wait_before_release(stage, watch, 100)
+            heard = {}
+            granted = threading.Event()
+
+            def on_grant(grant: dict, heard=heard, granted=granted) -> None:
+                heard.update(grant)
+                granted.set()
+
+            listener.arm(WAITERS_GATEWAY, on_grant)
+            paused = stage.nemesis.pause(f"lockgate-{WAITERS_GATEWAY}")
+            if stage.wait_for(granted.is_set, HOLDER_WORK_MS / 1000, 0.002):
+                stage.sleep(max(0.0, (heard["start"] + late_ms - now_ms()) / 1000))
+            listener.disarm()
+            stage.nemesis.heal(paused)
+            pauses.append({"fault": paused, "late_ms": late_ms, "grant": heard or None})
+            # Until the paused gateway's waiter let go (its lockers work
+            # past their lease): the next round starts from a settled queue.
+            stage.sleep(PAUSED_WORK_MS / 1000)
+        stage.expect_activity(f"while {WAITERS_GATEWAY} was paused, round after round", start, now_ms(),
+                              gateways=others(WAITERS_GATEWAY))
+    finally:
+        listener.stop()
+
+
 CONFIRMED_2 = Setup(replicas=2, wait_replicas=1)
 # Streamed holders on two keys only (one shared with the lockers): a
 # stream held through a failover has others waiting for its key.
@@ -475,6 +649,19 @@ CONTENDED = Workload(stream_keys=("chaos:k1", "chaos:k2"))
 # chaos:k0, so that someone always waits for it.
 LONG_LEASES = Workload(locker_keys=("chaos:k0",), plain_ttl_ms=12000, plain_wait_ms=9000, work_ms=(7000, 9000),
                        stream_ttl_ms=8000, hold_s=(2, 4))
+# Every locker on the hand-off's key (no streamer takes it), waiting longer
+# than a dead waiter can hold it; those of WAITERS_GATEWAY work briefly and ask
+# for the lease the bound is counted from, the others work long enough for
+# a kill to be timed before their release.
+DEAD_WAITER_LOAD = Workload(locker_keys=(HANDOFF_KEY,), plain_wait_ms=9000,
+                            work_ms=(HOLDER_WORK_MS, HOLDER_WORK_MS), home_work_ms={WAITERS_GATEWAY: (50, 50)},
+                            home_ttl_ms={WAITERS_GATEWAY: DEAD_WAITER_TTL_MS})
+
+# The same, but the paused gateway's lockers work past their lease, so that
+# each holds, as far as it can know, until its lease ends: the next holder
+# must come after that.
+PAUSED_WORK_MS = DEAD_WAITER_TTL_MS + 300
+PAUSED_WAITER_LOAD = replace(DEAD_WAITER_LOAD, home_work_ms={WAITERS_GATEWAY: (PAUSED_WORK_MS, PAUSED_WORK_MS)})
 
 SCENARIOS = [
     Scenario("gateway-partition", "gw1 cut off from Redis while it holds streamed and plain locks", gateway_partition,
@@ -486,6 +673,14 @@ SCENARIOS = [
     Scenario("gateway-kill", "gw1 killed (SIGKILL) while it holds streamed locks others wait for, restarted",
              gateway_kill, workload=Workload(stream_keys=("chaos:k1", "chaos:k2")),
              must_hold=safety(plus=("lease-kept",)), checks=[checker.lease_kept_after_gateway_death]),
+    Scenario("handoff-kill", f"{WAITERS_GATEWAY} killed (SIGKILL) at its waiter's turn for a lock, just before the "
+             f"holder's release or at the grant, and started again {RESTART_AFTER_S:g} s later, round after round",
+             handoff_kills, workload=DEAD_WAITER_LOAD, must_hold=safety(plus=("passed-on",)),
+             checks=[checker.dead_waiters_passed_on]),
+    Scenario("handoff-pause", f"{WAITERS_GATEWAY} stopped (SIGSTOP) 100 ms before the release that grants its "
+             "waiter a lock and continued 300 to 800 ms after the grant, round after round; its lockers work past "
+             "their lease", handoff_pauses, workload=PAUSED_WAITER_LOAD, must_hold=safety(plus=("waited-report",)),
+             checks=[checker.paused_waiters_answered]),
     Scenario("client-pause", f"a client ({VICTIM}) paused between its read and its write until the next holder read",
              client_pause, workload=Workload(work_ms=(300, 400)), victim=VICTIM,
              expected_break=("fence-write", "no-fence")),
@@ -530,7 +725,7 @@ SCENARIOS = [
              "restarted (durable commits)", orders_database_faults, setup=Setup(handoff=True),
              must_hold=safety(plus=("handoff",)), checks=[checker.handoff_exactly_once]),
 ]
-SHORT = ["gateway-partition", "client-pause", "failover-wait"]
+SHORT = ["gateway-partition", "client-pause", "failover-wait", "handoff-kill"]
 
 
 # A random schedule: faults drawn from a catalogue, as Jepsen's nemesis

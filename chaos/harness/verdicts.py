@@ -33,6 +33,10 @@ PROPERTIES = {
     "lease-report": "each expires_at_ms within its request's start and arrival, plus ttl_ms",
     "told-lost": "streamed holders on the faulty gateway told `lost` before their lease could end",
     "lease-kept": "a dead gateway's streamed locks granted again only after their lease",
+    "passed-on": "a lock granted to a waiter whose gateway was killed at its turn goes on to the next waiter "
+                 "within the waiter's lease + 0.5 s + a tending round (a second where the gateway died earlier)",
+    "waited-report": "a grant heard late: its request's start plus the waited_ms it reports no later than its "
+                     "lease began",
     "handoff": "every order answered 201 stored exactly once, reconcile clean",
 }
 

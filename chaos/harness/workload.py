@@ -285,7 +285,7 @@ class Locker(Client):
                            outcome="granted", instance=headers.get("x-instance-id"),
                            token=body["token"], fencing_token=body["fencing_token"],
                            expires_at_ms=body["expires_at_ms"], waited_ms=body.get("waited_ms", 0),
-                           ttl_ms=ttl_ms)
+                           ttl_ms=ttl_ms, home=self.spec["home"])
 
     def release(self, key: str, grant: dict) -> None:
         # The release goes where the grant came from first, but any gateway
