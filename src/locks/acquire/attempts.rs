@@ -505,13 +505,17 @@ impl<'a> Acquisition<'a> {
             .shared_token
             .get()
             .and_then(|token| Token::parse(token).ok());
+        // Waited until the lease began (`sent`: the script that set its end
+        // was sent, or, granted outright, the grant was made), not until
+        // the answer: a client that counts its lease from its request's
+        // start and `waited_ms` must never place its end past Redis's.
         Granted {
             state,
             sent,
             waited: self
                 .refused_at
                 .get()
-                .map_or(Duration::ZERO, |at| at.elapsed()),
+                .map_or(Duration::ZERO, |at| sent.saturating_duration_since(*at)),
             replayed_token: replayed_token.or(shared),
         }
     }
