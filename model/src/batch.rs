@@ -118,6 +118,8 @@ impl Step<'_> {
                     inst: self.inst_of(spec.gateway),
                     deadline: now + wait_left,
                     since: now,
+                    // A batch is told `ready`, never granted from the queue.
+                    one: false,
                 };
                 self.enqueue(key, entry, None);
             }
@@ -167,6 +169,7 @@ impl Step<'_> {
                     inst: self.inst_of(spec.gateway),
                     deadline: now + wait_left,
                     since: now,
+                    one: false,
                 };
                 self.enqueue(key, entry, None);
             }

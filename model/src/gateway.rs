@@ -116,7 +116,7 @@ impl Step<'_> {
             Acquired::Queued {
                 ticket,
                 token,
-                offered,
+                heard: told,
             } => {
                 let request = self.s.request_mut(id);
                 // A waiter that attempts again has its standing reset to
@@ -132,8 +132,8 @@ impl Step<'_> {
                     } => (standing, false, search),
                     _ => (Standing::Queued, false, Search::Idle { at: now }),
                 };
-                if offered {
-                    (standing, heard) = (Standing::Granted, true);
+                if let Some(told) = told {
+                    (standing, heard) = (told, true);
                 }
                 request.token = token;
                 request.phase = Phase::Waiting {
@@ -165,12 +165,26 @@ impl Step<'_> {
         }
     }
 
-    /// The waiter heard its grant: it claims the place for its whole lease
-    /// (`extend.lua`); a place gone meanwhile sends it back to the queue.
+    /// The waiter heard its grant: one made outright is answered at once;
+    /// an offer it claims for its whole lease (`extend.lua`), and a place
+    /// gone meanwhile sends it back to the queue.
     pub fn claim(&mut self, id: Req) {
         self.seen(id);
         if self.is_batch(id) {
             self.retry_batch(id);
+            return;
+        }
+        if let Phase::Waiting {
+            standing: Standing::Outright { fence, ends },
+            ..
+        } = self.s.request(id).phase
+        {
+            // No write: the message's fencing token and lease's end.
+            self.s.request_mut(id).outright = true;
+            let name = self.name(id);
+            self.answer_grant(id, fence, ends, || {
+                format!("{name} heard its grant outright (fence {fence}, until t={ends})")
+            });
             return;
         }
         let name = self.name(id);
@@ -193,27 +207,34 @@ impl Step<'_> {
         match self.extend(key, token, ttl) {
             Some(until) => {
                 let fence = self.lock(key).place(token).map_or(0, |place| place.fence);
-                let in_session = self.scenario.spec(id).session.is_some();
-                let request = self.s.request_mut(id);
-                request.granted_fence = fence;
-                if in_session {
-                    request.phase = Phase::Attaching;
-                    self.say(|| format!("gateway {gw}: extend({name}) claims the place"));
-                } else {
-                    request.phase = Phase::Holding { token, until };
-                    request.granted = token == id;
-                    self.say(|| {
-                        format!(
-                            "gateway {gw}: extend({name}) claims the place; {name} answered 201"
-                        )
-                    });
-                }
+                self.answer_grant(id, fence, until, || {
+                    format!("extend({name}) claims the place")
+                });
                 true
             }
             None => {
                 self.say(|| format!("gateway {gw}: extend({name}) -> the offer is gone"));
                 false
             }
+        }
+    }
+
+    /// The grant's answer (`how` it came, for the notes): `201` with its
+    /// fencing token and lease's end, or, for a session's lock, the
+    /// attachment first.
+    fn answer_grant(&mut self, id: Req, fence: u16, until: Tick, how: impl FnOnce() -> String) {
+        let (name, gw) = (self.name(id), self.gateway_of(id));
+        let in_session = self.scenario.spec(id).session.is_some();
+        let request = self.s.request_mut(id);
+        let token = request.token;
+        request.granted_fence = fence;
+        if in_session {
+            request.phase = Phase::Attaching;
+            self.say(|| format!("gateway {gw}: {}", how()));
+        } else {
+            request.phase = Phase::Holding { token, until };
+            request.granted = token == id;
+            self.say(|| format!("gateway {gw}: {}; {name} answered 201", how()));
         }
     }
 

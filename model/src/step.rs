@@ -36,6 +36,10 @@ pub struct Step<'a> {
     pub script: String,
     /// The batch whose own script runs (`ctx.batch`): not told it is ready.
     pub batch: Option<Req>,
+    /// The grant messages published, in order (the waiter, and whether
+    /// with the `outright` word), when someone reads them (the
+    /// differential test); `None` in the checker.
+    pub told: Option<Vec<(Req, bool)>>,
 }
 
 impl<'a> Step<'a> {
@@ -52,6 +56,7 @@ impl<'a> Step<'a> {
             notes,
             script: String::new(),
             batch: None,
+            told: None,
         }
     }
 

@@ -278,7 +278,7 @@ impl LockModel {
                 ..
             } => {
                 // A batch acts on any news (a lock ready for it) by trying again.
-                if up && redis && heard && (standing == Standing::Granted || spec.is_batch()) {
+                if up && redis && heard && (standing.granted() || spec.is_batch()) {
                     offer(Action::Claim(id), true);
                 }
                 let unaccounted = standing == Standing::Unaccounted && heard && !spec.is_batch();

@@ -96,6 +96,8 @@ impl World {
             name: "conformance",
             about: "a differential test's sequence",
             gateways,
+            // No instance takes a grant outright.
+            two_step: u8::MAX,
             locks,
             limit,
             sessions,
