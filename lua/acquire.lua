@@ -26,6 +26,9 @@
 -- ARGV[18]  the session it is taken in, `<handle> <lock-delay ms>`, or ''
 --           (its lease is then ARGV[7], finite, until its gateway attaches
 --           it to the session: see extend.lua)
+-- ARGV[19]  (optional) "1" when the waiting instance takes a grant from
+--           the queue outright, in one write (data format 2; see
+--           lib/queue.lua), else "0"
 --
 -- Returns {code, field, value, ...}, by code:
 --   granted         a new holder: fence (a new fencing token), holds (1),
@@ -41,7 +44,9 @@
 --                   free_in_ms (the earliest lease end); token when it
 --                   waits as a retry of a request under the same
 --                   Idempotency-Key that waits already (it took that
---                   request's ticket and token: one grant serves both)
+--                   request's ticket and token: one grant serves both);
+--                   now_ms, Redis's clock (Unix ms), by which its instance
+--                   tells a grant heard at once from one heard late
 --   held            no place now and no wait: free_in_ms, as above; and
 --                   delayed_until_ms when nobody holds it but a
 --                   lock-delay keeps it (Unix ms, its end)
@@ -59,6 +64,7 @@ request.session = (ARGV[18] or '') ~= '' and ARGV[18]
 local reenter, keep = ARGV[8] == '1', tonumber(ARGV[9])
 
 local wait_ms, waiter_id, instance = tonumber(ARGV[10]), ARGV[11] or '', ARGV[12]
+local outright = ARGV[19] == '1' and 1 or nil
 
 if request.idem and not reenter then
   local token, body = made_under_key(ctx, request.idem)
@@ -91,6 +97,7 @@ if request.idem and not reenter and queued(ctx) then
       local now = now_ms(ctx)
       local retry = cjson.decode(cjson.encode(waiter))
       retry.id, retry.inst, retry.since, retry.deadline = waiter_id, instance, now, now + wait_ms
+      retry.one = outright
       enqueue(ctx, retry, redis.call('ZSCORE', ctx.queue, first))
       -- A place the first request could not take (its instance away) may
       -- be this one's.
@@ -98,7 +105,7 @@ if request.idem and not reenter and queued(ctx) then
       position = redis.call('ZRANK', ctx.queue, waiter_id)
     end
     return {'queued', 'position', position and position + 1 or 1, 'free_in_ms', free_in,
-      'token', waiter.token}
+      'token', waiter.token, 'now_ms', now_ms(ctx)}
   end
 end
 
@@ -169,6 +176,6 @@ else
     since = now,
     deadline = now + wait_ms, streamed = request.streamed and 1 or 0,
     value = request.value or false, idem = request.idem or false, body = request.body,
-    session = request.session or false})
+    session = request.session or false, one = outright})
 end
-return {'queued', 'position', position, 'free_in_ms', free_in}
+return {'queued', 'position', position, 'free_in_ms', free_in, 'now_ms', now_ms(ctx)}

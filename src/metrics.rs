@@ -97,6 +97,13 @@ struct OutcomeLabel {
     outcome: &'static str,
 }
 
+/// How many writes a grant from the queue took: `one` (granted outright)
+/// or `two` (offered, then claimed).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WritesLabel {
+    writes: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabel {
     event: &'static str,
@@ -287,6 +294,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Histogram, Buckets>,
     lock_outcomes: Family<OutcomeLabel, Counter>,
     renewals: Family<OutcomeLabel, Counter>,
+    queue_grants: Family<WritesLabel, Counter>,
     lock_wait: Histogram,
     lock_events: Family<EventLabel, Counter>,
     sale_outcomes: Family<OutcomeLabel, Counter>,
@@ -327,6 +335,7 @@ impl Default for Metrics {
             requests: Family::new_with_constructor(Buckets),
             lock_outcomes: Family::default(),
             renewals: Family::default(),
+            queue_grants: Family::default(),
             lock_wait: histogram(),
             lock_events: Family::default(),
             sale_outcomes: Family::default(),
@@ -369,6 +378,11 @@ impl Metrics {
             let outcome = outcome.label();
             self.renewals
                 .get_or_create(&OutcomeLabel { outcome })
+                .inc_by(0);
+        }
+        for writes in ["one", "two"] {
+            self.queue_grants
+                .get_or_create(&WritesLabel { writes })
                 .inc_by(0);
         }
         for outcome in SessionOutcome::ALL {
@@ -536,6 +550,11 @@ impl Metrics {
             self.lock_events.clone(),
         );
         r.register(
+            "lockgate_lock_queue_grants",
+            "Grants this instance's waiters took from the queue, by the writes each took: one (granted outright) or two (offered, then claimed)",
+            self.queue_grants.clone(),
+        );
+        r.register(
             "lockgate_stream_renewals",
             "Renewals of streamed locks by outcome",
             self.renewals.clone(),
@@ -628,6 +647,15 @@ impl Metrics {
         let outcome = outcome.label();
         self.lock_outcomes
             .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// A waiter's grant from the queue: taken as granted outright (one
+    /// write), or claimed (two).
+    pub fn queue_grant(&self, outright: bool) {
+        let writes = if outright { "one" } else { "two" };
+        self.queue_grants
+            .get_or_create(&WritesLabel { writes })
             .inc();
     }
 

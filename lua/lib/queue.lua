@@ -5,7 +5,8 @@
 -- waiters  hash: waiter id -> what it asked for (JSON: inst, token, mode,
 --          limit, permits, ttl, since, deadline, streamed, value, idem,
 --          body, session; batch, for a batch's waiter; upgrade, for a
---          shared holder waiting to become the exclusive one);
+--          shared holder waiting to become the exclusive one; one, for a
+--          waiter whose instance takes a grant outright: format 2);
 --          @<instance> -> that instance's presence deadline (Unix ms),
 --          which it renews while it has waiters here; #seq -> the last
 --          ticket; ~<idempotency key> -> the ids (space-separated, the
@@ -22,11 +23,18 @@
 -- a death) is passed over but keeps its place: when its instance is back
 -- (it renews its presence), so is the waiter, at its ticket. An instance
 -- away for AWAY_MS is taken for dead, and its waiters lose their places,
--- as does a waiter whose wait is over. A waiter is granted its place for
--- at most OFFER_MS (or its lease, if shorter) and told on its instance's
--- grant channel; its instance then claims the place for the whole lease
--- (an extension). So a waiter whose instance died just before its turn
--- holds the lock a second at most.
+-- as does a waiter whose wait is over.
+--
+-- A place goes to a waiter in one write (data format 2) when its entry
+-- says its instance takes a grant outright (`one`) and that instance
+-- renewed its presence within FRESH_MS: the waiter is granted its whole
+-- lease, and told on its instance's grant channel, which answers its
+-- client without writing. Any other waiter is offered the place for at
+-- most OFFER_MS (or its lease, if shorter) and told; its instance then
+-- claims the place for the whole lease (an extension: the two-step
+-- hand-off, all format 1 has). So a waiter whose instance died just
+-- before its turn holds the lock for its lease if the instance died less
+-- than FRESH_MS before the grant, and a second at most otherwise.
 --
 -- Requests with the same Idempotency-Key (a client's retry, through
 -- another instance, while its first request still waits) wait as one:
@@ -48,16 +56,17 @@
 local PRESENCE_MS = 1000
 local AWAY_MS = 10000
 local OFFER_MS = 1000
+local FRESH_MS = 500
 
 -- Whether anybody waits.
 local function queued(ctx)
   return busy(ctx) and redis.call('EXISTS', ctx.queue) == 1
 end
 
--- Where a waiter stands for the queue: 'here' (it may be granted),
--- 'away' (its instance's presence lapsed less than AWAY_MS ago: passed
--- over, keeping its place) or 'gone' (its wait is over, or its instance
--- has been away too long: dropped).
+-- Where a waiter stands for the queue: 'here' (it may be granted; and
+-- its instance's presence deadline), 'away' (its instance's presence
+-- lapsed less than AWAY_MS ago: passed over, keeping its place) or 'gone'
+-- (its wait is over, or its instance has been away too long: dropped).
 local function standing(ctx, waiter)
   local now = now_ms(ctx)
   if not waiter or waiter.deadline < now then
@@ -65,7 +74,7 @@ local function standing(ctx, waiter)
   end
   local presence = tonumber(redis.call('HGET', ctx.waiters, '@' .. waiter.inst) or '0')
   if presence >= now then
-    return 'here'
+    return 'here', presence
   end
   if presence + AWAY_MS >= now then
     return 'away'
@@ -171,37 +180,43 @@ local function live_waiters(ctx)
 end
 
 -- Tells waiter `waiter` (an entry with its id) on its instance's grant
--- channel that it was offered a place: its fencing token and the offer's
--- end, then, when the run was traced (`ctx.cause`, a release's
--- traceparent), the span of the request that freed the place.
-local function tell_granted(ctx, waiter, fence, ends)
+-- channel that it was granted a place: its fencing token and the grant's
+-- end, then `outright` when the grant is for its whole lease and its
+-- instance takes it so (else it is an offer, to claim), then, when the run
+-- was traced (`ctx.cause`, a release's traceparent), the span of the
+-- request that freed the place.
+local function tell_granted(ctx, waiter, fence, ends, outright)
   local message = waiter.id .. ' ' .. string.format('%d', fence) .. ' ' .. string.format('%d', ends)
+  if outright and waiter.one == 1 then
+    message = message .. ' outright'
+  end
   if ctx.cause then
     message = message .. ' ' .. ctx.cause
   end
   redis.call(ctx.publish, channel(ctx, 'granted') .. ':' .. waiter.inst, message)
 end
 
--- Offers `waiter` (an entry with its id) a place, and takes it (and the
--- requests waiting under its Idempotency-Key, which share its token and
--- so its grant) out of the queue.
-local function offer(ctx, waiter, keep_ms)
-  local lease = math.min(waiter.ttl, OFFER_MS)
+-- Grants `waiter` (an entry with its id) a place: its whole lease when
+-- `outright`, else an offer, to claim; and takes it (and the requests
+-- waiting under its Idempotency-Key, which share its token and so its
+-- grant) out of the queue.
+local function offer(ctx, waiter, keep_ms, outright)
+  local lease = outright and waiter.ttl or math.min(waiter.ttl, OFFER_MS)
   local place = {token = waiter.token, mode = waiter.mode, limit = waiter.limit,
     permits = waiter.permits or 1, streamed = waiter.streamed == 1, value = waiter.value or false,
-    idem = waiter.idem or false, body = waiter.body, offer = true,
+    idem = waiter.idem or false, body = waiter.body, offer = not outright,
     session = waiter.session or false}
   local fence, ends = grant_place(ctx, place, lease, keep_ms)
   if waiter.idem then
     for _, id in ipairs(waiting_under(ctx, waiter.idem)) do
       local twin = id ~= waiter.id and waiter_entry(ctx, id)
       if twin then
-        tell_granted(ctx, twin, fence, ends)
+        tell_granted(ctx, twin, fence, ends, outright)
         dequeue(ctx, id, twin)
       end
     end
   end
-  tell_granted(ctx, waiter, fence, ends)
+  tell_granted(ctx, waiter, fence, ends, outright)
   dequeue(ctx, waiter.id, waiter)
 end
 
@@ -245,7 +260,7 @@ local function serve(ctx, keep_ms)
       return granted, false
     end
     local waiter = waiter_entry(ctx, head)
-    local now_standing = standing(ctx, waiter)
+    local now_standing, presence = standing(ctx, waiter)
     if now_standing == 'gone' then
       dequeue(ctx, head, waiter)
     elseif now_standing == 'away' then
@@ -265,7 +280,10 @@ local function serve(ctx, keep_ms)
       tell_ready(ctx, waiter)
       return granted, true
     else
-      offer(ctx, waiter, keep_ms)
+      -- In one write only to an instance heard from a moment ago: one
+      -- that died just before holds the place for its lease.
+      local outright = waiter.one == 1 and presence >= now_ms(ctx) + PRESENCE_MS - FRESH_MS
+      offer(ctx, waiter, keep_ms, outright)
       granted = granted + 1
       -- The offer took the waiters under its key out too, wherever they
       -- stood: the passed-over are counted again from the head.

@@ -6,11 +6,13 @@ use std::time::Duration;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The data formats this build reads.
-pub const READS: &[u32] = &[1];
+pub const READS: &[u32] = &[1, 2];
 
 /// The lowest and the highest data format this build writes. Format 1 is
-/// the layout 0.1.0 wrote (and 0.2.0 writes unchanged).
-pub const WRITES: [u32; 2] = [1, 1];
+/// the layout 0.1.0 wrote; format 2 adds the one-write hand-off (a waiter's
+/// entry may say its instance takes a grant from the queue outright), which
+/// the fleet moves to once every live instance writes it.
+pub const WRITES: [u32; 2] = [1, 2];
 
 /// How often an instance renews its record.
 pub const BEAT: Duration = Duration::from_secs(2);

@@ -158,6 +158,22 @@ impl Fleet {
                 if let Some(unwritable) = fleet.unwritable() {
                     return Err(unwritable);
                 }
+                // The libraries first, so that a raise waits for an older
+                // release that keeps no record but left its library; then
+                // a fleet that can move to a newer format does so before
+                // this instance serves (read again at once: the gate).
+                if let Err(err) = fleet.tidy_libraries().await {
+                    tracing::debug!(error = %err, "looking for unused function libraries failed");
+                }
+                match fleet.raise_when_all_can().await {
+                    Ok(true) => {
+                        if let Err(err) = fleet.beat().await {
+                            tracing::debug!(error = %err, "fleet beat failed");
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(err) => tracing::debug!(error = %err, "automatic format raise failed"),
+                }
             }
             Err(err) => tracing::warn!(
                 error = %err,
@@ -244,7 +260,7 @@ impl Fleet {
                     tracing::debug!(error = %err, "looking for unused function libraries failed");
                 }
             }
-            if let Err(err) = self.raise_when_all_can().await {
+            if let Err(err) = self.raise_when_all_can().await.map(drop) {
                 tracing::debug!(error = %err, "automatic format raise failed");
             }
         }
@@ -332,26 +348,26 @@ impl Fleet {
     /// one this build writes, no library nobody names is loaded, and the
     /// last change was not an operator's lower (which only an operator's
     /// raise undoes).
-    async fn raise_when_all_can(&self) -> Result<(), BackendError> {
+    async fn raise_when_all_can(&self) -> Result<bool, BackendError> {
         if !self.0.settings.auto_raise || !lock(&self.0.unnamed).is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let target = {
             let last = lock(&self.0.last);
             let Some(state) = last.as_ref() else {
-                return Ok(());
+                return Ok(false);
             };
             // Format 0 is the field holding no format: what was meant is
             // unknown, so only an operator sets one.
             if state.format == 0 {
-                return Ok(());
+                return Ok(false);
             }
             if state
                 .migrations
                 .last()
                 .is_some_and(|change| change.how == operator::LOWER)
             {
-                return Ok(());
+                return Ok(false);
             }
             let target = state
                 .instances
@@ -361,7 +377,7 @@ impl Fleet {
                 .unwrap_or(WRITES[1])
                 .min(WRITES[1]);
             if target <= state.format {
-                return Ok(());
+                return Ok(false);
             }
             (target, state.format)
         };
@@ -386,8 +402,9 @@ impl Fleet {
                 "raised the data format in use: every live instance writes it"
             );
             self.0.soon.notify_one();
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 }
 

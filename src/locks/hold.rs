@@ -111,7 +111,13 @@ impl Locks {
         let mut conn = self.redis().connection().await?;
         let keys = self.keys(key);
         let holder = (&*token.expose(), fence);
-        let reply = scripts::release(&mut conn, &keys, self.publish(), holder, holds).await?;
+        // A lock this instance has waiters on is waited for: the plain
+        // release would only answer that it is busy.
+        let reply = if self.waiting().has_waiters_on(&keys) {
+            scripts::release_full(&mut conn, &keys, self.publish(), holder, holds).await?
+        } else {
+            scripts::release(&mut conn, &keys, self.publish(), holder, holds).await?
+        };
         drop(conn);
         self.released(key, token, reply).await
     }

@@ -147,6 +147,8 @@ impl Locks {
             waiter: id.map(|id| Waiter {
                 id,
                 instance: self.waiting().instance(),
+                // A holder's change of mode is claimed, in two steps.
+                outright: false,
             }),
         };
         let (reply, confirmed) = self

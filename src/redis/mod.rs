@@ -385,6 +385,17 @@ impl Redis {
         }
     }
 
+    /// Whether a grant from the queue may be made in one write (data
+    /// format 2 in use, as the fleet's last beat read it): this instance's
+    /// waiters then say they take one outright.
+    pub fn grants_outright(&self) -> bool {
+        self.0
+            .gate
+            .get()
+            .and_then(|gate| gate.format_in_use())
+            .is_some_and(|format| format >= 2)
+    }
+
     /// Runs `write` (a script that may change `key`), on a connection of
     /// its own when replicas must confirm writes; then, if `wrote` says the
     /// reply changed something, waits for the replicas to confirm it.

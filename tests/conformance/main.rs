@@ -285,6 +285,7 @@ async fn a_batch_waiting_on_a_session_holder_is_answered_readably() {
     let waiter = Waiter {
         id: "w1",
         instance: "g0",
+        outright: false,
     };
     let attempt = BatchAttempt {
         token: "t1",

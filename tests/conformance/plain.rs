@@ -164,6 +164,7 @@ async fn set_up(conn: &mut Connection, prefix: &Arc<str>, keys: &LockKeys, state
     let waiter = Waiter {
         id: "w2",
         instance: "g0",
+        outright: false,
     };
     let wait = Attempt {
         waiter: Some(waiter),

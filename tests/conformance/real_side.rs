@@ -176,6 +176,7 @@ impl Real {
         let waiter = join.then_some(Waiter {
             id: &id,
             instance: &inst,
+            outright: false,
         });
         if spec.is_batch() {
             return self

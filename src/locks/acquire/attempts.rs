@@ -4,11 +4,18 @@
 //! (the common case) costs one script and no subscription. A request that
 //! must wait subscribes its instance to the lock's grant channel first and
 //! then joins the queue in its second attempt, so that no grant can be
-//! published before anyone listens. Granted from the queue, it holds its
-//! place for a second at most until it claims it for its whole lease (an
-//! extension): a waiter whose instance died meanwhile holds nothing long.
+//! published before anyone listens; on a lock this instance has waiters on
+//! already (contended, and subscribed), the request joins in its first.
+//!
+//! Granted from the queue in one write (data format 2), the grant is for
+//! its whole lease, and the request is answered at once, unless it was
+//! heard late (the instance stalled) or replicas must confirm it: then it
+//! is claimed, as an offer is. Offered a place (the two-step hand-off), it
+//! holds it for a second at most until it claims it for its whole lease
+//! (an extension): a waiter whose instance died meanwhile holds nothing
+//! long.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -113,8 +120,18 @@ pub(super) struct Acquisition<'a> {
     /// under the same Idempotency-Key: their one grant is that token's.
     shared_token: OnceLock<String>,
     /// When the first attempt found no place: the wait is counted from there.
-    refused_at: Option<Instant>,
+    refused_at: OnceLock<Instant>,
+    /// Redis's clock as the last joining attempt read it (Unix ms), and
+    /// when that attempt was sent: what tells a grant heard at once from
+    /// one heard late.
+    redis_clock: Mutex<Option<(u64, Instant)>>,
 }
+
+/// How much of its lease a grant made outright may have lost by the time
+/// its message is read, for its request to be answered without a write:
+/// beyond that (the instance stalled, or the message waited), the place is
+/// claimed anew, as an offer is.
+const HEARD_LATE: Duration = Duration::from_millis(500);
 
 /// Where an attempt left the request.
 enum Outcome {
@@ -139,7 +156,8 @@ impl<'a> Acquisition<'a> {
             terms,
             token: token.expose(),
             shared_token: OnceLock::new(),
-            refused_at: None,
+            refused_at: OnceLock::new(),
+            redis_clock: Mutex::new(None),
         }
     }
 
@@ -162,28 +180,32 @@ impl<'a> Acquisition<'a> {
 
     /// Tries once; without a place and with a wait, queues and waits for
     /// the grant, the deadline, or the instance's shutdown.
-    pub(super) async fn run(mut self) -> Result<Granted, NoGrant> {
-        // Boxed: the round trip's state is large, and only lives while it
-        // runs; a request waiting for a lock keeps only the small rest.
-        let free_in_ms = match Box::pin(self.attempt(None)).await? {
-            Outcome::Granted(granted) => return Ok(granted),
-            Outcome::Refused(refused) => return Err(refused),
-            Outcome::Held {
-                free_in_ms,
-                delayed_until_ms,
-            } => (free_in_ms, delayed_until_ms),
-            Outcome::Queued { free_in_ms, .. } => (free_in_ms, None),
-        };
-        if self.terms.request.wait.is_zero() || Instant::now() >= self.terms.deadline {
-            let (free_in_ms, delayed_until_ms) = free_in_ms;
-            return Err(NoGrant::Held {
-                free_in_ms,
-                delayed_until_ms,
-            });
-        }
-        self.refused_at = Some(Instant::now());
-        let reports_position = self.terms.request.positions.is_some();
+    pub(super) async fn run(self) -> Result<Granted, NoGrant> {
         let waiting = &self.locks.waiting();
+        let may_wait = !self.terms.request.wait.is_zero();
+        // Contended here already: the try would find no place.
+        if !(may_wait && waiting.has_waiters_on(self.terms.keys)) {
+            // Boxed: the round trip's state is large, and only lives while
+            // it runs; a request waiting for a lock keeps only the small rest.
+            let free_in_ms = match Box::pin(self.attempt(None)).await? {
+                Outcome::Granted(granted) => return Ok(granted),
+                Outcome::Refused(refused) => return Err(refused),
+                Outcome::Held {
+                    free_in_ms,
+                    delayed_until_ms,
+                } => (free_in_ms, delayed_until_ms),
+                Outcome::Queued { free_in_ms, .. } => (free_in_ms, None),
+            };
+            if !may_wait || Instant::now() >= self.terms.deadline {
+                let (free_in_ms, delayed_until_ms) = free_in_ms;
+                return Err(NoGrant::Held {
+                    free_in_ms,
+                    delayed_until_ms,
+                });
+            }
+            let _ = self.refused_at.set(Instant::now());
+        }
+        let reports_position = self.terms.request.positions.is_some();
         let mut ticket = waiting.enter(self.terms.keys, self.terms.waiter_id, reports_position)?;
         let span = wait_span(self.terms.keys.key());
         async {
@@ -273,9 +295,17 @@ impl<'a> Acquisition<'a> {
                 Standing::Queued { position } => self.report(position),
                 // Only a batch's waiter is told so.
                 Standing::Ready(_) => continue,
-                Standing::Granted { released_by, .. } => {
+                Standing::Granted {
+                    fencing_token,
+                    expires_at_ms,
+                    outright,
+                    released_by,
+                } => {
                     if let Some(release) = released_by {
                         trace_context::link(&tracing::Span::current(), release);
+                    }
+                    if outright && let Some(granted) = self.taken(fencing_token, expires_at_ms) {
+                        return Ok(granted);
                     }
                     if let Some(granted) = Box::pin(self.claim()).await? {
                         return Ok(granted);
@@ -405,6 +435,39 @@ impl<'a> Acquisition<'a> {
         self.shared_token.get().unwrap_or(&self.token)
     }
 
+    /// A place granted outright from the queue, answered without a write:
+    /// `None` when it must be claimed all the same (replicas must confirm
+    /// it, or it was heard late: more than [`HEARD_LATE`] of its lease
+    /// gone by Redis's clock as this request last read it).
+    fn taken(&self, fencing_token: u64, expires_at_ms: u64) -> Option<Granted> {
+        let request = self.terms.request;
+        if request.confirmed && self.locks.redis().confirms_writes() {
+            return None;
+        }
+        let (redis_ms, read_at) = (*crate::sync::lock(&self.redis_clock))?;
+        // Read when the attempt was sent, Redis's clock was at most
+        // `redis_ms`: counted from then, the lease left is never overstated.
+        let redis_now = redis_ms.saturating_add(millis(read_at.elapsed()));
+        let left = Duration::from_millis(expires_at_ms.saturating_sub(redis_now));
+        let ttl = request.ttl.as_duration();
+        if left + HEARD_LATE < ttl {
+            return None;
+        }
+        let state = LockState {
+            fencing_token,
+            holds: 1,
+            ttl_ms: request.ttl.as_millis(),
+            expires_at_ms,
+            session: None,
+        };
+        // The lease began when the grant was made: `ttl - left` ago.
+        let began = Instant::now()
+            .checked_sub(ttl.saturating_sub(left))
+            .unwrap_or_else(Instant::now);
+        self.locks.metrics().queue_grant(true);
+        Some(self.granted(state, began, None))
+    }
+
     /// Claims a place granted from the queue for the whole lease (the
     /// grant stood for a second at most), confirmed by the replicas when
     /// they must confirm it. `None` when the place is gone: it stood too
@@ -426,7 +489,10 @@ impl<'a> Acquisition<'a> {
             .await?;
         match reply {
             ExtendReply::Extended(_) if !confirmed => Err(NoGrant::NotReplicated),
-            ExtendReply::Extended(state) => Ok(Some(self.granted(state, sent, None))),
+            ExtendReply::Extended(state) => {
+                self.locks.metrics().queue_grant(false);
+                Ok(Some(self.granted(state, sent, None)))
+            }
             ExtendReply::Lost(_) => Ok(None),
         }
     }
@@ -441,7 +507,10 @@ impl<'a> Acquisition<'a> {
         Granted {
             state,
             sent,
-            waited: self.refused_at.map_or(Duration::ZERO, |at| at.elapsed()),
+            waited: self
+                .refused_at
+                .get()
+                .map_or(Duration::ZERO, |at| at.elapsed()),
             replayed_token: replayed_token.or(shared),
         }
     }
@@ -461,7 +530,11 @@ impl<'a> Acquisition<'a> {
             ttl_ms: request.ttl.as_millis(),
             reenter: false,
             wait_left_ms: millis(terms.deadline.saturating_duration_since(Instant::now())),
-            waiter: waiter_id.map(|id| scripts::Waiter { id, instance }),
+            waiter: waiter_id.map(|id| scripts::Waiter {
+                id,
+                instance,
+                outright: self.locks.redis().grants_outright(),
+            }),
             streamed: request.streamed,
             value: request
                 .value
@@ -494,9 +567,15 @@ impl<'a> Acquisition<'a> {
                 position,
                 free_in_ms,
                 token,
+                now_ms,
             } => {
                 if let Some(token) = token {
                     let _ = self.shared_token.set(token);
+                }
+                // A request that joined at its first attempt waits from it.
+                let _ = self.refused_at.set(sent);
+                if let Some(now_ms) = now_ms {
+                    *crate::sync::lock(&self.redis_clock) = Some((now_ms, sent));
                 }
                 Outcome::Queued {
                     position,

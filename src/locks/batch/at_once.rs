@@ -248,6 +248,8 @@ impl Locks {
             waiter: id.map(|id| Waiter {
                 id,
                 instance: self.waiting().instance(),
+                // A batch takes its locks itself: it is never granted one.
+                outright: false,
             }),
             value: request.value.as_ref().map(|value| value.as_str()),
             session: terms.session.as_ref().map(|joined| joined.record.as_str()),

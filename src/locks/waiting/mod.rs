@@ -43,11 +43,14 @@ pub enum WaitRefused {
 pub enum Standing {
     /// In the queue, at this position (1 is next; 0 before it was heard).
     Queued { position: u64 },
-    /// Granted a place: its fencing token and (short, until claimed) lease
-    /// end, and, when traces are on, the span of the release that granted it.
+    /// Granted a place: its fencing token and lease end (Redis's clock),
+    /// whether the grant is for the whole lease (`outright`: nothing to
+    /// claim) or an offer (short, until claimed), and, when traces are on,
+    /// the span of the release that granted it.
     Granted {
         fencing_token: u64,
         expires_at_ms: u64,
+        outright: bool,
         released_by: Option<RemoteSpan>,
     },
     /// Not in the queue any more, and no grant was heard: granted with the
@@ -148,6 +151,16 @@ impl Waiting {
             .filter(|interest| !interest.waiters.is_empty())
             .map(|interest| interest.queued)
             .sum()
+    }
+
+    /// Whether this instance has waiters on lock `keys` (so is subscribed
+    /// to its grant channel): the lock is contended, and a request for it
+    /// goes straight to the full scripts.
+    pub fn has_waiters_on(&self, keys: &LockKeys) -> bool {
+        self.0
+            .lock()
+            .get(&keys.granted(&self.0.instance))
+            .is_some_and(|interest| !interest.waiters.is_empty())
     }
 
     /// Registers waiter `id` on lock `keys`, subscribing the lock's grant
@@ -283,7 +296,9 @@ impl Interest {
 
 impl Listener for Room {
     /// A grant for one of this instance's waiters: `<id> <fencing token>
-    /// <lease end>`; or, for a batch's waiter, `<id> ready`.
+    /// <lease end>`, then `outright` for a grant of the whole lease, then
+    /// the release's `traceparent` when it was traced; or, for a batch's
+    /// waiter, `<id> ready`.
     fn message(&self, channel: &str, payload: &[u8]) {
         let text = String::from_utf8_lossy(payload);
         let mut parts = text.split(' ');
@@ -312,11 +327,17 @@ impl Listener for Room {
         else {
             return;
         };
+        let mut next = parts.next();
+        let outright = next == Some("outright");
+        if outright {
+            next = parts.next();
+        }
         slot.standing.send_replace(Standing::Granted {
             fencing_token,
             expires_at_ms,
+            outright,
             // The release's `traceparent`, after the grant when it was traced.
-            released_by: parts.next().and_then(RemoteSpan::parse),
+            released_by: next.and_then(RemoteSpan::parse),
         });
     }
 

@@ -51,6 +51,9 @@ impl Attempt<'_> {
 pub struct Waiter<'a> {
     pub id: &'a str,
     pub instance: &'a str,
+    /// Its instance takes a grant from the queue outright, in one write
+    /// (data format 2): see `lua/lib/queue.lua`.
+    pub outright: bool,
 }
 
 /// What `acquire.lua` did.
@@ -75,6 +78,8 @@ pub enum AcquireReply {
         position: u64,
         free_in_ms: u64,
         token: Option<String>,
+        /// Redis's clock when it queued (Unix ms).
+        now_ms: Option<u64>,
     },
     /// No place now, and no wait: a place may free in `free_in_ms`; a
     /// lock nobody holds is kept by a lock-delay until `delayed_until_ms`.
@@ -123,7 +128,9 @@ pub async fn acquire_full(
     let plain = attempt.asks_nothing_more();
     let mut invocation = ACQUIRE.call(keys, publish);
     let flag = |on: bool| if on { "1" } else { "0" };
-    let (waiter_id, instance) = attempt.waiter.map_or(("", ""), |w| (w.id, w.instance));
+    let (waiter_id, instance, outright) = attempt
+        .waiter
+        .map_or(("", "", false), |w| (w.id, w.instance, w.outright));
     let (idempotency_key, request_hash) = attempt.idempotency.unwrap_or(("", ""));
     invocation
         .arg(attempt.token)
@@ -133,7 +140,7 @@ pub async fn acquire_full(
         .arg(flag(attempt.reenter))
         .arg(FENCE_RETENTION_MS)
         .arg(attempt.wait_left_ms);
-    // The rest only when one of them applies: a plain try sends seven
+    // The rest only when one of them applies: a plain try sends nine
     // arguments fewer.
     if !plain {
         invocation
@@ -144,7 +151,8 @@ pub async fn acquire_full(
             .arg(attempt.value.unwrap_or(""))
             .arg(idempotency_key)
             .arg(request_hash)
-            .arg(attempt.session.unwrap_or(""));
+            .arg(attempt.session.unwrap_or(""))
+            .arg(flag(outright));
     }
     let reply = ACQUIRE.run(&invocation, conn).await?;
     let ttl_ms = attempt.ttl_ms;
@@ -160,6 +168,7 @@ pub async fn acquire_full(
             position: reply.number("position")?,
             free_in_ms: reply.number("free_in_ms")?,
             token: reply.text("token").map(str::to_owned),
+            now_ms: reply.number("now_ms"),
         }),
         "held" => Some(AcquireReply::Held {
             free_in_ms: reply.number("free_in_ms")?,
