@@ -3,7 +3,7 @@
 use crate::scenario::{Key, Mutant, Req, Tick};
 use crate::scripts::Presence;
 use crate::state::{Entry, Phase, Refusal, Search, Standing};
-use crate::step::Step;
+use crate::step::{Message, Step};
 
 /// What `batch.lua` answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +28,7 @@ impl Step<'_> {
         self.lock_mut(key).told_ready |= head.id.bit();
         let (script, name, on) = (self.script.clone(), self.name(head.id), self.on_key(key));
         self.say(|| format!("redis: {script} tells {name} that{on} is ready for it"));
+        self.tell(key, head.inst, head.id, Message::Ready);
         let gateway = self.s.gateway(head.inst.gw);
         if gateway.start != head.inst.start || !gateway.alive() {
             return;

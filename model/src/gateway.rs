@@ -1,6 +1,6 @@
 //! The gateway's side of a request (`src/locks/acquire/`, `src/locks/streamed/`), its tending (`src/locks/waiting/tending.rs`) and its shutdown (`src/app/mod.rs`): each step one round trip to Redis, or none.
 
-use crate::scenario::{Gw, Mutant, Req, TICK_MS, Tick};
+use crate::scenario::{Fixes, Gw, HEARD_LATE, Mutant, Req, Scenario, TICK_MS, Tick};
 use crate::scripts::{Acquired, Left};
 use crate::state::{Cleanup, Phase, Refusal, Search, Standing, TendPlan};
 use crate::step::Step;
@@ -15,6 +15,19 @@ enum Why {
     Unaccounted,
     /// Its gateway shuts down: `503`.
     Shutdown,
+}
+
+/// Whether waiter `id`, having heard a grant made outright that ends at
+/// `ends`, answers it without a write at `now` (`Acquisition::taken`): when
+/// the lease left (none, once it ended) and `HEARD_LATE` make the whole
+/// lease, so read within `HEARD_LATE` of the grant, or at any time for a
+/// lease no longer than `HEARD_LATE` (with `Fixes::late_when_over`, only
+/// while some lease is left).
+pub fn heard_in_time(scenario: &Scenario, fixes: &Fixes, id: Req, ends: Tick, now: Tick) -> bool {
+    let ttl = scenario.ttl_of(id);
+    let left = ends.saturating_sub(now);
+    let over = fixes.late_when_over && left == 0;
+    !over && left.saturating_add(HEARD_LATE) >= ttl
 }
 
 /// Ticks in milliseconds, as a client would write them.
@@ -165,9 +178,9 @@ impl Step<'_> {
         }
     }
 
-    /// The waiter heard its grant: one made outright is answered at once;
-    /// an offer it claims for its whole lease (`extend.lua`), and a place
-    /// gone meanwhile sends it back to the queue.
+    /// The waiter heard its grant: one made outright is answered at once
+    /// (unless heard late); an offer it claims for its whole lease
+    /// (`extend.lua`), and a place gone meanwhile sends it back to the queue.
     pub fn claim(&mut self, id: Req) {
         self.seen(id);
         if self.is_batch(id) {
@@ -178,8 +191,13 @@ impl Step<'_> {
             standing: Standing::Outright { fence, ends },
             ..
         } = self.s.request(id).phase
+            && heard_in_time(self.scenario, &self.fixes, id, ends, self.s.now)
         {
-            // No write: the message's fencing token and lease's end.
+            // No write: the message's fencing token and lease's end, even
+            // once that lease is over (a session's lock finds out when it
+            // attaches).
+            let in_session = self.scenario.spec(id).session.is_some();
+            self.s.broken.answered_after_lease |= !in_session && ends <= self.s.now;
             self.s.request_mut(id).outright = true;
             let name = self.name(id);
             self.answer_grant(id, fence, ends, || {

@@ -7,7 +7,7 @@ use crate::state::{Phase, State};
 use crate::system::LockModel;
 
 /// Each property's name and what it says, in the order they are checked.
-pub const ABOUT: [(&str, &str); 19] = [
+pub const ABOUT: [(&str, &str); 20] = [
     (
         EXCLUSION,
         "at most `limit` places of a lock are held at once (one for a plain lock)",
@@ -36,6 +36,10 @@ pub const ABOUT: [(&str, &str); 19] = [
     (
         GRANT_STANDS,
         "a place a client was answered 201 for is not given back by another request's leave",
+    ),
+    (
+        ANSWERED_IN_LEASE,
+        "a client answered 201 on a grant message alone (made outright) is answered before the lease it was granted ends",
     ),
     (
         NO_OFFER_TO_DEAD,
@@ -91,6 +95,7 @@ pub const ONE_GRANT_PER_KEY: &str = "one-grant-per-key";
 pub const REFUSED_HOLDS_NOTHING: &str = "refused-holds-nothing";
 pub const LEFT_MEANS_LEFT: &str = "no-grant-after-end";
 pub const GRANT_STANDS: &str = "grant-stands";
+pub const ANSWERED_IN_LEASE: &str = "answered-in-lease";
 pub const NO_OFFER_TO_DEAD: &str = "no-offer-to-dead";
 pub const NO_OUTRIGHT_TO_DEAD: &str = "no-outright-to-dead";
 pub const SESSION_EXPIRY: &str = "freed-after-expiry";
@@ -123,6 +128,9 @@ pub fn all() -> Vec<Property<LockModel>> {
         Property::always(REFUSED_HOLDS_NOTHING, refused_holds_nothing),
         Property::always(LEFT_MEANS_LEFT, |_, s: &State| !s.broken.granted_after_end),
         Property::always(GRANT_STANDS, |_, s: &State| !s.broken.grant_taken),
+        Property::always(ANSWERED_IN_LEASE, |_, s: &State| {
+            !s.broken.answered_after_lease
+        }),
         Property::always(NO_OFFER_TO_DEAD, |_, s: &State| !s.broken.offered_to_dead),
         Property::always(NO_OUTRIGHT_TO_DEAD, |_, s: &State| {
             !s.broken.outright_to_dead

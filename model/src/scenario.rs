@@ -30,6 +30,11 @@ pub const OFFER: Tick = 3;
 /// through t + 1, while the deadline is at least now + `PRESENCE` -
 /// `FRESH` (a running gateway renews it every tick).
 pub const FRESH: Tick = 1;
+/// How late a grant made outright may be read for its request to be
+/// answered without a write (`HEARD_LATE` = 500 ms in
+/// `src/locks/acquire/attempts.rs`): read at the grant's tick or the next;
+/// later (its gateway paused), it is claimed as an offer is.
+pub const HEARD_LATE: Tick = 1;
 /// How many ticks a waiter whose gateway and Redis keep running may be
 /// left waiting while the lock is free: the place must reach it by the
 /// next round or the one after.
@@ -394,6 +399,8 @@ impl Protocol {
             shutdown_gives_back_keyed: false,
             give_back_alone: false,
             one_write_handoff: true,
+            // Not the repository's yet: see `frozen_short_lease`.
+            late_when_over: false,
             mutant: None,
         };
         let before_model = Fixes {
@@ -544,6 +551,12 @@ pub struct Fixes {
     /// (before: every waiter offered, every grant claimed with
     /// `extend.lua`).
     pub one_write_handoff: bool,
+    /// A grant made outright whose lease is over by the gateway's reckoning
+    /// is taken for heard late, and claimed (so found gone), however short
+    /// the lease (not the repository's: its `Acquisition::taken` answers a
+    /// lease no longer than `HEARD_LATE` on the message alone whenever it
+    /// reads it; see the `frozen-short-lease` scenario).
+    pub late_when_over: bool,
     pub mutant: Option<Mutant>,
 }
 

@@ -1,9 +1,9 @@
 //! The configurations checked: each a few requests on a few gateways with the faults that matter to it, and the properties each protocol (or mutant of the fixed one) is expected to break there.
 
 use crate::properties::{
-    BATCH_GRANTED, BATCH_WHOLE, DEADLOCK_ANSWERED, DEADLOCK_ONLY_CYCLES, GRANT_STANDS,
-    LEFT_MEANS_LEFT, LOCK_DELAY, NO_OFFER_TO_DEAD, NO_OUTRIGHT_TO_DEAD, ONE_GRANT_PER_KEY, ORDER,
-    REFUSED_HOLDS_NOTHING, SERVED, SESSION_END_ANSWERS, SESSION_EXPIRY,
+    ANSWERED_IN_LEASE, BATCH_GRANTED, BATCH_WHOLE, DEADLOCK_ANSWERED, DEADLOCK_ONLY_CYCLES,
+    GRANT_STANDS, LEFT_MEANS_LEFT, LOCK_DELAY, NO_OFFER_TO_DEAD, NO_OUTRIGHT_TO_DEAD,
+    ONE_GRANT_PER_KEY, ORDER, REFUSED_HOLDS_NOTHING, SERVED, SESSION_END_ANSWERS, SESSION_EXPIRY,
 };
 use crate::scenario::{
     Expect, Fault, Faults, Fixes, Gw, Mutant, Protocol, RequestSpec, Scenario, SessionSpec,
@@ -21,6 +21,7 @@ pub fn catalogue() -> Vec<(bool, Scenario)> {
         (false, idempotent_retry()),
         (false, idempotent_mixed()),
         (false, frozen_streamed_waiter()),
+        (false, frozen_short_lease()),
         (false, ticket_reused()),
         (false, counting_lock()),
         (false, crash_and_restart()),
@@ -276,6 +277,40 @@ pub fn frozen_streamed_waiter() -> Scenario {
             RequestSpec::plain("W2", 2, 14, 4),
         ],
         expect: three_proposed_deep(&[ORDER]),
+        ..frozen_gateway()
+    }
+}
+
+/// W1, with a lease of one tick (300 ms: no longer than `HEARD_LATE`),
+/// waits on B, W2 on C; B may be frozen 0.9-1.5 s just as W1 is granted
+/// its place outright. Its gateway, back, answers W1 on the message alone,
+/// though its lease ended while it was frozen and W2 may hold the lock.
+pub fn frozen_short_lease() -> Scenario {
+    Scenario {
+        name: "frozen-short-lease",
+        about: "holder on A, W1 (lease 300 ms) waits on B, W2 on C; gateway B frozen 0.9-1.5 s",
+        requests: vec![
+            RequestSpec::plain("H", 0, 0, 3),
+            RequestSpec::plain("W1", 1, 10, 1),
+            RequestSpec::plain("W2", 2, 10, 3),
+        ],
+        faults: Faults {
+            pause: Fault::on(&[1], 1).lasting(3, 5),
+            ..Faults::default()
+        },
+        horizon: 10,
+        expect: vec![
+            Expect::new(Protocol::Fixed, &[ANSWERED_IN_LEASE]),
+            Expect::variant(
+                Protocol::Fixed,
+                "--late-when-over on",
+                |fixes| Fixes {
+                    late_when_over: true,
+                    ..fixes
+                },
+                &[],
+            ),
+        ],
         ..frozen_gateway()
     }
 }

@@ -10,7 +10,7 @@ use crate::scenario::{
     AWAY, FOREVER, FRESH, Gw, Inst, Key, Mutant, OFFER, PRESENCE, Req, Retend, Tick,
 };
 use crate::state::{Entry, Phase, Place, Standing, TendPlan};
-use crate::step::Step;
+use crate::step::{Message, Step};
 
 /// What `acquire.lua` answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -277,10 +277,10 @@ impl Step<'_> {
         }
         let told = |entry: &Entry| (outright && entry.one).then_some((fence, ends));
         for twin in twins {
-            self.publish_grant(twin.inst, twin.id, told(&twin));
+            self.publish_grant(key, twin.inst, twin.id, told(&twin));
             self.dequeue(key, twin.id);
         }
-        self.publish_grant(head.inst, head.id, told(&head));
+        self.publish_grant(key, head.inst, head.id, told(&head));
         self.dequeue(key, head.id);
     }
 
@@ -288,10 +288,12 @@ impl Step<'_> {
     /// `outright` word, its fencing token and lease's end, when `outright`):
     /// heard by the instance's waiter if its process lives (a paused one
     /// reads it when it resumes).
-    fn publish_grant(&mut self, inst: Inst, id: Req, outright: Option<(u16, Tick)>) {
-        if let Some(told) = self.told.as_mut() {
-            told.push((id, outright.is_some()));
-        }
+    fn publish_grant(&mut self, key: Key, inst: Inst, id: Req, outright: Option<(u16, Tick)>) {
+        let message = match outright {
+            Some(_) => Message::Outright,
+            None => Message::Offered,
+        };
+        self.tell(key, inst, id, message);
         let gateway = self.s.gateway(inst.gw);
         if self.gateway_of(id) != inst.gw || gateway.start != inst.start || !gateway.alive() {
             return;

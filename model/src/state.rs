@@ -521,6 +521,9 @@ pub struct Broken {
     /// A place a client was answered `201` for was given back by another
     /// request's script (a twin's `leave.lua`).
     pub grant_taken: bool,
+    /// A client was answered `201` on a grant message alone (made
+    /// outright) once the lease it told of was over.
+    pub answered_after_lease: bool,
 }
 
 /// How many of each fault have struck.

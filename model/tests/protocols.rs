@@ -2,8 +2,8 @@
 
 use lockgate_model::check::{self, Bound};
 use lockgate_model::properties::{
-    BATCH_WHOLE, GRANT_STANDS, LEFT_MEANS_LEFT, NO_OUTRIGHT_TO_DEAD, ONE_GRANT_PER_KEY,
-    REFUSED_HOLDS_NOTHING, SERVED, SESSION_EXPIRY,
+    ANSWERED_IN_LEASE, BATCH_WHOLE, GRANT_STANDS, LEFT_MEANS_LEFT, NO_OUTRIGHT_TO_DEAD,
+    ONE_GRANT_PER_KEY, REFUSED_HOLDS_NOTHING, SERVED, SESSION_EXPIRY,
 };
 use lockgate_model::scenario::{Mutant, Protocol};
 use lockgate_model::scenarios;
@@ -126,4 +126,16 @@ fn a_place_granted_outright_whatever_the_presence_goes_to_a_waiter_whose_gateway
         "{:#?}",
         trace.events
     );
+}
+
+#[test]
+fn a_lease_shorter_than_heard_late_granted_outright_is_answered_after_it_ended() {
+    let scenario = scenarios::frozen_short_lease();
+    let fixed = check::run(scenario.clone(), Protocol::Fixed.fixes(), BOUND);
+    assert_eq!(fixed.broken(), vec![ANSWERED_IN_LEASE]);
+    let mut late_when_over = Protocol::Fixed.fixes();
+    late_when_over.late_when_over = true;
+    let checked = check::run(scenario, late_when_over, BOUND);
+    assert!(checked.broken().is_empty(), "{:?}", checked.broken());
+    assert!(checked.unreached().is_empty(), "{:?}", checked.unreached());
 }
