@@ -80,7 +80,7 @@ pub enum AclCommand {
 /// to this line).
 pub const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
-    "\ndata formats: reads 1, writes 1..1"
+    "\ndata formats: reads 1 and 2, writes 1..2"
 );
 
 /// `lockgate format`.
@@ -899,7 +899,7 @@ mod tests {
             format!(
                 "{}\ndata formats: reads {}, writes {lowest}..{highest}",
                 crate::fleet::VERSION,
-                reads.join(", ")
+                reads.join(" and ")
             )
         );
     }

@@ -338,7 +338,7 @@ describe("the console", () => {
       await page.getByRole("heading", { level: 1, name: "Instances" }).waitFor();
       // /version needs no token: the version and the format in use show at once.
       await page.locator('[data-figure="version"]').getByText("0.2.0", { exact: true }).waitFor();
-      await page.locator('[data-figure="format-in-use"]').getByText("format 1", { exact: true }).waitFor();
+      await page.locator('[data-figure="format-in-use"]').getByText("format 2", { exact: true }).waitFor();
       await page.locator('[data-figure="answered-by"]').getByText(ids[1], { exact: true }).waitFor();
       await page.getByText("enter the admin token at the top of the page to see it").waitFor();
       assert.equal(await page.getByRole("table").count(), 0, "no list without the token");
@@ -353,8 +353,8 @@ describe("the console", () => {
         const row = table.getByRole("row").filter({ has: page.getByRole("rowheader", { name: id, exact: true }) });
         await row.waitFor({ timeout: 5000 });
         assert.equal(await row.locator('[data-field="version"]').textContent(), "0.2.0");
-        assert.equal(await row.locator('[data-field="reads"]').textContent(), "1");
-        assert.equal(await row.locator('[data-field="writes"]').textContent(), "1");
+        assert.equal(await row.locator('[data-field="reads"]').textContent(), "1, 2");
+        assert.equal(await row.locator('[data-field="writes"]').textContent(), "2");
         assert.match(await row.locator('[data-field="started"]').textContent(), /^(just now|\d+ s ago|\d+ min \d\d s ago) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/);
       }
       assert.equal(await page.locator(`[data-instance="${ids[1]}"] [data-field="address"]`).textContent(), `127.0.0.1:${second.port}`);

@@ -14,6 +14,7 @@ import sys
 
 SYSTEMS = [
     ("lockgate", "lockgate"),
+    ("lockgate-before", "lockgate, the build before"),
     ("etcd", "etcd lock API"),
     ("zookeeper", "ZooKeeper + Curator InterProcessMutex"),
     ("redlock", "redlock (npm)"),
@@ -36,6 +37,8 @@ def main():
     with open(settings_path) as file:
         settings = json.load(file)
     runs = {(r["system"], r["column"], r["phase"]): r for r in results}
+    # The build before, when the run measured it (BASELINE_BIN).
+    systems = [s for s in SYSTEMS if s[0] != "lockgate-before" or any(r[0] == s[0] for r in runs)]
 
     def run(system, column, phase):
         return runs.get((system, column, phase))
@@ -67,10 +70,34 @@ def main():
         return text
 
     per_1000 = lambda cpu_ms, done: f"{cpu_ms * 1000 / done:,.0f}"
+
+    def redis_work(system, column, phase):
+        """Redis's work per grant of a relay phase: script calls, commands,
+        and fsyncs (None in memory), each per grant; None when not counted."""
+        r, counted = run(system, column, phase), run(system, column, phase + "-redis")
+        if not r or not counted or "missing" in r or not r["driver"].get("done"):
+            return None
+        done = r["driver"]["done"]
+        fsyncs = counted["fsyncs"]
+        return {"script_calls": counted["redis"]["script_calls"] / done,
+                "commands": counted["redis"]["commands"] / done,
+                "fsyncs": None if fsyncs is None else fsyncs / done,
+                "fsyncs_per_handoff": None if fsyncs is None else fsyncs / max(r["driver"]["handoffs"], 1)}
+
+    def redis_cell(phase):
+        def cell(r):
+            work = redis_work(r["system"], r["column"], phase)
+            if work is None:
+                return "not counted"
+            text = f'{work["script_calls"]:.2f} / {work["commands"]:.1f}'
+            if work["fsyncs"] is not None:
+                text += f' / {work["fsyncs"]:.2f}'
+            return text
+        return cell
     # Which of a system's server processes is its Redis (run.sh measures
     # lockgate's gateway, then its Redis): the part of the cost that a
     # lock library on Redis pays too.
-    redis_process = {"lockgate": 1, "redlock": 0, "redis-lock": 0}
+    redis_process = {"lockgate": 1, "lockgate-before": 1, "redlock": 0, "redis-lock": 0}
 
     def redis_share(r):
         index = redis_process.get(r["system"])
@@ -90,6 +117,8 @@ def main():
         ("server CPU per 1 000 cycles (ms)", "cycles",
          lambda r: per_1000(r["server_cpu_ms"], r["driver"]["done"])),
         ("of which Redis (ms)", "cycles", redis_share),
+        ("Redis per contended grant: script calls / commands / fsyncs (durable)", "relay", redis_cell("relay")),
+        (f"the same, {settings.get('relay_clients', 20)} clients", "relay-20", redis_cell("relay-20")),
         ("server CPU per 1 000 contended grants (ms)", "relay",
          lambda r: per_1000(r["server_cpu_ms"], r["driver"]["done"])),
         ("load generator CPU per 1 000 cycles (ms)", "cycles",
@@ -111,7 +140,7 @@ def main():
     print()
     print("| system | data | " + " | ".join(name for name, _, _ in figures) + " |")
     print("|---|---" + "|---" * len(figures) + "|")
-    for system, name in SYSTEMS:
+    for system, name in systems:
         for column in COLUMNS:
             row = [figure(system, column, phase, compute) for _, phase, compute in figures]
             # A system that did not run at all: its reason once.
@@ -123,7 +152,7 @@ def main():
     print()
     print("| system | server processes measured | load generator | versions |")
     print("|---|---|---|---|")
-    for system, name in SYSTEMS:
+    for system, name in systems:
         v = versions[system]
         print(f'| {name} | {v["servers"]} | {v["driver"]} | {v["version"]} |')
     print()
@@ -139,8 +168,6 @@ def main():
     for phase, field, peer, peer_name, target in [
         ("cycles", "per_second", "etcd", "etcd", 3),
         ("cycles", "per_second", "zookeeper", "Curator", 2),
-        ("relay", "handoffs_per_second", "etcd", "etcd", 2),
-        ("relay", "handoffs_per_second", "zookeeper", "Curator", 2),
     ]:
         ratios = {column: ratio(phase, field, peer, column) for column in COLUMNS}
         texts = [f"{label} {ratios[c]:.2f}x" if ratios[c] is not None else f"{label} n/a"
@@ -149,20 +176,47 @@ def main():
         verdict = "met" if met else "NOT met"
         if any(r is None for r in ratios.values()):
             met, verdict = None, "not measured"
-        what = "uncontended cycles" if phase == "cycles" else "contended hand-offs"
-        line = f"lockgate {what} over {peer_name}: {' / '.join(texts)} (target at least {target}x): {verdict}"
+        line = f"lockgate uncontended cycles over {peer_name}: {' / '.join(texts)} (target at least {target}x): {verdict}"
         print("* " + line)
         targets.append({"target": line, "ratios": ratios, "met": met})
-    p99 = {c: (run("lockgate", c, "relay") or {}).get("driver", {}).get("handoff_p99_ms") for c in COLUMNS}
-    met = all(v is not None and v <= 5 for v in p99.values())
-    texts = [f"{label} {p99[c]:.2f} ms" if p99[c] is not None else f"{label} n/a"
-             for c, label in zip(COLUMNS, LABELS)]
-    line = f"lockgate hand-off p99: {' / '.join(texts)} (target at most 5 ms): {'met' if met else 'NOT met'}"
-    print("* " + line)
-    targets.append({"target": line, "p99_ms": p99, "met": met})
+
+    def target(line, value, bound, at_least):
+        """One target's line: `value` against `bound`, printed and kept."""
+        if value is None:
+            met, verdict = None, "not measured"
+        else:
+            met = value >= bound if at_least else value <= bound
+            verdict = "met" if met else "NOT met"
+        print(f"* {line}: {verdict}")
+        targets.append({"target": line, "value": value, "met": met})
+
+    # Contended hand-offs, each target in its own column (the relay phase).
+    for column, label, peers, p99_bound in [
+        ("durable", "durable", [("etcd", "etcd", 1.5), ("zookeeper", "Curator", 1.5)], 10),
+        ("memory", "in memory", [("redis-lock", "python-redis-lock", 1), ("etcd", "etcd", 3)], 5),
+    ]:
+        for peer, peer_name, bound in peers:
+            value = ratio("relay", "handoffs_per_second", peer, column)
+            shown = f"{value:.2f}x" if value is not None else "n/a"
+            target(f"lockgate hand-offs over {peer_name}, {label}: {shown} (target at least {bound}x)",
+                   value, bound, True)
+        r = run("lockgate", column, "relay")
+        p99 = r["driver"].get("handoff_p99_ms") if r and "missing" not in r else None
+        shown = f"{p99:.2f} ms" if p99 is not None else "n/a"
+        target(f"lockgate hand-off p99, {label}: {shown} (target at most {p99_bound} ms)", p99, p99_bound, False)
+    work = redis_work("lockgate", "durable", "relay")
+    per_handoff = work and work["fsyncs_per_handoff"]
+    shown = f"{per_handoff:.2f}" if per_handoff is not None else "n/a"
+    target(f"Redis fsyncs per lockgate hand-off, durable: {shown} (target at most 1.0)", per_handoff, 1.0, False)
+    work = redis_work("lockgate", "durable", "relay-20")
+    for field, bound, what in [("script_calls", 2.3, "script calls"), ("fsyncs", 2.1, "fsyncs")]:
+        value = work and work[field]
+        shown = f"{value:.2f}" if value is not None else "n/a"
+        target(f"{what} per contended lockgate cycle, {settings.get('relay_clients', 20)} clients, durable: "
+               f"{shown} (target at most {bound})", value, bound, False)
     for column, label in zip(COLUMNS, LABELS):
         costs = {}
-        for system, name in SYSTEMS:
+        for system, name in (s for s in systems if s[0] != "lockgate-before"):
             r = run(system, column, "cycles")
             if r and "missing" not in r and r["driver"].get("done"):
                 costs[name] = r["server_cpu_ms"] * 1000 / r["driver"]["done"]
@@ -174,6 +228,32 @@ def main():
                     f"(ms per 1 000 cycles: {ranked}): {'met' if met else 'NOT met'}")
             print("* " + line)
             targets.append({"target": line, "met": met})
+
+    # Nothing else slower than the build before, measured in the same run.
+    def before_ratio(column, phase, value):
+        ours, before = run("lockgate", column, phase), run("lockgate-before", column, phase)
+        if not ours or not before or "missing" in ours or "missing" in before:
+            return None
+        try:
+            return value(ours) / value(before)
+        except (KeyError, ZeroDivisionError, TypeError):
+            return None
+
+    if any(s[0] == "lockgate-before" for s in systems):
+        per_cycle = lambda index: lambda r: r["server_cpu_ms_each"][index] / r["driver"]["done"]
+        for column, label in zip(COLUMNS, LABELS):
+            for what, phase, value, at_least in [
+                ("uncontended cycles/s", "cycles", lambda r: r["driver"]["per_second"], True),
+                ("gateway CPU per uncontended cycle", "cycles", per_cycle(0), False),
+                ("Redis CPU per uncontended cycle", "cycles", per_cycle(1), False),
+                (f"server memory with {waiters:,} waiting", "waiters",
+                 lambda r: r["rss_peak_kib"] - r["rss_idle_kib"], False),
+            ]:
+                value = before_ratio(column, phase, value)
+                shown = f"{value:.3f}x" if value is not None else "n/a"
+                bound = 0.97 if at_least else 1.03
+                target(f"{what}, {label}, against the build before: {shown} "
+                       f"(target {'at least' if at_least else 'at most'} {bound})", value, bound, at_least)
 
     with open(out_path, "w") as file:
         json.dump({"settings": settings, "versions": versions, "results": results,

@@ -20,6 +20,8 @@
 #   relay    the same clients on one key, each unlocking as soon as it is
 #            granted and asking again: hand-offs to another client per
 #            second, and the time from each release to the next grant
+#   relay-20 lockgate alone: the relay with ANCHORS_RELAY_CLIENTS (default
+#            20) clients, for the Redis work per contended cycle
 #   waiters  ANCHORS_WAITERS (default 10 000) clients waiting on one held
 #            key, for the systems that wait in the server (lockgate, etcd,
 #            python-redis-lock's BLPOP in Redis); etcd queues them more
@@ -30,7 +32,11 @@
 # (CuratorBench.java, redlock/bench.mjs, redis_lock_bench.py). Every driver
 # reports its own CPU; the servers' CPU is utime + stime of every server
 # process of the system (/proc/PID/stat) over the phase, their memory the
-# highest total RSS during the waiters phase above the total before it.
+# highest total RSS during the waiters phase above the total before it. For
+# the systems on Redis, the relay phases also count Redis's work: script
+# calls and commands (INFO commandstats, reset before the phase) and, durable,
+# its fsyncs (strace -c of fdatasync and fsync on redis-server, stopping only
+# on those calls).
 #
 # LOCKGATE_BIN and LOCKBENCH_BIN may name prebuilt binaries; otherwise they
 # are built here (cargo build --release). ANCHORS_DISK_DIR and
@@ -45,6 +51,7 @@ anchors="$root/loadtest/anchors"
 run_dir="$root/.run/anchors"
 seconds="${ANCHORS_SECONDS:-5}"
 clients="${ANCHORS_CLIENTS:-50}"
+relay_clients="${ANCHORS_RELAY_CLIENTS:-20}"
 waiters="${ANCHORS_WAITERS:-10000}"
 queue_seconds="${ANCHORS_QUEUE_SECONDS:-30}"
 # A driver that hangs is stopped and its cells say it failed.
@@ -82,6 +89,9 @@ fi
 "$root/scripts/ensure-tools.sh" rust redis curl
 "$root/scripts/ensure-anchors.sh" || say "a peer could not be installed: the table says which"
 
+# BASELINE_BIN: the build before (a release build), measured beside this
+# one in the same run as lockgate-before.
+baseline="${BASELINE_BIN:-}"
 lockgate="${LOCKGATE_BIN:-}"
 lockbench="${LOCKBENCH_BIN:-}"
 if [ -z "$lockgate" ] || [ -z "$lockbench" ]; then
@@ -178,6 +188,40 @@ measure() {
   fi
 }
 
+# count_redis_start COLUMN: Redis's command counts reset, and (durable) its
+# fsyncs counted from now, until count_redis_stop.
+count_redis_start() {
+  redis-cli -p "$redis_port" config resetstat >/dev/null
+  strace_pid=""
+  if [ "$1" = durable ] && command -v strace >/dev/null 2>&1; then
+    strace --seccomp-bpf -f -c -e trace=fdatasync,fsync -o "$work/strace" -p "$redis_pid" 2>>"$drivers_log" &
+    strace_pid=$!
+    # Attached to every thread before the phase starts.
+    sleep 0.5
+  fi
+}
+
+# count_redis_stop SYSTEM COLUMN PHASE: records what Redis did since
+# count_redis_start, as PHASE-redis: script calls, commands (less this
+# reading's INFO) and fsyncs (null in memory, or without strace).
+count_redis_stop() {
+  local fsyncs=null
+  if [ -n "$strace_pid" ]; then
+    kill -INT "$strace_pid" 2>/dev/null || true
+    wait "$strace_pid" 2>/dev/null || true
+    fsyncs="$(awk '$NF == "fdatasync" || $NF == "fsync" {n += $4} END {print n + 0}' "$work/strace")"
+  fi
+  redis-cli -p "$redis_port" info commandstats | tr -d '\r' >"$work/commandstats"
+  local counts
+  counts="$(python3 -c '
+import json, re, sys
+calls = {m.group(1): int(m.group(2)) for m in re.finditer(r"cmdstat_([^:]+):calls=(\d+)", open(sys.argv[1]).read())}
+scripts = sum(calls.get(c, 0) for c in ("fcall", "evalsha", "eval", "fcall_ro", "evalsha_ro"))
+commands = sum(n for c, n in calls.items() if c not in ("info", "config|resetstat"))
+print(json.dumps({"script_calls": scripts, "commands": commands, "calls": calls}))' "$work/commandstats")"
+  record "$1" "$2" "$3-redis" "{\"redis\": $counts, \"fsyncs\": $fsyncs}"
+}
+
 # measure_waiters SYSTEM COLUMN PID... -- DRIVER...: the servers' highest
 # total RSS while the driver keeps its clients waiting, above the total before.
 measure_waiters() {
@@ -222,20 +266,29 @@ start_redis() {
 }
 stop() { kill "$@" 2>/dev/null || true; wait "$@" 2>/dev/null || true; }
 
+# run_lockgate COLUMN [SYSTEM BINARY]: lockgate's phases (SYSTEM
+# lockgate-before with BASELINE_BIN: the build before, on the same Redis).
 run_lockgate() {
-  local column="$1" port gateway_pid url
+  local column="$1" system="${2:-lockgate}" binary="${3:-$lockgate}" port gateway_pid url
   port="$(free_port)"
-  "$lockgate" serve --listen "127.0.0.1:$port" --redis-url "redis://127.0.0.1:$redis_port" \
-    >"$logs/gateway-$column.log" 2>&1 &
+  redis-cli -p "$redis_port" flushall >/dev/null
+  "$binary" serve --listen "127.0.0.1:$port" --redis-url "redis://127.0.0.1:$redis_port" \
+    >"$logs/$system-$column.log" 2>&1 &
   gateway_pid=$!
   pids+=("$gateway_pid")
   url="http://127.0.0.1:$port"
   wait_for curl -sf "$url/readyz"
-  measure lockgate "$column" cycles "$gateway_pid" "$redis_pid" -- \
+  measure "$system" "$column" cycles "$gateway_pid" "$redis_pid" -- \
     "$lockbench" cycles --url "$url" --clients "$clients" --seconds "$seconds"
-  measure lockgate "$column" relay "$gateway_pid" "$redis_pid" -- \
+  count_redis_start "$column"
+  measure "$system" "$column" relay "$gateway_pid" "$redis_pid" -- \
     "$lockbench" relay --url "$url" --clients "$clients" --seconds "$seconds"
-  measure_waiters lockgate "$column" "$gateway_pid" "$redis_pid" -- \
+  count_redis_stop "$system" "$column" relay
+  count_redis_start "$column"
+  measure "$system" "$column" relay-20 "$gateway_pid" "$redis_pid" -- \
+    "$lockbench" relay --url "$url" --clients "$relay_clients" --seconds "$seconds"
+  count_redis_stop "$system" "$column" relay-20
+  measure_waiters "$system" "$column" "$gateway_pid" "$redis_pid" -- \
     "$lockbench" waiters --url "$url" --clients "$waiters" --pid "$gateway_pid"
   stop "$gateway_pid"
 }
@@ -263,11 +316,14 @@ run_redis_lock() {
   fi
   redis-cli -p "$redis_port" flushall >/dev/null
   local phase
-  for phase in cycles relay; do
-    measure redis-lock "$column" "$phase" "$redis_pid" -- \
-      "$run_dir/venv/bin/python" "$anchors/redis_lock_bench.py" "$phase" \
-      --redis "redis://127.0.0.1:$redis_port" --clients "$clients" --seconds "$seconds"
-  done
+  measure redis-lock "$column" cycles "$redis_pid" -- \
+    "$run_dir/venv/bin/python" "$anchors/redis_lock_bench.py" cycles \
+    --redis "redis://127.0.0.1:$redis_port" --clients "$clients" --seconds "$seconds"
+  count_redis_start "$column"
+  measure redis-lock "$column" relay "$redis_pid" -- \
+    "$run_dir/venv/bin/python" "$anchors/redis_lock_bench.py" relay \
+    --redis "redis://127.0.0.1:$redis_port" --clients "$clients" --seconds "$seconds"
+  count_redis_stop redis-lock "$column" relay
   measure_waiters redis-lock "$column" "$redis_pid" -- \
     "$run_dir/venv/bin/python" "$anchors/redis_lock_bench.py" waiters \
     --redis "redis://127.0.0.1:$redis_port" --clients "$waiters"
@@ -359,6 +415,7 @@ command -v etcd >/dev/null 2>&1 || have_etcd=no
 for column in durable memory; do
   start_redis "$column"
   run_lockgate "$column"
+  [ -z "$baseline" ] || run_lockgate "$column" lockgate-before "$baseline"
   run_redlock "$column"
   run_redis_lock "$column"
   stop "$redis_pid"
@@ -393,7 +450,9 @@ python3 - "$work/versions.json" <<PY
 import json, sys
 versions = {
     "lockgate": {"servers": "gateway + Redis", "driver": "lockbench (Rust, HTTP/1.1)",
-                 "version": "$("$lockgate" --version) ($lockgate_build), Redis $redis_version"},
+                 "version": "$("$lockgate" --version | head -n 1) ($lockgate_build), Redis $redis_version"},
+    "lockgate-before": {"servers": "gateway + Redis", "driver": "lockbench (Rust, HTTP/1.1)",
+                        "version": "$([ -z "$baseline" ] || "$baseline" --version | head -n 1) (BASELINE_BIN), Redis $redis_version"},
     "etcd": {"servers": "etcd", "driver": "lockbench (Rust, HTTP/1.1 to the JSON gateway)",
              "version": "etcd $(etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p') (Debian $(package_version etcd-server))"},
     "zookeeper": {"servers": "ZooKeeper (JVM)", "driver": "CuratorBench (Java, a session per client)",
@@ -407,7 +466,7 @@ json.dump(versions, open(sys.argv[1], "w"))
 PY
 python3 - "$work/settings.json" <<PY
 import json, sys
-json.dump({"seconds": $seconds, "clients": $clients, "waiters": $waiters,
+json.dump({"seconds": $seconds, "clients": $clients, "relay_clients": $relay_clients, "waiters": $waiters,
            "queue_seconds": $queue_seconds, "cores": $(nproc),
            "load_before": "$load_before", "load_after": "$(cut -d' ' -f1 /proc/loadavg)",
            "date": "$(date -u +%Y-%m-%d)", "disk_fs": "$(stat -f -c %T "$disk")",

@@ -271,6 +271,42 @@ async fn a_place_granted_outright_to_a_gateway_that_stopped_is_held_for_its_leas
     let _ = doomed.child.wait();
 }
 
+/// A short lease granted outright to a waiter whose gateway is stopped
+/// (`SIGSTOP`) just before the release, and resumed after that lease ended
+/// and the next waiter took the lock: the resumed gateway does not answer
+/// the grant it heard late (its lease ended while it was stopped, though
+/// less than half a second of it went by), but waits on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_heard_after_it_ended_is_not_answered() {
+    let redis = RedisServer::start().await;
+    let (app, next_app) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
+    let holder = app.take("short", 30_000).await;
+    let mut paused = GatewayProcess::spawn(&redis, &[], &[]).await;
+    let head = tokio::spawn(
+        paused
+            .acquire(&json!({"key": "short", "ttl_ms": 250, "wait_ms": 30_000}))
+            .send(),
+    );
+    queue_reaches(&app, "short", 1).await;
+    let next = wait_on(&next_app, json!({"key": "short", "wait_ms": 30_000}));
+    queue_reaches(&app, "short", 2).await;
+
+    crate::helpers::send_signal(paused.child.id(), "-STOP");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    app.release("short", &holder.token).await;
+    let (_, status, body) = next.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    crate::helpers::send_signal(paused.child.id(), "-CONT");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(
+        !head.is_finished(),
+        "the resumed gateway answered a 250 ms lease that had ended, while {body} held the lock"
+    );
+    paused.child.kill().unwrap();
+    let _ = paused.child.wait();
+}
+
 /// A gateway that stopped more than half a second before the release is
 /// not granted outright: its waiter is offered the place, which it never
 /// claims, and the place goes on to the next waiter within a second or

@@ -47,18 +47,20 @@ async fn version_names_this_build_and_the_format_in_use() {
         version,
         json!({
             "version": env!("CARGO_PKG_VERSION"),
-            "formats": {"reads": [1], "writes": 1},
-            "format_in_use": 1,
+            "formats": {"reads": [1, 2], "writes": 2},
+            "format_in_use": 2,
         })
     );
-    // The first instance on a Redis records the format it found in use.
+    // The first instance on a Redis records the format it found in use
+    // (1, what a release that keeps no record wrote), and, alone in the
+    // fleet, raises it to the highest it writes before it serves.
     let recorded: Option<u32> = redis::cmd("HGET")
         .arg(META)
         .arg("format")
         .query_async(&mut redis.connection().await)
         .await
         .unwrap();
-    assert_eq!(recorded, Some(1));
+    assert_eq!(recorded, Some(2));
 
     let printed = Command::new(env!("CARGO_BIN_EXE_lockgate"))
         .arg("--version")
@@ -67,7 +69,7 @@ async fn version_names_this_build_and_the_format_in_use() {
     assert_eq!(
         String::from_utf8_lossy(&printed.stdout),
         format!(
-            "lockgate {}\ndata formats: reads 1, writes 1..1\n",
+            "lockgate {}\ndata formats: reads 1 and 2, writes 1..2\n",
             env!("CARGO_PKG_VERSION")
         )
     );
@@ -96,14 +98,14 @@ async fn every_live_instance_is_listed_and_a_stopped_one_leaves() {
     );
     for instance in &instances {
         assert_eq!(instance["version"], env!("CARGO_PKG_VERSION"));
-        assert_eq!(instance["formats"], json!({"reads": [1], "writes": 1}));
+        assert_eq!(instance["formats"], json!({"reads": [1, 2], "writes": 2}));
         assert!(instance["started_at_ms"].as_u64().unwrap() > 0);
     }
     assert_eq!(instances[1]["address"], second.addr.to_string());
     let metrics = first.get("/metrics").await.text().await.unwrap();
     assert!(
         metrics.contains(&format!(
-            "lockgate_build_info{{version=\"{}\",format_reads=\"1\",format_writes=\"1..1\"}} 1",
+            "lockgate_build_info{{version=\"{}\",format_reads=\"1,2\",format_writes=\"1..2\"}} 1",
             env!("CARGO_PKG_VERSION")
         )),
         "{metrics}"
@@ -145,21 +147,21 @@ async fn a_format_this_build_does_not_write_stops_its_grants_and_its_start() {
     let app = TestApp::spawn(&redis).await;
     let held = app.take("before", 30_000).await;
 
-    set_format(&redis, 2).await;
+    set_format(&redis, 3).await;
     let closed = eventually(Duration::from_secs(5), || async {
         app.get("/readyz").await.status() == StatusCode::SERVICE_UNAVAILABLE
     })
     .await;
-    assert!(closed, "still ready with format 2 in use");
+    assert!(closed, "still ready with format 3 in use");
     let ready: Value = app.get("/readyz").await.json().await.unwrap();
     assert_eq!(
         ready,
-        json!({"status": "format", "format_in_use": 2, "writes": 1})
+        json!({"status": "format", "format_in_use": 3, "writes": 2})
     );
     let refused = app.acquire(json!({"key": "after"})).await;
     let problem = assert_problem(refused, 503, "format-unsupported").await;
     assert!(
-        problem["detail"].as_str().unwrap().contains('2'),
+        problem["detail"].as_str().unwrap().contains('3'),
         "{problem}"
     );
     // Nothing was written: the held lock is as it was, and "after" was never taken.
@@ -178,17 +180,17 @@ async fn a_format_this_build_does_not_write_stops_its_grants_and_its_start() {
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
-        lines[0].contains("format") && lines[0].contains('2'),
+        lines[0].contains("format") && lines[0].contains('3'),
         "{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(10));
 
-    set_format(&redis, 1).await;
+    set_format(&redis, 2).await;
     let open = eventually(Duration::from_secs(5), || async {
         app.get("/readyz").await.status() == StatusCode::OK
     })
     .await;
-    assert!(open, "not ready again with format 1 back in use");
+    assert!(open, "not ready again with format 2 back in use");
     assert_eq!(
         app.acquire(json!({"key": "after"})).await.status(),
         StatusCode::CREATED
@@ -207,31 +209,49 @@ async fn format_status_raise_and_lower_from_the_command_line() {
     let status = lockgate(&redis, &["format", "status", "--json"]);
     assert!(status.status.success(), "{status:?}");
     let document: Value = serde_json::from_slice(&status.stdout).unwrap();
-    assert_eq!(document["format_in_use"], 1);
+    assert_eq!(document["format_in_use"], 2);
     assert_eq!(document["instances"][0]["id"], app.instance_id);
-    assert_eq!(document["instances"][0]["formats"]["writes"], json!([1, 1]));
+    assert_eq!(document["instances"][0]["formats"]["writes"], json!([1, 2]));
     assert_eq!(document["unnamed_libraries"], json!([]));
     let migrations = document["migrations"].as_array().unwrap();
-    assert_eq!(migrations.len(), 1, "{document}");
+    assert_eq!(migrations.len(), 2, "{document}");
     assert_eq!(migrations[0]["to"], 1);
+    assert_eq!(
+        (migrations[1]["from"].clone(), migrations[1]["to"].clone()),
+        (json!(1), json!(2)),
+        "{document}"
+    );
 
     let text = lockgate(&redis, &["format", "status"]);
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("data format in use: 1"), "{text}");
+    assert!(text.contains("data format in use: 2"), "{text}");
     assert!(text.contains(&app.instance_id), "{text}");
 
-    // Every live instance writes 1 at most: nothing to raise, nothing below 1.
+    // Every live instance writes 2 at most: nothing to raise.
     let raise = lockgate(&redis, &["format", "raise"]);
     assert_eq!(raise.status.code(), Some(0), "{raise:?}");
     assert!(String::from_utf8_lossy(&raise.stdout).starts_with("nothing to raise"));
-    let lower = lockgate(&redis, &["format", "lower"]);
-    assert_eq!(lower.status.code(), Some(0), "{lower:?}");
-    assert!(String::from_utf8_lossy(&lower.stdout).starts_with("nothing to lower"));
     let below = lockgate(&redis, &["format", "lower", "--to", "0"]);
     assert_eq!(below.status.code(), Some(1), "{below:?}");
 
+    // Lowered to 1 by an operator, it stays there (no automatic raise
+    // undoes it), serving, until an operator raises it again.
+    let lower = lockgate(&redis, &["format", "lower"]);
+    assert_eq!(lower.status.code(), Some(0), "{lower:?}");
+    let stays = eventually(Duration::from_secs(5), || async {
+        app.get("/version").await.json::<Value>().await.unwrap()["format_in_use"] == 1
+    })
+    .await;
+    assert!(stays, "the gateway did not follow the lower");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let version: Value = app.get("/version").await.json().await.unwrap();
+    assert_eq!(version["format_in_use"], 1, "raised again by itself");
+    assert_eq!(app.get("/readyz").await.status(), StatusCode::OK);
+    let raise = lockgate(&redis, &["format", "raise"]);
+    assert_eq!(raise.status.code(), Some(0), "{raise:?}");
+
     // Raising beyond what a live instance writes is refused, and changes nothing.
-    let beyond = lockgate(&redis, &["format", "raise", "--to", "2"]);
+    let beyond = lockgate(&redis, &["format", "raise", "--to", "3"]);
     assert_eq!(beyond.status.code(), Some(1), "{beyond:?}");
     let why = String::from_utf8_lossy(&beyond.stderr);
     assert!(why.starts_with("lockgate format raise: refused: "), "{why}");
@@ -243,7 +263,7 @@ async fn format_status_raise_and_lower_from_the_command_line() {
         .query_async(&mut redis.connection().await)
         .await
         .unwrap();
-    assert_eq!(format, 1);
+    assert_eq!(format, 2);
 
     // Redis not answering: exit 3, said on stderr (2 is a usage error).
     let nowhere = Command::new(env!("CARGO_BIN_EXE_lockgate"))

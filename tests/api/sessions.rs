@@ -38,6 +38,58 @@ fn now_ms() -> u64 {
     .unwrap()
 }
 
+/// On one Redis a lock taken in a session is checked against its session,
+/// joined to it and attached in the same call as its grant (one function
+/// call where it took four scripts), and its release is one call and the
+/// session's `HDEL`; the session lists it with its fencing token, and its
+/// lease is the session's.
+#[tokio::test]
+async fn a_lock_in_a_session_on_one_redis_is_taken_in_one_call() {
+    let redis = RedisServer::start_single().await;
+    let app = TestApp::spawn(&redis).await;
+    let session = open(&app, json!({"ttl_ms": 10_000})).await;
+    let id = session["id"].as_str().unwrap();
+    // A first cycle, so that loading the library is not counted.
+    let first = take_in(&app, "one-call:warm", id, json!({})).await;
+    app.release("one-call:warm", first["token"].as_str().unwrap())
+        .await;
+
+    let before = command_calls(&redis).await;
+    let grant = take_in(&app, "one-call", id, json!({})).await;
+    let after_grant = command_calls(&redis).await;
+    let view: Value = app
+        .get(&format!("/sessions/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let released = app
+        .release("one-call", grant["token"].as_str().unwrap())
+        .await;
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    let after = command_calls(&redis).await;
+    let ran = |at: &std::collections::HashMap<String, u64>, name: &str| {
+        at.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0)
+    };
+
+    assert_eq!(ran(&after_grant, "fcall"), 1, "{after_grant:?}");
+    assert_eq!(ran(&after_grant, "evalsha"), 0, "{after_grant:?}");
+    assert_eq!(grant["ttl_ms"], 10_000, "{grant}");
+    assert_eq!(grant["expires_at_ms"], session["expires_at_ms"], "{grant}");
+    assert_eq!(
+        view["locks"],
+        json!([{"key": "one-call", "mode": "exclusive", "fencing_token": grant["fencing_token"]}]),
+        "{view}"
+    );
+    // The release, and the session's look (a script) between.
+    assert_eq!(
+        ran(&after, "fcall") + ran(&after, "evalsha"),
+        3,
+        "{after:?}"
+    );
+    assert_eq!(ran(&after, "hdel"), 1, "the session forgets it: {after:?}");
+}
+
 #[tokio::test]
 async fn a_session_holds_many_locks_kept_alive_through_any_instance_and_deleted_at_once() {
     let redis = RedisServer::start().await;

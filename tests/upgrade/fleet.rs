@@ -1,4 +1,4 @@
-//! The fleet record beside a release that keeps none (0.1.0), its function library deleted once it stops, a format raise refused, and a rollback that keeps every lock.
+//! The fleet record beside a release that keeps none (0.1.0), its function library deleted once it stops, a format raise refused, the move to the one-write hand-off (format 2) once it is gone, and a rollback that keeps every lock.
 
 use std::time::Duration;
 
@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::eventually;
 use crate::gateways::{ADMIN, Gateway, Release, lockgate};
+use crate::mixed::wake_across;
 use crate::redis_server::RedisServer;
 
 /// The names of the `lockgate_*` function libraries loaded on `redis`.
@@ -57,7 +58,9 @@ async fn short_the_fleet_record_beside_a_release_that_keeps_none() {
 
     let (status, version) = new.get_json("/version").await;
     assert_eq!(status, 200);
-    assert_eq!(version["format_in_use"], 1);
+    // Raised as the new instance joined: the old one had left no trace yet
+    // (its library is loaded by its first script call).
+    assert_eq!(version["format_in_use"], 2);
     assert_eq!(old.get("/version").await.status().as_u16(), 404);
     let instances: Value = new
         .http
@@ -95,6 +98,10 @@ async fn short_the_fleet_record_beside_a_release_that_keeps_none() {
     );
     assert_eq!(document["instances"].as_array().unwrap().len(), 1);
 
+    // Lowered for the old release, the format is not raised again while
+    // its library is loaded.
+    let lower = lockgate(&redis, &["format", "lower"]);
+    assert_eq!(lower.status.code(), Some(0), "{lower:?}");
     let raise = lockgate(&redis, &["format", "raise", "--to", "2"]);
     assert_eq!(raise.status.code(), Some(1), "{raise:?}");
     assert!(!raise.stderr.is_empty(), "a refusal names its reason");
@@ -110,6 +117,109 @@ async fn short_the_fleet_record_beside_a_release_that_keeps_none() {
     // The new instance still serves.
     let (status, _) = new.get_json("/locks/nothing-here").await;
     assert_eq!(status, 404);
+}
+
+/// How many grants from the queue `gateway`'s waiters took in `writes`
+/// writes (`lockgate_lock_queue_grants_total`).
+async fn queue_grants(gateway: &Gateway, writes: &str) -> u64 {
+    let page = gateway.get("/metrics").await.text().await.unwrap();
+    let series = format!("lockgate_lock_queue_grants_total{{writes=\"{writes}\"}} ");
+    page.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |count| count.parse().unwrap())
+}
+
+/// The format in use, as `gateway` (this build) answers it.
+async fn format_in_use(gateway: &Gateway) -> Value {
+    gateway.get_json("/version").await.1["format_in_use"].clone()
+}
+
+/// Beside a running 0.1.0 (its library loaded before this build starts)
+/// the fleet stays at format 1, and every grant from the queue, either
+/// way between the releases, is offered and claimed. Once 0.1.0 is gone
+/// (its library deleted after the grace), the fleet raises itself to
+/// format 2: a waiter that queued before the switch is still granted
+/// (offered, as its entry asked), and grants from then on take one write.
+#[tokio::test]
+#[ignore = "needs the previous release: make upgrade-short"]
+async fn short_the_fleet_moves_to_the_one_write_hand_off_once_the_old_release_is_gone() {
+    let redis = RedisServer::start_single().await;
+    let old = Gateway::spawn(Release::Old, &redis, &[]).await;
+    let (status, grant) = json_of(old.post("/locks", &json!({"key": "first"})).await).await;
+    assert_eq!(status, 201, "{grant}");
+    assert_eq!(
+        old.release("first", grant["token"].as_str().unwrap())
+            .await
+            .status()
+            .as_u16(),
+        204
+    );
+    let grace = ["--library-grace-ms", "8000"];
+    let new = Gateway::spawn(Release::New, &redis, &grace).await;
+    assert_eq!(format_in_use(&new).await, 1);
+
+    wake_across(&old, &new, "old-to-new").await;
+    wake_across(&new, &old, "new-to-old").await;
+    assert_eq!(queue_grants(&new, "two").await, 1);
+    assert_eq!(queue_grants(&new, "one").await, 0);
+
+    // A waiter queued under format 1, granted after the switch.
+    let (status, held) = json_of(
+        new.post("/locks", &json!({"key": "across", "ttl_ms": 60_000}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{held}");
+    let across = {
+        let (http, url) = (new.http.clone(), new.url("/locks"));
+        tokio::spawn(async move {
+            let body = json!({"key": "across", "ttl_ms": 5_000, "wait_ms": 60_000});
+            http.post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    assert!(old.stop().await.success());
+    let raised = eventually(Duration::from_secs(40), || async {
+        format_in_use(&new).await == 2
+    })
+    .await;
+    assert!(raised, "{}", format_status(&redis));
+    let document = format_status(&redis);
+    let last = &document["migrations"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (last["from"].clone(), last["to"].clone()),
+        (json!(1), json!(2)),
+        "{document}"
+    );
+
+    assert_eq!(
+        new.release("across", held["token"].as_str().unwrap())
+            .await
+            .status()
+            .as_u16(),
+        204
+    );
+    assert_eq!(across.await.unwrap(), 201);
+    assert_eq!(queue_grants(&new, "two").await, 2, "offered, as it queued");
+
+    let second = Gateway::spawn(Release::New, &redis, &grace).await;
+    wake_across(&new, &second, "new-to-new").await;
+    wake_across(&second, &new, "back").await;
+    assert_eq!(queue_grants(&second, "one").await, 1);
+    assert_eq!(queue_grants(&new, "one").await, 1);
+    assert_eq!(queue_grants(&new, "two").await, 2);
 }
 
 /// Locks of every kind taken on two new instances, which are then replaced

@@ -80,7 +80,7 @@ async fn contend(fleet: &Arc<Vec<Gateway>>, key: &str, clients: usize, rounds: u
 
 /// A waiter on `waiting` is woken by a release on `holding`: granted soon
 /// after the release, well before its wait or the lease would end.
-async fn wake_across(holding: &Gateway, waiting: &Gateway, key: &str) {
+pub(crate) async fn wake_across(holding: &Gateway, waiting: &Gateway, key: &str) {
     let (status, grant) = json_of(
         holding
             .post("/locks", &json!({"key": key, "ttl_ms": 30_000}))

@@ -128,9 +128,10 @@ pub(super) struct Acquisition<'a> {
 }
 
 /// How much of its lease a grant made outright may have lost by the time
-/// its message is read, for its request to be answered without a write:
-/// beyond that (the instance stalled, or the message waited), the place is
-/// claimed anew, as an offer is.
+/// its message is read, for its request to be answered without a write
+/// (and never more than half a short lease): beyond that (the instance
+/// stalled, or the message waited), the place is claimed anew, as an
+/// offer is, which finds it gone if the lease ended.
 const HEARD_LATE: Duration = Duration::from_millis(500);
 
 /// Where an attempt left the request.
@@ -437,8 +438,8 @@ impl<'a> Acquisition<'a> {
 
     /// A place granted outright from the queue, answered without a write:
     /// `None` when it must be claimed all the same (replicas must confirm
-    /// it, or it was heard late: more than [`HEARD_LATE`] of its lease
-    /// gone by Redis's clock as this request last read it).
+    /// it, or it was heard late: more than [`HEARD_LATE`], or half its
+    /// lease, gone by Redis's clock as this request last read it).
     fn taken(&self, fencing_token: u64, expires_at_ms: u64) -> Option<Granted> {
         let request = self.terms.request;
         if request.confirmed && self.locks.redis().confirms_writes() {
@@ -450,7 +451,7 @@ impl<'a> Acquisition<'a> {
         let redis_now = redis_ms.saturating_add(millis(read_at.elapsed()));
         let left = Duration::from_millis(expires_at_ms.saturating_sub(redis_now));
         let ttl = request.ttl.as_duration();
-        if left + HEARD_LATE < ttl {
+        if left + HEARD_LATE.min(ttl / 2) < ttl {
             return None;
         }
         let state = LockState {

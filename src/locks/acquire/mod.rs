@@ -19,8 +19,8 @@ use super::inputs::{IdempotencyKey, LockKey, LockValue, Token, Ttl, WaitTime};
 use super::sessions::{SessionError, SessionHandle, SessionId, SessionLease};
 use super::shared::Locks;
 use crate::metrics::LockOutcome;
-use crate::redis::locks::grant::{self as scripts, ExtendReply};
-use crate::redis::locks::{LockKind, LockState};
+use crate::redis::locks::grant::{self as scripts, ExtendReply, SessionTry};
+use crate::redis::locks::{LockKeys, LockKind, LockState};
 use crate::redis::sessions::Hold;
 
 /// A request to take (or re-enter) a lock.
@@ -166,6 +166,39 @@ impl Locks {
         async move {
             let started = Instant::now();
             let keys = self.keys(&request.key);
+            if let Some(id) = &request.session
+                && self.tries_in_one_step(&request)
+            {
+                let tried = Box::pin(self.try_in_session(&keys, &request, id, &token)).await?;
+                match tried {
+                    SessionTry::Granted(state) => {
+                        let guard =
+                            GrantGuard::new(self.clone(), request.key.clone(), token, false);
+                        let granted = Granted {
+                            state,
+                            sent: started,
+                            waited: Duration::ZERO,
+                            replayed_token: None,
+                        };
+                        return Ok(self.lease(request.key, token, granted, guard));
+                    }
+                    SessionTry::SessionNotFound => return Err(LockError::SessionNotFound),
+                    SessionTry::Held { free_in_ms } if request.wait.is_zero() => {
+                        let guard =
+                            GrantGuard::new(self.clone(), request.key.clone(), token, false);
+                        let held = NoGrant::Held {
+                            free_in_ms,
+                            delayed_until_ms: None,
+                        };
+                        return Err(self
+                            .not_granted(held, (request.key, token, guard), None)
+                            .await);
+                    }
+                    // Busy, or held with a wait: joined first, then taken
+                    // or waited for, and attached.
+                    SessionTry::Held { .. } | SessionTry::Busy => {}
+                }
+            }
             // A session's lock joins it before any grant; its lease is the
             // session's length until it is attached.
             let session = match &request.session {
@@ -225,6 +258,42 @@ impl Locks {
                 }
             }
         }
+    }
+
+    /// Whether a lock in a session may be tried in one step (joined and
+    /// attached as it is granted): on one Redis, where a script reaches
+    /// both the lock's keys and the session's, and for what the plain try
+    /// takes (an exclusive lock, no value, Idempotency-Key or stream).
+    fn tries_in_one_step(&self, request: &AcquireRequest) -> bool {
+        !self.redis().is_cluster()
+            && request.kind == LockKind::Exclusive
+            && request.permits == 1
+            && request.value.is_none()
+            && request.idempotency_key.is_none()
+            && !request.streamed
+    }
+
+    /// A plain try in the session `id`, in one step (see
+    /// `lua/acquire_plain.lua`).
+    async fn try_in_session(
+        &self,
+        keys: &LockKeys,
+        request: &AcquireRequest,
+        id: &SessionId,
+        token: &Token,
+    ) -> Result<SessionTry, LockError> {
+        let handle = id.handle();
+        let session = self.sessions().keys(&handle);
+        let mut conn = self.redis().connection().await?;
+        let tried = scripts::acquire_in_session(
+            &mut conn,
+            keys,
+            (&session.session, &session.locks),
+            &token.expose(),
+            (&handle.to_string(), request.key.as_str()),
+        )
+        .await?;
+        Ok(tried)
     }
 
     /// The lock joins its session before it is taken (a session that has

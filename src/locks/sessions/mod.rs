@@ -95,7 +95,7 @@ impl Sessions {
         }))
     }
 
-    fn keys(&self, handle: &SessionHandle) -> SessionKeys {
+    pub(crate) fn keys(&self, handle: &SessionHandle) -> SessionKeys {
         SessionKeys::new(&self.0.prefix, handle.as_str())
     }
 

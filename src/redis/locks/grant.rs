@@ -183,6 +183,60 @@ pub async fn acquire_full(
     })
 }
 
+/// What a plain try in a session did (`acquire_plain.lua` with the
+/// session's keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionTry {
+    /// Granted, joined and attached: the state shows the session's lease.
+    Granted(LockState),
+    /// A plain lock held by another: a place may free in `free_in_ms`.
+    Held { free_in_ms: u64 },
+    /// Waited for, watched, of another kind or kept by a lock-delay:
+    /// nothing done (the session's lock is taken the long way).
+    Busy,
+    /// The session has ended.
+    SessionNotFound,
+}
+
+/// Runs `acquire_plain.lua` as a plain try in the session of `handle`
+/// (`session`: its hash and its locks' keys), on one Redis: the session
+/// checked, the lock granted, joined and attached in one step.
+pub async fn acquire_in_session(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    (session, session_locks): (&str, &str),
+    token: &str,
+    (handle, key): (&str, &str),
+) -> Result<SessionTry, BackendError> {
+    let mut invocation = ACQUIRE_PLAIN.call_with_keys(&[
+        keys.name("lock"),
+        keys.name("fence"),
+        keys.name("queue"),
+        keys.name("watch"),
+        session.to_owned(),
+        session_locks.to_owned(),
+    ]);
+    invocation
+        .arg(token)
+        .arg(0)
+        .arg(FENCE_RETENTION_MS)
+        .arg(handle)
+        .arg(key);
+    let reply = ACQUIRE_PLAIN.run(&invocation, conn).await?;
+    ACQUIRE_PLAIN.read(&reply, |reply| match reply.code() {
+        "granted" => {
+            let ttl_ms = reply.number("ttl_ms")?;
+            lock_state(reply, ttl_ms).map(SessionTry::Granted)
+        }
+        "held" => Some(SessionTry::Held {
+            free_in_ms: reply.number("free_in_ms")?,
+        }),
+        "busy" => Some(SessionTry::Busy),
+        "session-not-found" => Some(SessionTry::SessionNotFound),
+        _ => None,
+    })
+}
+
 /// Runs `acquire_plain.lua` (a plain try: `attempt`'s token, lease and
 /// nothing else): the reply, or `None` when the lock is busy (waited for,
 /// watched, or not a plain lock) and `acquire.lua` must run.
