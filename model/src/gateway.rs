@@ -19,15 +19,18 @@ enum Why {
 
 /// Whether waiter `id`, having heard a grant made outright that ends at
 /// `ends`, answers it without a write at `now` (`Acquisition::taken`): when
-/// the lease left (none, once it ended) and `HEARD_LATE` make the whole
-/// lease, so read within `HEARD_LATE` of the grant, or at any time for a
-/// lease no longer than `HEARD_LATE` (with `Fixes::late_when_over`, only
-/// while some lease is left).
+/// the lease left (none, once it ended) and `HEARD_LATE`, or half a
+/// shorter lease, make the whole lease (without
+/// `Fixes::short_lease_heard_late`, `HEARD_LATE` alone: a lease no longer
+/// than it is answered whenever read).
 pub fn heard_in_time(scenario: &Scenario, fixes: &Fixes, id: Req, ends: Tick, now: Tick) -> bool {
     let ttl = scenario.ttl_of(id);
     let left = ends.saturating_sub(now);
-    let over = fixes.late_when_over && left == 0;
-    !over && left.saturating_add(HEARD_LATE) >= ttl
+    let late = match fixes.short_lease_heard_late {
+        true => HEARD_LATE.min(ttl / 2),
+        false => HEARD_LATE,
+    };
+    left.saturating_add(late) >= ttl
 }
 
 /// Ticks in milliseconds, as a client would write them.

@@ -399,8 +399,7 @@ impl Protocol {
             shutdown_gives_back_keyed: false,
             give_back_alone: false,
             one_write_handoff: true,
-            // Not the repository's yet: see `frozen_short_lease`.
-            late_when_over: false,
+            short_lease_heard_late: true,
             mutant: None,
         };
         let before_model = Fixes {
@@ -551,12 +550,12 @@ pub struct Fixes {
     /// (before: every waiter offered, every grant claimed with
     /// `extend.lua`).
     pub one_write_handoff: bool,
-    /// A grant made outright whose lease is over by the gateway's reckoning
-    /// is taken for heard late, and claimed (so found gone), however short
-    /// the lease (not the repository's: its `Acquisition::taken` answers a
-    /// lease no longer than `HEARD_LATE` on the message alone whenever it
-    /// reads it; see the `frozen-short-lease` scenario).
-    pub late_when_over: bool,
+    /// A grant made outright is taken for heard late, and claimed (so
+    /// found gone if its lease ended), once more than `HEARD_LATE` or half
+    /// its lease went by (before: `HEARD_LATE` alone, so that a lease no
+    /// longer than it was answered on the message whenever read, ended or
+    /// not; see the `frozen-short-lease` scenario).
+    pub short_lease_heard_late: bool,
     pub mutant: Option<Mutant>,
 }
 

@@ -283,8 +283,10 @@ pub fn frozen_streamed_waiter() -> Scenario {
 
 /// W1, with a lease of one tick (300 ms: no longer than `HEARD_LATE`),
 /// waits on B, W2 on C; B may be frozen 0.9-1.5 s just as W1 is granted
-/// its place outright. Its gateway, back, answers W1 on the message alone,
-/// though its lease ended while it was frozen and W2 may hold the lock.
+/// its place outright. Its gateway, back, claims the grant it heard late
+/// (more than half the lease gone), and finds it gone; taking only
+/// `HEARD_LATE` for late, it answered W1 on the message alone, though its
+/// lease ended while it was frozen and W2 may hold the lock.
 pub fn frozen_short_lease() -> Scenario {
     Scenario {
         name: "frozen-short-lease",
@@ -300,15 +302,15 @@ pub fn frozen_short_lease() -> Scenario {
         },
         horizon: 10,
         expect: vec![
-            Expect::new(Protocol::Fixed, &[ANSWERED_IN_LEASE]),
+            fixed_keeps_all(),
             Expect::variant(
                 Protocol::Fixed,
-                "--late-when-over on",
+                "--short-lease-heard-late off",
                 |fixes| Fixes {
-                    late_when_over: true,
+                    short_lease_heard_late: false,
                     ..fixes
                 },
-                &[],
+                &[ANSWERED_IN_LEASE],
             ),
         ],
         ..frozen_gateway()
