@@ -363,6 +363,7 @@ impl Step<'_> {
             let gateway = s.gateway(self.gateway_of(other));
             let kept_running = gateway.up() && gateway.steady;
             if waiter.token != token
+                && self.leaving != Some(other)
                 && self.covers(other, key)
                 && kept_running
                 && (!standing.granted() || waiter.robbed)
@@ -603,7 +604,9 @@ impl Step<'_> {
         if self.lock(key).queued(id).is_some() {
             self.dequeue(key, id);
             if !self.lock(key).queue.is_empty() {
+                self.leaving = Some(id);
                 self.serve(key);
+                self.leaving = None;
             }
             return Left::Left;
         }

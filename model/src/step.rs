@@ -57,6 +57,9 @@ pub struct Step<'a> {
     pub script: String,
     /// The batch whose own script runs (`ctx.batch`): not told it is ready.
     pub batch: Option<Req>,
+    /// The waiter whose `leave.lua` runs: out of the queue before the
+    /// script serves it, it waits no longer for the grants that follow.
+    pub leaving: Option<Req>,
     /// The grant channels' messages sent, in order, when someone reads
     /// them (the differential test); `None` in the checker.
     pub told: Option<Vec<Told>>,
@@ -76,6 +79,7 @@ impl<'a> Step<'a> {
             notes,
             script: String::new(),
             batch: None,
+            leaving: None,
             told: None,
         }
     }
