@@ -3,7 +3,7 @@
 use crate::scenario::{Key, Mutant, Req, Tick};
 use crate::scripts::Presence;
 use crate::state::{Entry, Phase, Refusal, Search, Standing};
-use crate::step::Step;
+use crate::step::{Message, Step};
 
 /// What `batch.lua` answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +28,7 @@ impl Step<'_> {
         self.lock_mut(key).told_ready |= head.id.bit();
         let (script, name, on) = (self.script.clone(), self.name(head.id), self.on_key(key));
         self.say(|| format!("redis: {script} tells {name} that{on} is ready for it"));
+        self.tell(key, head.inst, head.id, Message::Ready);
         let gateway = self.s.gateway(head.inst.gw);
         if gateway.start != head.inst.start || !gateway.alive() {
             return;
@@ -118,6 +119,8 @@ impl Step<'_> {
                     inst: self.inst_of(spec.gateway),
                     deadline: now + wait_left,
                     since: now,
+                    // A batch is told `ready`, never granted from the queue.
+                    one: false,
                 };
                 self.enqueue(key, entry, None);
             }
@@ -167,6 +170,7 @@ impl Step<'_> {
                     inst: self.inst_of(spec.gateway),
                     deadline: now + wait_left,
                     since: now,
+                    one: false,
                 };
                 self.enqueue(key, entry, None);
             }

@@ -1,6 +1,6 @@
 //! The gateway's side of a request (`src/locks/acquire/`, `src/locks/streamed/`), its tending (`src/locks/waiting/tending.rs`) and its shutdown (`src/app/mod.rs`): each step one round trip to Redis, or none.
 
-use crate::scenario::{Gw, Mutant, Req, TICK_MS, Tick};
+use crate::scenario::{Fixes, Gw, HEARD_LATE, Mutant, Req, Scenario, TICK_MS, Tick};
 use crate::scripts::{Acquired, Left};
 use crate::state::{Cleanup, Phase, Refusal, Search, Standing, TendPlan};
 use crate::step::Step;
@@ -15,6 +15,22 @@ enum Why {
     Unaccounted,
     /// Its gateway shuts down: `503`.
     Shutdown,
+}
+
+/// Whether waiter `id`, having heard a grant made outright that ends at
+/// `ends`, answers it without a write at `now` (`Acquisition::taken`): when
+/// the lease left (none, once it ended) and `HEARD_LATE`, or half a
+/// shorter lease, make the whole lease (without
+/// `Fixes::short_lease_heard_late`, `HEARD_LATE` alone: a lease no longer
+/// than it is answered whenever read).
+pub fn heard_in_time(scenario: &Scenario, fixes: &Fixes, id: Req, ends: Tick, now: Tick) -> bool {
+    let ttl = scenario.ttl_of(id);
+    let left = ends.saturating_sub(now);
+    let late = match fixes.short_lease_heard_late {
+        true => HEARD_LATE.min(ttl / 2),
+        false => HEARD_LATE,
+    };
+    left.saturating_add(late) >= ttl
 }
 
 /// Ticks in milliseconds, as a client would write them.
@@ -116,7 +132,7 @@ impl Step<'_> {
             Acquired::Queued {
                 ticket,
                 token,
-                offered,
+                heard: told,
             } => {
                 let request = self.s.request_mut(id);
                 // A waiter that attempts again has its standing reset to
@@ -132,8 +148,8 @@ impl Step<'_> {
                     } => (standing, false, search),
                     _ => (Standing::Queued, false, Search::Idle { at: now }),
                 };
-                if offered {
-                    (standing, heard) = (Standing::Granted, true);
+                if let Some(told) = told {
+                    (standing, heard) = (told, true);
                 }
                 request.token = token;
                 request.phase = Phase::Waiting {
@@ -165,12 +181,31 @@ impl Step<'_> {
         }
     }
 
-    /// The waiter heard its grant: it claims the place for its whole lease
-    /// (`extend.lua`); a place gone meanwhile sends it back to the queue.
+    /// The waiter heard its grant: one made outright is answered at once
+    /// (unless heard late); an offer it claims for its whole lease
+    /// (`extend.lua`), and a place gone meanwhile sends it back to the queue.
     pub fn claim(&mut self, id: Req) {
         self.seen(id);
         if self.is_batch(id) {
             self.retry_batch(id);
+            return;
+        }
+        if let Phase::Waiting {
+            standing: Standing::Outright { fence, ends },
+            ..
+        } = self.s.request(id).phase
+            && heard_in_time(self.scenario, &self.fixes, id, ends, self.s.now)
+        {
+            // No write: the message's fencing token and lease's end, even
+            // once that lease is over (a session's lock finds out when it
+            // attaches).
+            let in_session = self.scenario.spec(id).session.is_some();
+            self.s.broken.answered_after_lease |= !in_session && ends <= self.s.now;
+            self.s.request_mut(id).outright = true;
+            let name = self.name(id);
+            self.answer_grant(id, fence, ends, || {
+                format!("{name} heard its grant outright (fence {fence}, until t={ends})")
+            });
             return;
         }
         let name = self.name(id);
@@ -193,27 +228,34 @@ impl Step<'_> {
         match self.extend(key, token, ttl) {
             Some(until) => {
                 let fence = self.lock(key).place(token).map_or(0, |place| place.fence);
-                let in_session = self.scenario.spec(id).session.is_some();
-                let request = self.s.request_mut(id);
-                request.granted_fence = fence;
-                if in_session {
-                    request.phase = Phase::Attaching;
-                    self.say(|| format!("gateway {gw}: extend({name}) claims the place"));
-                } else {
-                    request.phase = Phase::Holding { token, until };
-                    request.granted = token == id;
-                    self.say(|| {
-                        format!(
-                            "gateway {gw}: extend({name}) claims the place; {name} answered 201"
-                        )
-                    });
-                }
+                self.answer_grant(id, fence, until, || {
+                    format!("extend({name}) claims the place")
+                });
                 true
             }
             None => {
                 self.say(|| format!("gateway {gw}: extend({name}) -> the offer is gone"));
                 false
             }
+        }
+    }
+
+    /// The grant's answer (`how` it came, for the notes): `201` with its
+    /// fencing token and lease's end, or, for a session's lock, the
+    /// attachment first.
+    fn answer_grant(&mut self, id: Req, fence: u16, until: Tick, how: impl FnOnce() -> String) {
+        let (name, gw) = (self.name(id), self.gateway_of(id));
+        let in_session = self.scenario.spec(id).session.is_some();
+        let request = self.s.request_mut(id);
+        let token = request.token;
+        request.granted_fence = fence;
+        if in_session {
+            request.phase = Phase::Attaching;
+            self.say(|| format!("gateway {gw}: {}", how()));
+        } else {
+            request.phase = Phase::Holding { token, until };
+            request.granted = token == id;
+            self.say(|| format!("gateway {gw}: {}; {name} answered 201", how()));
         }
     }
 

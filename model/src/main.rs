@@ -22,8 +22,10 @@ const USAGE: &str = "usage: lockgate-model <check|test|list> [options]
   --idempotency-twins on|off  --requeue-resets-standing on|off
   --deadlock-waits-here on|off  --deadlock-renewed-presence on|off  --deadlock-claims-grant on|off
   --fresh-instance-id on|off  --shutdown-gives-back-keyed on|off  --give-back-alone on|off
+  --one-write-handoff on|off  --short-lease-heard-late on|off
   mutants of the fixed protocol (check only; test checks each where it is expected to break):
-  --sweep-early  --no-lock-delay  --deadlock-unconfirmed  --no-deadlock-search  --ignore-session-end";
+  --sweep-early  --no-lock-delay  --deadlock-unconfirmed  --no-deadlock-search  --ignore-session-end
+  --batch-key-by-key  --outright-stale";
 
 /// Switches over the fixes, each unset unless given.
 #[derive(Default)]
@@ -41,6 +43,8 @@ struct Switches {
     fresh_instance_id: Option<bool>,
     shutdown_gives_back_keyed: Option<bool>,
     give_back_alone: Option<bool>,
+    one_write_handoff: Option<bool>,
+    short_lease_heard_late: Option<bool>,
     mutant: Option<Mutant>,
 }
 
@@ -59,6 +63,8 @@ impl Switches {
             || self.fresh_instance_id.is_some()
             || self.shutdown_gives_back_keyed.is_some()
             || self.give_back_alone.is_some()
+            || self.one_write_handoff.is_some()
+            || self.short_lease_heard_late.is_some()
             || self.mutant.is_some()
     }
 
@@ -90,6 +96,11 @@ impl Switches {
             &mut fixes.shutdown_gives_back_keyed,
         );
         set(self.give_back_alone, &mut fixes.give_back_alone);
+        set(self.one_write_handoff, &mut fixes.one_write_handoff);
+        set(
+            self.short_lease_heard_late,
+            &mut fixes.short_lease_heard_late,
+        );
         fixes.mutant = self.mutant.or(fixes.mutant);
         fixes
     }
@@ -201,6 +212,8 @@ fn option(options: &mut Options, flag: &str, value: &str) -> Result<(), String> 
             switches.shutdown_gives_back_keyed = Some(switch(flag, value)?)
         }
         "--give-back-alone" => switches.give_back_alone = Some(switch(flag, value)?),
+        "--one-write-handoff" => switches.one_write_handoff = Some(switch(flag, value)?),
+        "--short-lease-heard-late" => switches.short_lease_heard_late = Some(switch(flag, value)?),
         _ => return Err(format!("unknown option {flag}\n{USAGE}")),
     }
     Ok(())

@@ -7,7 +7,7 @@ use crate::state::{Phase, State};
 use crate::system::LockModel;
 
 /// Each property's name and what it says, in the order they are checked.
-pub const ABOUT: [(&str, &str); 17] = [
+pub const ABOUT: [(&str, &str); 20] = [
     (
         EXCLUSION,
         "at most `limit` places of a lock are held at once (one for a plain lock)",
@@ -38,8 +38,16 @@ pub const ABOUT: [(&str, &str); 17] = [
         "a place a client was answered 201 for is not given back by another request's leave",
     ),
     (
+        ANSWERED_IN_LEASE,
+        "a client answered 201 on a grant message alone (made outright) is answered before the lease it was granted ends",
+    ),
+    (
         NO_OFFER_TO_DEAD,
         "no place is offered to a waiter whose gateway died more than a presence (1 s) earlier",
+    ),
+    (
+        NO_OUTRIGHT_TO_DEAD,
+        "a place is granted outright only to a waiter whose gateway was alive FRESH (1 tick, 500 ms) before the grant, never to one dead longer",
     ),
     (
         SESSION_EXPIRY,
@@ -73,6 +81,10 @@ pub const ABOUT: [(&str, &str); 17] = [
         WAITER_GRANTED,
         "(reachable) a request that waited in the queue is granted",
     ),
+    (
+        OUTRIGHT_GRANTED,
+        "(reachable, with the one-write hand-off) a request that waited is granted outright and answered without a write",
+    ),
 ];
 
 pub const EXCLUSION: &str = "exclusion";
@@ -83,7 +95,9 @@ pub const ONE_GRANT_PER_KEY: &str = "one-grant-per-key";
 pub const REFUSED_HOLDS_NOTHING: &str = "refused-holds-nothing";
 pub const LEFT_MEANS_LEFT: &str = "no-grant-after-end";
 pub const GRANT_STANDS: &str = "grant-stands";
+pub const ANSWERED_IN_LEASE: &str = "answered-in-lease";
 pub const NO_OFFER_TO_DEAD: &str = "no-offer-to-dead";
+pub const NO_OUTRIGHT_TO_DEAD: &str = "no-outright-to-dead";
 pub const SESSION_EXPIRY: &str = "freed-after-expiry";
 pub const LOCK_DELAY: &str = "lock-delay";
 pub const SESSION_END_ANSWERS: &str = "session-end-answers";
@@ -92,11 +106,12 @@ pub const DEADLOCK_ANSWERED: &str = "deadlock-answered";
 pub const BATCH_WHOLE: &str = "batch-whole";
 pub const BATCH_GRANTED: &str = "batch-granted";
 pub const WAITER_GRANTED: &str = "waiter-granted";
+pub const OUTRIGHT_GRANTED: &str = "outright-granted";
 
 /// Whether `name` is a `sometimes` property (an example is wanted, not a
 /// counterexample).
 pub fn is_reachability(name: &str) -> bool {
-    name == WAITER_GRANTED
+    name == WAITER_GRANTED || name == OUTRIGHT_GRANTED
 }
 
 pub fn all() -> Vec<Property<LockModel>> {
@@ -113,7 +128,13 @@ pub fn all() -> Vec<Property<LockModel>> {
         Property::always(REFUSED_HOLDS_NOTHING, refused_holds_nothing),
         Property::always(LEFT_MEANS_LEFT, |_, s: &State| !s.broken.granted_after_end),
         Property::always(GRANT_STANDS, |_, s: &State| !s.broken.grant_taken),
+        Property::always(ANSWERED_IN_LEASE, |_, s: &State| {
+            !s.broken.answered_after_lease
+        }),
         Property::always(NO_OFFER_TO_DEAD, |_, s: &State| !s.broken.offered_to_dead),
+        Property::always(NO_OUTRIGHT_TO_DEAD, |_, s: &State| {
+            !s.broken.outright_to_dead
+        }),
         Property::always(SESSION_EXPIRY, |_, s: &State| !s.broken.freed_before_expiry),
         Property::always(LOCK_DELAY, |_, s: &State| !s.broken.lock_delay),
         Property::always(SESSION_END_ANSWERS, |_, s: &State| {
@@ -135,6 +156,9 @@ pub fn all() -> Vec<Property<LockModel>> {
         }),
         Property::sometimes(WAITER_GRANTED, |_, s: &State| {
             s.requests.iter().any(|r| r.waited && r.granted)
+        }),
+        Property::sometimes(OUTRIGHT_GRANTED, |model: &LockModel, s: &State| {
+            !model.fixes.one_write_handoff || s.requests.iter().any(|r| r.waited && r.outright)
         }),
     ]
 }

@@ -25,6 +25,16 @@ pub const PRESENCE: Tick = 3;
 pub const AWAY: Tick = 33;
 /// How long a place offered from the queue stands unclaimed (`OFFER_MS`).
 pub const OFFER: Tick = 3;
+/// How recent a presence must be for its waiter to be granted outright
+/// (`FRESH_MS` = 500): renewed at tick t (its deadline t + 3), it is fresh
+/// through t + 1, while the deadline is at least now + `PRESENCE` -
+/// `FRESH` (a running gateway renews it every tick).
+pub const FRESH: Tick = 1;
+/// How late a grant made outright may be read for its request to be
+/// answered without a write (`HEARD_LATE` = 500 ms in
+/// `src/locks/acquire/attempts.rs`): read at the grant's tick or the next;
+/// later (its gateway paused), it is claimed as an offer is.
+pub const HEARD_LATE: Tick = 1;
 /// How many ticks a waiter whose gateway and Redis keep running may be
 /// left waiting while the lock is free: the place must reach it by the
 /// next round or the one after.
@@ -343,8 +353,8 @@ pub enum Protocol {
     /// `AWAY_MS`), a tend that finds the instance was away longer has it
     /// ask where each waiter stands, shutdown gives back what was offered,
     /// Idempotency-Key twins share one ticket and token; sessions,
-    /// lock-delay and deadlock detection; and the five fixes that
-    /// `BeforeModel` lacks.
+    /// lock-delay and deadlock detection; the five fixes that
+    /// `BeforeModel` lacks; and the one-write hand-off (data format 2).
     Fixed,
 }
 
@@ -388,9 +398,12 @@ impl Protocol {
             // twin's claimed grant away (see `shutdown_twin`).
             shutdown_gives_back_keyed: false,
             give_back_alone: false,
+            one_write_handoff: true,
+            short_lease_heard_late: true,
             mutant: None,
         };
         let before_model = Fixes {
+            one_write_handoff: false,
             deadlock_waits_here: false,
             deadlock_renewed_presence: false,
             deadlock_claims_grant: false,
@@ -447,16 +460,21 @@ pub enum Mutant {
     NoDeadlockSearch,
     /// A wait does not end when its session does.
     IgnoreSessionEnd,
+    /// `serve` grants a waiter with `one` outright whatever its presence's
+    /// age (the freshness check skipped): a waiter whose gateway died a
+    /// moment too early holds the lock its whole lease.
+    OutrightStale,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 7] = [
         Mutant::SweepEarly,
         Mutant::NoLockDelay,
         Mutant::DeadlockUnconfirmed,
         Mutant::BatchKeyByKey,
         Mutant::NoDeadlockSearch,
         Mutant::IgnoreSessionEnd,
+        Mutant::OutrightStale,
     ];
 
     /// Its command-line switch (without the dashes).
@@ -468,6 +486,7 @@ impl Mutant {
             Mutant::BatchKeyByKey => "batch-key-by-key",
             Mutant::NoDeadlockSearch => "no-deadlock-search",
             Mutant::IgnoreSessionEnd => "ignore-session-end",
+            Mutant::OutrightStale => "outright-stale",
         }
     }
 }
@@ -516,13 +535,27 @@ pub struct Fixes {
     /// queued standing, so a stale grant or unaccounted one stood).
     pub requeue_resets_standing: bool,
     /// At shutdown a waiter under an Idempotency-Key gives back what it was
-    /// offered too (before: it kept it, for a twin or a retry).
+    /// granted from the queue too (before: it kept it, for a twin or a retry).
     pub shutdown_gives_back_keyed: bool,
-    /// `leave.lua` gives back only an unclaimed offer that no twin (a
-    /// request under the same Idempotency-Key, sharing the token) was told
-    /// of and has yet to leave; else it answers `kept` (not the
-    /// repository's; see the `shutdown-twin` scenario).
+    /// `leave.lua` gives back only a grant from the queue (an offer, or
+    /// one made outright) that nobody claimed and that no twin (a request
+    /// under the same Idempotency-Key, sharing the token) was told of and
+    /// has yet to leave; else it answers `kept` (not the repository's; see
+    /// the `shutdown-twin` scenario).
     pub give_back_alone: bool,
+    /// The one-write hand-off (data format 2): a head waiter whose entry
+    /// has `one` and whose instance's presence is fresh (renewed within
+    /// `FRESH_MS`) is granted its whole lease at once, and its gateway
+    /// answers without a write; any other is offered the place, to claim
+    /// (before: every waiter offered, every grant claimed with
+    /// `extend.lua`).
+    pub one_write_handoff: bool,
+    /// A grant made outright is taken for heard late, and claimed (so
+    /// found gone if its lease ended), once more than `HEARD_LATE` or half
+    /// its lease went by (before: `HEARD_LATE` alone, so that a lease no
+    /// longer than it was answered on the message whenever read, ended or
+    /// not; see the `frozen-short-lease` scenario).
+    pub short_lease_heard_late: bool,
     pub mutant: Option<Mutant>,
 }
 
@@ -615,6 +648,11 @@ pub struct Scenario {
     pub name: &'static str,
     pub about: &'static str,
     pub gateways: u8,
+    /// The gateways whose waiters never take a grant outright (a set: the
+    /// fleet's data format 1 in use, or a 0.1.0 instance); the others send
+    /// `one` (`acquire.lua`'s ARGV[19]) when the protocol has the one-write
+    /// hand-off.
+    pub two_step: u8,
     /// Locks (x, y).
     pub locks: u8,
     /// Places of each lock: 1 for a plain lock, more for a counting lock.
@@ -650,6 +688,12 @@ impl Scenario {
         let spec = self.spec(request);
         spec.session
             .map_or(spec.ttl, |session| self.session(session).ttl)
+    }
+
+    /// Whether gateway `gw`'s waiters may take a grant outright (as far as
+    /// the fleet goes: the protocol must have the one-write hand-off too).
+    pub fn takes_outright(&self, gw: Gw) -> bool {
+        self.two_step & (1 << gw.0) == 0
     }
 
     /// Whether the traces name the lock (more than one).

@@ -1,9 +1,9 @@
 //! The configurations checked: each a few requests on a few gateways with the faults that matter to it, and the properties each protocol (or mutant of the fixed one) is expected to break there.
 
 use crate::properties::{
-    BATCH_GRANTED, BATCH_WHOLE, DEADLOCK_ANSWERED, DEADLOCK_ONLY_CYCLES, GRANT_STANDS,
-    LEFT_MEANS_LEFT, LOCK_DELAY, NO_OFFER_TO_DEAD, ONE_GRANT_PER_KEY, ORDER, REFUSED_HOLDS_NOTHING,
-    SERVED, SESSION_END_ANSWERS, SESSION_EXPIRY,
+    ANSWERED_IN_LEASE, BATCH_GRANTED, BATCH_WHOLE, DEADLOCK_ANSWERED, DEADLOCK_ONLY_CYCLES,
+    GRANT_STANDS, LEFT_MEANS_LEFT, LOCK_DELAY, NO_OFFER_TO_DEAD, NO_OUTRIGHT_TO_DEAD,
+    ONE_GRANT_PER_KEY, ORDER, REFUSED_HOLDS_NOTHING, SERVED, SESSION_END_ANSWERS, SESSION_EXPIRY,
 };
 use crate::scenario::{
     Expect, Fault, Faults, Fixes, Gw, Mutant, Protocol, RequestSpec, Scenario, SessionSpec,
@@ -19,7 +19,9 @@ pub fn catalogue() -> Vec<(bool, Scenario)> {
         (false, shutdown_idempotent()),
         (false, shutdown_twin()),
         (false, idempotent_retry()),
+        (false, idempotent_mixed()),
         (false, frozen_streamed_waiter()),
+        (false, frozen_short_lease()),
         (false, ticket_reused()),
         (false, counting_lock()),
         (false, crash_and_restart()),
@@ -80,6 +82,7 @@ pub fn frozen_gateway() -> Scenario {
         name: "frozen-gateway",
         about: "holder on A, W1 waits on B, W2 on C; gateway B frozen 1.5-3 s (SIGSTOP)",
         gateways: 3,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -117,6 +120,7 @@ pub fn shutdown_with_streamed_lock() -> Scenario {
         name: "shutdown-streamed",
         about: "streamed holder S on A, W waits on A, V on B; gateway A gets SIGTERM",
         gateways: 2,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -169,6 +173,7 @@ pub fn shutdown_twin() -> Scenario {
         name: "shutdown-twin",
         about: "streamed S on A, W waits on A under key K, its retry W2 on B under K, V on B; A gets SIGTERM",
         gateways: 2,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -221,6 +226,7 @@ pub fn idempotent_retry() -> Scenario {
         name: "idempotent-retry",
         about: "holder H on C; R1 waits on A under key K, its client retries as R2 on B under K",
         gateways: 3,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -240,6 +246,25 @@ pub fn idempotent_retry() -> Scenario {
     }
 }
 
+/// As `idempotent-retry` with a lease longer than an offer, the retry's
+/// gateway B one that takes no grant outright (format 1 in use there, or
+/// a 0.1.0 instance): the grant R1 takes outright, R2 hears as an offer,
+/// and claims.
+pub fn idempotent_mixed() -> Scenario {
+    Scenario {
+        name: "idempotent-mixed",
+        about: "as idempotent-retry, leases of 1.5 s, gateway B (R2's) taking no grant outright",
+        two_step: 1 << 1,
+        requests: vec![
+            RequestSpec::plain("H", 2, 0, 3),
+            RequestSpec::plain("R1", 0, 10, 5).with_key(1).keeping(),
+            RequestSpec::plain("R2", 1, 10, 5).with_key(1),
+        ],
+        expect: vec![fixed_keeps_all()],
+        ..idempotent_retry()
+    }
+}
+
 /// A streamed waiter's gateway is frozen: its gateway asks its position
 /// at every tending, learns it is gone, and queues again, at the end.
 pub fn frozen_streamed_waiter() -> Scenario {
@@ -256,6 +281,42 @@ pub fn frozen_streamed_waiter() -> Scenario {
     }
 }
 
+/// W1, with a lease of one tick (300 ms: no longer than `HEARD_LATE`),
+/// waits on B, W2 on C; B may be frozen 0.9-1.5 s just as W1 is granted
+/// its place outright. Its gateway, back, claims the grant it heard late
+/// (more than half the lease gone), and finds it gone; taking only
+/// `HEARD_LATE` for late, it answered W1 on the message alone, though its
+/// lease ended while it was frozen and W2 may hold the lock.
+pub fn frozen_short_lease() -> Scenario {
+    Scenario {
+        name: "frozen-short-lease",
+        about: "holder on A, W1 (lease 300 ms) waits on B, W2 on C; gateway B frozen 0.9-1.5 s",
+        requests: vec![
+            RequestSpec::plain("H", 0, 0, 3),
+            RequestSpec::plain("W1", 1, 10, 1),
+            RequestSpec::plain("W2", 2, 10, 3),
+        ],
+        faults: Faults {
+            pause: Fault::on(&[1], 1).lasting(3, 5),
+            ..Faults::default()
+        },
+        horizon: 10,
+        expect: vec![
+            fixed_keeps_all(),
+            Expect::variant(
+                Protocol::Fixed,
+                "--short-lease-heard-late off",
+                |fixes| Fixes {
+                    short_lease_heard_late: false,
+                    ..fixes
+                },
+                &[ANSWERED_IN_LEASE],
+            ),
+        ],
+        ..frozen_gateway()
+    }
+}
+
 /// W1 is dropped while its gateway is frozen and the queue empties, so
 /// the ticket counter starts again: N, sent later, draws W1's ticket.
 /// (N is listed first: a sorted set orders equal scores by member.)
@@ -264,6 +325,7 @@ pub fn ticket_reused() -> Scenario {
         name: "ticket-reused",
         about: "holder on A, W1 waits on B (frozen 1.5-1.8 s), a GET empties the queue, N waits on C after",
         gateways: 3,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -296,6 +358,7 @@ pub fn counting_lock() -> Scenario {
         name: "counting-lock",
         about: "a lock of 2 places: H1, H2 hold on A, W1 waits on B, W2 on C; B frozen 1.5-1.8 s",
         gateways: 3,
+        two_step: 0,
         locks: 1,
         limit: 2,
         sessions: Vec::new(),
@@ -321,6 +384,7 @@ pub fn crash_and_restart() -> Scenario {
         name: "crash-restart",
         about: "holder on A, W1 waits on B, W2 on C, W3 on B; B may crash and start again",
         gateways: 3,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -347,6 +411,7 @@ pub fn crash_and_restart() -> Scenario {
             .deep_only(),
             Expect::new(Protocol::BeforeModel, &[NO_OFFER_TO_DEAD]),
             fixed_keeps_all(),
+            Expect::mutant(Mutant::OutrightStale, &[NO_OUTRIGHT_TO_DEAD]),
         ],
     }
 }
@@ -358,6 +423,7 @@ pub fn clients_leave() -> Scenario {
         name: "clients-leave",
         about: "streamed S on A, W1 waits on B and may leave, W2 on A; a GET, a revoke; A frozen 0.3-0.9 s",
         gateways: 2,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -393,6 +459,7 @@ pub fn away_past_ten_seconds() -> Scenario {
         name: "away-past-10s",
         about: "holder on A, W1 waits on B, W2 on C; gateway B frozen 11.1-11.4 s, past AWAY_MS",
         gateways: 3,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -421,6 +488,7 @@ pub fn session_expiry() -> Scenario {
         name: "session-expiry",
         about: "session S1 (1.2 s, lock-delay 0.9 s) kept by A holds x (L); W waits on B; A may crash; a revoke",
         gateways: 2,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: vec![SessionSpec {
@@ -454,6 +522,7 @@ pub fn session_waiter() -> Scenario {
         name: "session-waiter",
         about: "H holds x on A; Q waits on B in session S1 (1.2 s) kept by A; A may crash",
         gateways: 2,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: vec![SessionSpec {
@@ -491,6 +560,7 @@ pub fn deadlock() -> Scenario {
         name: "deadlock",
         about: "S1 holds x (a1) and waits for y (a2) on A; S2 holds y (b1) and waits for x (b2) on B",
         gateways: 2,
+        two_step: 0,
         locks: 2,
         limit: 1,
         sessions: vec![session.clone(), session],
@@ -580,6 +650,7 @@ pub fn batches() -> Scenario {
         name: "batches",
         about: "G holds x on A; batch B1 (x, y) waits on A, batch B2 (y, x) on B, W (x) on B; A frozen 1.2-1.5 s",
         gateways: 2,
+        two_step: 0,
         locks: 2,
         limit: 1,
         sessions: Vec::new(),
@@ -659,6 +730,7 @@ pub fn many_faults() -> Scenario {
         name: "many-faults",
         about: "streamed S on A, W1 waits on B and may leave, W2 on C; B or C frozen 1.2-2.4 s, SIGTERM to A, Redis frozen 1.2-2.1 s, a GET",
         gateways: 3,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),
@@ -688,6 +760,7 @@ pub fn sessions_and_faults() -> Scenario {
         name: "sessions-and-faults",
         about: "S1 (1.2 s, lock-delay 0.6 s) kept by A holds x (L); W waits on B, Q in S1 on B; A frozen 1.2-2.1 s or crashed, Redis frozen 1.2-1.5 s, a revoke",
         gateways: 2,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: vec![SessionSpec {
@@ -723,6 +796,7 @@ pub fn frozen_twice() -> Scenario {
         name: "frozen-twice",
         about: "H's lease ends, W1 waits on B, W2 on C; B frozen 1.2 s (W1's offer lapses), then 11.1 s",
         gateways: 3,
+        two_step: 0,
         locks: 1,
         limit: 1,
         sessions: Vec::new(),

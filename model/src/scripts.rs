@@ -6,9 +6,11 @@
 //! instance's presence; a lock-delay. The request's lease, kind, session
 //! and Idempotency-Key are read from the scenario.
 
-use crate::scenario::{AWAY, FOREVER, Gw, Inst, Key, Mutant, OFFER, PRESENCE, Req, Retend, Tick};
+use crate::scenario::{
+    AWAY, FOREVER, FRESH, Gw, Inst, Key, Mutant, OFFER, PRESENCE, Req, Retend, Tick,
+};
 use crate::state::{Entry, Phase, Place, Standing, TendPlan};
-use crate::step::Step;
+use crate::step::{Message, Step};
 
 /// What `acquire.lua` answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,12 +21,12 @@ pub enum Acquired {
     Replayed { token: Req, ends: Tick, fence: u16 },
     /// In the queue with this ticket, granted under `token` (its own, or
     /// the one it shares with a request waiting under its
-    /// Idempotency-Key); `offered`: that retry was offered the place in
-    /// the same script (its grant message is heard).
+    /// Idempotency-Key); `heard`: that retry was served in the same
+    /// script, and its grant message (an offer, or outright) is heard.
     Queued {
         ticket: u8,
         token: Req,
-        offered: bool,
+        heard: Option<Standing>,
     },
     /// No place and no wait: `held`.
     Held,
@@ -41,7 +43,7 @@ pub enum Left {
     Gone,
     /// Granted, and the place was given back in the same script: `given-back`.
     GivenBack,
-    /// Granted, and not given back: a twin was told of the offer too, or
+    /// Granted, and not given back: a twin was told of the grant too, or
     /// has claimed it (`kept`, the rule `Fixes::give_back_alone` checks).
     Kept,
 }
@@ -209,7 +211,8 @@ impl Step<'_> {
                         self.tell_ready(key, &head);
                         return true;
                     }
-                    self.offer(key, head);
+                    let outright = self.outright(key, &head);
+                    self.hand_off(key, head, outright);
                     index = 0;
                 }
             }
@@ -217,13 +220,28 @@ impl Step<'_> {
         false
     }
 
-    /// `lib/queue.lua` `offer`: a place for `head` (and for the requests
-    /// waiting under its Idempotency-Key, which share its token), each
-    /// told on its instance's grant channel and taken out of the queue.
-    fn offer(&mut self, key: Key, head: Entry) {
+    /// Whether `serve` grants `head` (that may be served) its place
+    /// outright: its entry has `one` and its instance's presence is fresh
+    /// (the mutant: whatever its presence's age).
+    fn outright(&self, key: Key, head: &Entry) -> bool {
+        let fresh =
+            self.fixes.is(Mutant::OutrightStale) || self.lock(key).fresh(head.inst, self.s.now);
+        self.fixes.one_write_handoff && head.one && fresh
+    }
+
+    /// `lib/queue.lua` `offer`, or (`outright`) the grant of `head`'s
+    /// whole lease at once: a place for `head` and for the requests
+    /// waiting under its Idempotency-Key (which share its token), each
+    /// told on its instance's grant channel (with the `outright` word when
+    /// the grant is and its own entry has `one`) and taken out of the queue.
+    fn hand_off(&mut self, key: Key, head: Entry, outright: bool) {
         let now = self.s.now;
-        let lease = self.scenario.ttl_of(head.id).min(OFFER);
-        let fence = self.grant_place(key, head.token, lease, true);
+        let ttl = self.scenario.ttl_of(head.id);
+        let lease = if outright { ttl } else { ttl.min(OFFER) };
+        let fence = self.grant_place(key, head.token, lease, !outright);
+        if outright {
+            self.watch_outright(head.id);
+        }
         let twins: Vec<Entry> = match self.idem_of(head.id) {
             Some(idem) if self.fixes.idempotency_twins => self
                 .lock(key)
@@ -239,10 +257,14 @@ impl Step<'_> {
             .iter()
             .map(|twin| format!(" and its twin {}", self.name(twin.id)))
             .collect();
+        let ends = now.saturating_add(lease);
         self.say(|| {
+            let (how, until) = match outright {
+                true => ("grants", " outright"),
+                false => ("offers", ""),
+            };
             format!(
-                "redis: {script} offers the place to {name}{also} (fence {fence}, until t={})",
-                now + lease
+                "redis: {script} {how} the place to {name}{also}{until} (fence {fence}, until t={ends})"
             )
         });
         if let Some(place) = self
@@ -253,18 +275,25 @@ impl Step<'_> {
         {
             place.told = 1 + twins.len() as u8;
         }
+        let told = |entry: &Entry| (outright && entry.one).then_some((fence, ends));
         for twin in twins {
-            self.publish_grant(twin.inst, twin.id);
+            self.publish_grant(key, twin.inst, twin.id, told(&twin));
             self.dequeue(key, twin.id);
         }
-        self.publish_grant(head.inst, head.id);
+        self.publish_grant(key, head.inst, head.id, told(&head));
         self.dequeue(key, head.id);
     }
 
-    /// The grant message on `<prefix>granted:{key}:<instance>`: heard by
-    /// the instance's waiter if its process lives (a paused one reads it
-    /// when it resumes).
-    fn publish_grant(&mut self, inst: Inst, id: Req) {
+    /// The grant message on `<prefix>granted:{key}:<instance>` (with the
+    /// `outright` word, its fencing token and lease's end, when `outright`):
+    /// heard by the instance's waiter if its process lives (a paused one
+    /// reads it when it resumes).
+    fn publish_grant(&mut self, key: Key, inst: Inst, id: Req, outright: Option<(u16, Tick)>) {
+        let message = match outright {
+            Some(_) => Message::Outright,
+            None => Message::Offered,
+        };
+        self.tell(key, inst, id, message);
         let gateway = self.s.gateway(inst.gw);
         if self.gateway_of(id) != inst.gw || gateway.start != inst.start || !gateway.alive() {
             return;
@@ -273,7 +302,10 @@ impl Step<'_> {
             standing, heard, ..
         } = &mut self.s.request_mut(id).phase
         {
-            *standing = Standing::Granted;
+            *standing = match outright {
+                Some((fence, ends)) => Standing::Outright { fence, ends },
+                None => Standing::Granted,
+            };
             *heard = true;
         }
     }
@@ -331,9 +363,10 @@ impl Step<'_> {
             let gateway = s.gateway(self.gateway_of(other));
             let kept_running = gateway.up() && gateway.steady;
             if waiter.token != token
+                && self.leaving != Some(other)
                 && self.covers(other, key)
                 && kept_running
-                && (standing != Standing::Granted || waiter.robbed)
+                && (!standing.granted() || waiter.robbed)
                 && now < deadline
                 && !waiter.forfeited
                 && waiter.arrived < grantee_arrived
@@ -346,6 +379,16 @@ impl Step<'_> {
         broken.offered_to_dead |= offered && all_dead_long;
         broken.lock_delay |= now < owed;
         broken.arrival_order |= out_of_order;
+    }
+
+    /// What the monitors check when waiter `id` is granted its place
+    /// outright: that its gateway was alive `FRESH` before (Redis renews no
+    /// presence for a dead one).
+    fn watch_outright(&mut self, id: Req) {
+        let request = self.s.request(id);
+        if request.phase == Phase::Dead && request.died_at + FRESH < self.s.now {
+            self.s.broken.outright_to_dead = true;
+        }
     }
 
     /// What the monitors check when waiter `id` gives back the place of
@@ -414,6 +457,7 @@ impl Step<'_> {
             inst: self.inst_of(spec.gateway),
             deadline: now + wait_left,
             since: now,
+            one: self.fixes.one_write_handoff && self.scenario.takes_outright(spec.gateway),
         };
         if let Some(idem) = spec.idempotency_key {
             let made = self
@@ -441,6 +485,7 @@ impl Step<'_> {
                     return Acquired::Held;
                 }
                 if self.lock(key).queued(id).is_none() {
+                    // Its own `one`, not the first request's.
                     let twin = Entry {
                         token: first.token,
                         ..entry
@@ -448,10 +493,18 @@ impl Step<'_> {
                     self.enqueue(key, twin, Some(first.ticket));
                     self.serve(key);
                 }
+                let heard = match self.lock(key).place(first.token) {
+                    _ if self.lock(key).queued(id).is_some() => None,
+                    Some(place) if !place.offered && entry.one => Some(Standing::Outright {
+                        fence: place.fence,
+                        ends: place.ends,
+                    }),
+                    _ => Some(Standing::Granted),
+                };
                 return Acquired::Queued {
                     ticket: first.ticket,
                     token: first.token,
-                    offered: self.lock(key).queued(id).is_none(),
+                    heard,
                 };
             }
         }
@@ -476,14 +529,14 @@ impl Step<'_> {
             return Acquired::Queued {
                 ticket: queued.ticket,
                 token,
-                offered: false,
+                heard: None,
             };
         }
         let ticket = self.enqueue(key, entry, None);
         Acquired::Queued {
             ticket,
             token,
-            offered: false,
+            heard: None,
         }
     }
 
@@ -522,6 +575,7 @@ impl Step<'_> {
             ends
         };
         place.offered = false;
+        place.told = 0;
         Some(place.ends)
     }
 
@@ -537,6 +591,7 @@ impl Step<'_> {
             Some(place) => {
                 place.ends = FOREVER;
                 place.offered = false;
+                place.told = 0;
                 true
             }
             None => false,
@@ -549,7 +604,9 @@ impl Step<'_> {
         if self.lock(key).queued(id).is_some() {
             self.dequeue(key, id);
             if !self.lock(key).queue.is_empty() {
+                self.leaving = Some(id);
                 self.serve(key);
+                self.leaving = None;
             }
             return Left::Left;
         }
@@ -566,7 +623,10 @@ impl Step<'_> {
                 .iter_mut()
                 .find(|place| place.token == token)
                 .expect("its place");
-            if !place.offered || place.told > 1 {
+            // Only a grant from the queue nobody claimed, and no twin
+            // told of it that has yet to leave (one told outright answers
+            // its client without a write).
+            if place.told != 1 {
                 place.told = place.told.saturating_sub(1);
                 return Left::Kept;
             }
@@ -609,6 +669,7 @@ impl Step<'_> {
                     inst: self.inst_of(inst),
                     deadline,
                     since: now,
+                    one: false,
                 };
                 self.insert(key, entry);
                 self.renew_presence(key, self.inst_of(inst));

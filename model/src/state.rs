@@ -3,8 +3,8 @@
 use arrayvec::ArrayVec;
 
 use crate::scenario::{
-    Gw, Inst, Key, MAX_GATEWAYS, MAX_LOCKS, MAX_REQUESTS, MAX_SESSIONS, Req, STARTS, Scenario,
-    Sess, Tick,
+    FRESH, Gw, Inst, Key, MAX_GATEWAYS, MAX_LOCKS, MAX_REQUESTS, MAX_SESSIONS, PRESENCE, Req,
+    STARTS, Scenario, Sess, Tick,
 };
 
 /// A list with room for every request, kept in the state itself (no heap:
@@ -25,8 +25,9 @@ pub struct Place {
     pub ends: Tick,
     /// Offered from the queue, not yet claimed with an extension.
     pub offered: bool,
-    /// The waiters told of the offer (a head and its Idempotency-Key
-    /// twins) that have not yet left (see `Fixes::give_back_alone`).
+    /// The waiters told of a grant from the queue (an offer, or made
+    /// outright: a head and its Idempotency-Key twins) that have not yet
+    /// left, none of them having claimed it (see `Fixes::give_back_alone`).
     pub told: u8,
 }
 
@@ -45,6 +46,9 @@ pub struct Entry {
     pub deadline: Tick,
     /// When it joined (`since`, what the deadlock search compares).
     pub since: Tick,
+    /// Its instance takes a grant outright (`one`, from its own
+    /// `acquire.lua`'s ARGV[19]).
+    pub one: bool,
 }
 
 /// One lock's keys in Redis.
@@ -109,6 +113,15 @@ impl Lock {
     /// Whether `inst`'s presence is current by Redis's clock.
     pub fn present(&self, inst: Inst, now: Tick) -> bool {
         self.presence_of(inst).is_some_and(|until| until >= now)
+    }
+
+    /// Whether `inst`'s presence is fresh enough for an outright grant:
+    /// renewed within `FRESH` (its deadline at least now + `PRESENCE` -
+    /// `FRESH`).
+    pub fn fresh(&self, inst: Inst, now: Tick) -> bool {
+        self.presence_of(inst).is_some_and(|until| {
+            u16::from(until) + u16::from(FRESH) >= u16::from(now) + u16::from(PRESENCE)
+        })
     }
 
     pub fn delayed(&self, now: Tick) -> bool {
@@ -304,10 +317,24 @@ impl Default for Gateway {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Standing {
     Queued,
+    /// Offered a place, to claim (`<id> <fence> <ends>`).
     Granted,
+    /// Granted its place outright, with this fencing token and lease's end
+    /// (`<id> <fence> <ends> outright`): the gateway answers at once.
+    Outright {
+        fence: u16,
+        ends: Tick,
+    },
     /// Not in the queue and no grant heard (a tend that asked its
     /// position found none).
     Unaccounted,
+}
+
+impl Standing {
+    /// A grant was heard (to claim, or outright).
+    pub fn granted(self) -> bool {
+        matches!(self, Standing::Granted | Standing::Outright { .. })
+    }
 }
 
 /// Why a request ended without a grant.
@@ -422,6 +449,8 @@ pub struct Request {
     pub granted_fence: u16,
     /// It was answered `201` for a place of its own (not a replay).
     pub granted: bool,
+    /// It was answered on a grant made outright (no claim).
+    pub outright: bool,
     /// It was sent while another request under its Idempotency-Key was
     /// waiting (a retry of a request whose answer is late).
     pub overlapped: bool,
@@ -445,6 +474,7 @@ impl Request {
             waited: false,
             granted_fence: 0,
             granted: false,
+            outright: false,
             overlapped: false,
             died_at: 0,
             cycle_seen: false,
@@ -485,9 +515,15 @@ pub struct Broken {
     /// A place was offered to a waiter whose gateway died more than a
     /// presence earlier.
     pub offered_to_dead: bool,
+    /// A place was granted outright to a waiter whose gateway died more
+    /// than `FRESH` earlier.
+    pub outright_to_dead: bool,
     /// A place a client was answered `201` for was given back by another
     /// request's script (a twin's `leave.lua`).
     pub grant_taken: bool,
+    /// A client was answered `201` on a grant message alone (made
+    /// outright) once the lease it told of was over.
+    pub answered_after_lease: bool,
 }
 
 /// How many of each fault have struck.

@@ -1,6 +1,6 @@
 //! One atomic step being taken: the state it changes, the scenario and protocol it follows, and the notes it leaves for a trace.
 
-use crate::scenario::{Fixes, Gw, Key, Req, Scenario};
+use crate::scenario::{Fixes, Gw, Inst, Key, Req, Scenario};
 use crate::state::{Lock, State};
 
 /// What happened in a step, in words, kept only when a trace is printed.
@@ -26,6 +26,27 @@ impl Notes {
     }
 }
 
+/// What a message on an instance's grant channel says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Message {
+    /// `<id> <fence> <ends>`: a place offered, to claim.
+    Offered,
+    /// `<id> <fence> <ends> outright`: the whole lease, nothing to claim.
+    Outright,
+    /// `<id> ready`: a batch's lock has a place for it.
+    Ready,
+}
+
+/// A message on instance `inst`'s grant channel of lock `key`
+/// (`<prefix>granted:{key}:<instance>`) for waiter `waiter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Told {
+    pub key: Key,
+    pub inst: Inst,
+    pub waiter: Req,
+    pub message: Message,
+}
+
 /// A step in progress.
 pub struct Step<'a> {
     pub s: &'a mut State,
@@ -36,6 +57,12 @@ pub struct Step<'a> {
     pub script: String,
     /// The batch whose own script runs (`ctx.batch`): not told it is ready.
     pub batch: Option<Req>,
+    /// The waiter whose `leave.lua` runs: out of the queue before the
+    /// script serves it, it waits no longer for the grants that follow.
+    pub leaving: Option<Req>,
+    /// The grant channels' messages sent, in order, when someone reads
+    /// them (the differential test); `None` in the checker.
+    pub told: Option<Vec<Told>>,
 }
 
 impl<'a> Step<'a> {
@@ -52,6 +79,8 @@ impl<'a> Step<'a> {
             notes,
             script: String::new(),
             batch: None,
+            leaving: None,
+            told: None,
         }
     }
 
@@ -104,5 +133,17 @@ impl<'a> Step<'a> {
 
     pub fn say(&mut self, line: impl FnOnce() -> String) {
         self.notes.say(line);
+    }
+
+    /// Notes a message sent on a grant channel, for whoever reads them.
+    pub fn tell(&mut self, key: Key, inst: Inst, waiter: Req, message: Message) {
+        if let Some(told) = self.told.as_mut() {
+            told.push(Told {
+                key,
+                inst,
+                waiter,
+                message,
+            });
+        }
     }
 }

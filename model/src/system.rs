@@ -6,6 +6,7 @@
 //! runs in time; only a pause, a stall or a crash delays it.
 
 use crate::deadlock::{self, CONFIRM_TICKS};
+use crate::gateway::heard_in_time;
 use crate::scenario::{Fixes, Gw, Hold, Key, Mutant, Req, STARTS, Scenario, Sess};
 use crate::sessions;
 use crate::state::{Gateway, Life, Phase, Search, Standing, State};
@@ -277,8 +278,16 @@ impl LockModel {
                 search,
                 ..
             } => {
-                // A batch acts on any news (a lock ready for it) by trying again.
-                if up && redis && heard && (standing == Standing::Granted || spec.is_batch()) {
+                // A batch acts on any news (a lock ready for it) by trying
+                // again; a grant made outright, read in time, is answered
+                // without Redis.
+                let alone = match standing {
+                    Standing::Outright { ends, .. } => {
+                        heard_in_time(&self.scenario, &self.fixes, id, ends, s.now)
+                    }
+                    _ => false,
+                };
+                if up && (redis || alone) && heard && (standing.granted() || spec.is_batch()) {
                     offer(Action::Claim(id), true);
                 }
                 let unaccounted = standing == Standing::Unaccounted && heard && !spec.is_batch();

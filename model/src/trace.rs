@@ -83,6 +83,7 @@ fn describe_phase(model: &LockModel, phase: Phase) -> String {
             let heard = match standing {
                 Standing::Queued => "queued, as its gateway knows",
                 Standing::Granted => "granted, as its gateway heard",
+                Standing::Outright { .. } => "granted outright, as its gateway heard",
                 Standing::Unaccounted => "unaccounted for",
             };
             format!("waiting ({heard}) until t={deadline}")

@@ -2,8 +2,8 @@
 
 use lockgate_model::check::{self, Bound};
 use lockgate_model::properties::{
-    BATCH_WHOLE, GRANT_STANDS, LEFT_MEANS_LEFT, ONE_GRANT_PER_KEY, REFUSED_HOLDS_NOTHING, SERVED,
-    SESSION_EXPIRY,
+    ANSWERED_IN_LEASE, BATCH_WHOLE, GRANT_STANDS, LEFT_MEANS_LEFT, NO_OUTRIGHT_TO_DEAD,
+    ONE_GRANT_PER_KEY, REFUSED_HOLDS_NOTHING, SERVED, SESSION_EXPIRY,
 };
 use lockgate_model::scenario::{Mutant, Protocol};
 use lockgate_model::scenarios;
@@ -106,4 +106,36 @@ fn a_session_swept_at_its_expiry_instant_frees_its_lock_too_early() {
     early.mutant = Some(Mutant::SweepEarly);
     let swept_early = check::run(scenario, early, BOUND);
     assert_eq!(swept_early.broken(), vec![SESSION_EXPIRY]);
+}
+
+#[test]
+fn a_place_granted_outright_whatever_the_presence_goes_to_a_waiter_whose_gateway_died() {
+    let scenario = scenarios::crash_and_restart();
+    let fixed = check::run(scenario.clone(), Protocol::Fixed.fixes(), BOUND);
+    assert!(fixed.broken().is_empty(), "{:?}", fixed.broken());
+    assert!(fixed.unreached().is_empty(), "{:?}", fixed.unreached());
+    let mut stale = Protocol::Fixed.fixes();
+    stale.mutant = Some(Mutant::OutrightStale);
+    let mutant = check::run(scenario.clone(), stale, BOUND);
+    assert_eq!(mutant.broken(), vec![NO_OUTRIGHT_TO_DEAD]);
+    let trace =
+        check::shortest(scenario, stale, NO_OUTRIGHT_TO_DEAD, BOUND).expect("a counterexample");
+    assert!(
+        trace.events.iter().any(|line| line.contains("crashes"))
+            && trace.events.iter().any(|line| line.contains("outright")),
+        "{:#?}",
+        trace.events
+    );
+}
+
+#[test]
+fn a_short_lease_granted_outright_is_answered_after_it_ended_unless_half_of_it_is_late() {
+    let scenario = scenarios::frozen_short_lease();
+    let fixed = check::run(scenario.clone(), Protocol::Fixed.fixes(), BOUND);
+    assert!(fixed.broken().is_empty(), "{:?}", fixed.broken());
+    assert!(fixed.unreached().is_empty(), "{:?}", fixed.unreached());
+    let mut heard_late = Protocol::Fixed.fixes();
+    heard_late.short_lease_heard_late = false;
+    let before = check::run(scenario, heard_late, BOUND);
+    assert_eq!(before.broken(), vec![ANSWERED_IN_LEASE]);
 }

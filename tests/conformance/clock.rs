@@ -3,7 +3,7 @@
 //! A sequence starts at `start`; model tick k stands for the real instant
 //! `start + k * tick`, and every script of tick k runs (and is read) within
 //! `window` after it. Each duration given to the scripts (and each of the
-//! library's three constants, scaled to the tick) is chosen so that the
+//! library's four constants, scaled to the tick) is chosen so that the
 //! instant it makes falls in the middle of a tick, never near a boundary
 //! where a step of tick k could land on either side of it:
 //!
@@ -12,7 +12,10 @@
 //! * a deadline (a wait, a presence, a session's expiry: standing while
 //!   `now <= until`) a quarter of a tick late: `n * tick + tick / 4`; the
 //!   queue's keys, kept a presence past the last deadline, then expire half
-//!   a tick past a tick's start, as an end does.
+//!   a tick past a tick's start, as an end does;
+//! * a freshness (`FRESH_MS`: a presence renewed so lately that its waiter
+//!   is granted outright) `FRESH` ticks and a half, as far from a renewal
+//!   `FRESH` ticks back as from one a tick before it.
 //!
 //! So any step of tick k sees what the model sees at tick k, if it runs
 //! within a quarter of a tick (less a margin) of the tick's start; one that
@@ -20,7 +23,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lockgate_model::scenario::{AWAY, OFFER, PRESENCE, Tick};
+use lockgate_model::scenario::{AWAY, FRESH, OFFER, PRESENCE, Tick};
 
 /// The lease a session's holder has once attached (`SESSION_LEASE` in
 /// `lua/lib/holders.lua`): no end in time, the model's `FOREVER`.
@@ -162,18 +165,23 @@ impl Ticks {
         self.ticks_of(ms + 2).floor() as At
     }
 
-    /// The lock library with its three timing constants scaled to the
-    /// tick, as the model's are (`PRESENCE`, `OFFER`, `AWAY` ticks):
-    /// `source` is the library as the gateway loads it, under its name.
+    /// The lock library with its four timing constants scaled to the
+    /// tick, as the model's are (`PRESENCE`, `OFFER`, `AWAY`, `FRESH`
+    /// ticks): `source` is the library as the gateway loads it, under its
+    /// name. A freshness of `FRESH` ticks and a half: a presence renewed
+    /// in tick t's first quarter is fresh in every script of tick t +
+    /// `FRESH`, and in none of tick t + `FRESH` + 1.
     pub fn scaled_library(&self, source: &str) -> String {
         let presence = self.until_ms(PRESENCE);
         let offer = self.lease_ms(OFFER);
         let away = u64::from(AWAY) * self.tick_ms;
+        let fresh = u64::from(FRESH) * self.tick_ms + self.tick_ms / 2;
         let mut scaled = source.to_owned();
         for (name, ms) in [
             ("PRESENCE_MS", presence),
             ("OFFER_MS", offer),
             ("AWAY_MS", away),
+            ("FRESH_MS", fresh),
         ] {
             let pattern = format!("local {name} = ");
             let mut found = scaled.match_indices(&pattern);

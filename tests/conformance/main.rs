@@ -172,6 +172,11 @@ async fn an_away_waiter_dropped_is_caught() {
     caught(&mutants::AWAY_DROPPED).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_waiter_granted_outright_is_caught() {
+    caught(&mutants::FRESHNESS_SKIPPED).await;
+}
+
 /// The plain scripts against the full ones, on the library as shipped
 /// (changed by `mutant`, if any): how many cases the plain ones answered,
 /// and each difference.
@@ -219,13 +224,14 @@ async fn a_plain_release_that_ignores_waiters_is_caught() {
 }
 
 #[test]
-fn the_library_is_scaled_to_the_tick_in_its_three_constants_only() {
+fn the_library_is_scaled_to_the_tick_in_its_four_constants_only() {
     let (_, source) = library();
     let scaled = Ticks::start(100).scaled_library(source);
     for line in [
         "local PRESENCE_MS = 325",
         "local OFFER_MS = 250",
         "local AWAY_MS = 3300",
+        "local FRESH_MS = 150",
     ] {
         assert!(scaled.contains(line), "{line}");
     }
@@ -234,7 +240,7 @@ fn the_library_is_scaled_to_the_tick_in_its_three_constants_only() {
         .zip(scaled.lines())
         .filter(|(before, after)| before != after)
         .count();
-    assert_eq!(changed, 3);
+    assert_eq!(changed, 4);
 }
 
 /// Found by this harness (see docs/model.md), and by an API test at the

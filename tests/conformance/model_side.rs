@@ -5,19 +5,31 @@ use lockgate_model::scenario::{Key, Protocol, Req};
 use lockgate_model::scripts::{Acquired, Left, Presence};
 use lockgate_model::sessions::SessionEnd;
 use lockgate_model::state::State;
-use lockgate_model::step::{Notes, Step};
+use lockgate_model::step::{Notes, Step, Told};
 
 use crate::clock::at;
 use crate::steps::{Action, LeftAs, Outcome};
 use crate::world::World;
 
-/// Applies `action` to `state`; `tokens`: the token each request acts with.
-pub fn apply(world: &World, state: &mut State, action: &Action, tokens: &[Req]) -> Outcome {
+/// Applies `action` to `state`; `tokens`: the token each request acts
+/// with. What it answered, and the messages it sent on grant channels.
+pub fn apply(
+    world: &World,
+    state: &mut State,
+    action: &Action,
+    tokens: &[Req],
+) -> (Outcome, Vec<Told>) {
     let mut notes = Notes::default();
     let mut step = Step::new(state, &world.scenario, Protocol::Fixed.fixes(), &mut notes);
+    step.told = Some(Vec::new());
+    let outcome = run(&mut step, world, action, tokens);
+    (outcome, step.told.take().unwrap_or_default())
+}
+
+fn run(step: &mut Step<'_>, world: &World, action: &Action, tokens: &[Req]) -> Outcome {
     let token_of = |req: Req| tokens[usize::from(req.0)];
     match *action {
-        Action::Acquire { req, join } => acquire(&mut step, world, req, token_of(req), join),
+        Action::Acquire { req, join } => acquire(step, world, req, token_of(req), join),
         Action::Release { req } => Outcome::Released(
             world
                 .spec(req)
@@ -46,7 +58,7 @@ pub fn apply(world: &World, state: &mut State, action: &Action, tokens: &[Req]) 
             world
                 .spec(req)
                 .keys()
-                .map(|key| leave(&mut step, key, req, token_of(req), give_back))
+                .map(|key| leave(step, key, req, token_of(req), give_back))
                 .collect(),
         ),
         Action::Tend {

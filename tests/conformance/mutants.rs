@@ -80,7 +80,7 @@ pub const OFFER_WHOLE_LEASE: Mutant = Mutant {
     name: "offer-whole-lease",
     breaks: "a place offered from the queue is kept the whole lease, not OFFER_MS",
     patches: &[(
-        "local lease = math.min(waiter.ttl, OFFER_MS)",
+        "local lease = outright and waiter.ttl or math.min(waiter.ttl, OFFER_MS)",
         "local lease = waiter.ttl",
     )],
 };
@@ -93,6 +93,18 @@ pub const AWAY_DROPPED: Mutant = Mutant {
     patches: &[(
         "if presence + AWAY_MS >= now then\n    return 'away'",
         "if false then\n    return 'away'",
+    )],
+};
+
+/// `lib/queue.lua` `serve`: a waiter whose instance takes a grant
+/// outright is granted its whole lease however long ago its presence was
+/// renewed (the freshness check skipped).
+pub const FRESHNESS_SKIPPED: Mutant = Mutant {
+    name: "freshness-skipped",
+    breaks: "a waiter whose instance's presence is current but not fresh is granted outright, not offered the place",
+    patches: &[(
+        "local outright = waiter.one == 1 and presence >= now_ms(ctx) + PRESENCE_MS - FRESH_MS",
+        "local outright = waiter.one == 1",
     )],
 };
 

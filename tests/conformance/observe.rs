@@ -1,10 +1,11 @@
-//! What Redis holds, in the model's shape: each lock's places (token, fencing token by order, lease's end, and what the hash records of the holder), its queue (order, tickets, tokens, instances, deadlines), the instances' presences, the ticket counter, a lock-delay in force, the batches told, the Idempotency-Key lists; each session's expiry, end and locks. Read from the real keys, or made from the model's state.
+//! What Redis holds, in the model's shape: each lock's places (token, fencing token by order, lease's end, and what the hash records of the holder), its queue (order, tickets, tokens, instances, deadlines, whether each takes a grant outright), the instances' presences, the ticket counter, a lock-delay in force, the batches told, the Idempotency-Key lists, the messages sent on its grant channels; each session's expiry, end and locks. Read from the real keys, or made from the model's state.
 
 use std::collections::{BTreeMap, HashMap};
 
 use lockgate::redis::Connection;
-use lockgate_model::scenario::{Key, Req, Sess, Tick};
+use lockgate_model::scenario::{Gw, Key, Req, Sess, Tick};
 use lockgate_model::state::State;
+use lockgate_model::step::{Message, Told};
 
 use crate::clock::{At, Ticks, at};
 use crate::world::{self, Names, World};
@@ -32,6 +33,8 @@ pub struct EntryShape {
     pub deadline: At,
     pub since: At,
     pub batch: bool,
+    /// Its instance takes a grant outright (`one`).
+    pub one: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -52,6 +55,10 @@ pub struct LockShape {
     pub told_ready: Vec<Req>,
     /// Per Idempotency-Key, the requests waiting under it.
     pub twins: Vec<(u8, Vec<Req>)>,
+    /// The messages sent on its grant channels since the last read (each
+    /// instance's, the waiter's and what it says), sorted: the channels'
+    /// order among themselves is not kept.
+    pub told: Vec<(u8, Req, Message)>,
     /// What the keys hold that the model has no place for, or that
     /// disagrees with itself (a count of holds, of places taken).
     pub stray: Vec<String>,
@@ -87,8 +94,9 @@ impl Shape {
     }
 }
 
-/// The model's state in the shape (what the model says Redis holds).
-pub fn of_model(world: &World, state: &State) -> Shape {
+/// The model's state in the shape (what the model says Redis holds), and
+/// the messages its last step sent, `told`.
+pub fn of_model(world: &World, state: &State, told: &[Told]) -> Shape {
     let now = state.now;
     let locks = world
         .keys()
@@ -121,8 +129,15 @@ pub fn of_model(world: &World, state: &State) -> Shape {
                     deadline: at(entry.deadline),
                     since: at(entry.since),
                     batch: world.spec(entry.id).is_batch(),
+                    one: entry.one,
                 })
                 .collect();
+            let mut messages: Vec<(u8, Req, Message)> = told
+                .iter()
+                .filter(|told| told.key == key)
+                .map(|told| (told.inst.gw.0, told.waiter, told.message))
+                .collect();
+            messages.sort();
             let presence = (0..world.scenario.gateways)
                 .filter_map(|gw| Some((gw, at(lock.presence[usize::from(gw)][0]?))))
                 .collect();
@@ -144,6 +159,7 @@ pub fn of_model(world: &World, state: &State) -> Shape {
                     .filter(|id| lock.told_ready & id.bit() != 0)
                     .collect(),
                 twins: sorted(twins),
+                told: messages,
                 stray: Vec::new(),
             }
         })
@@ -203,6 +219,16 @@ pub async fn of_redis(
             .arg(-1)
             .arg("WITHSCORES");
         pipe.cmd("HGETALL").arg(&waiters).cmd("GET").arg(&fence);
+        for gw in 0..world.scenario.gateways {
+            let channel = format!(
+                "{}granted:{{{}}}:{}",
+                names.prefix,
+                keys.key(),
+                world::instance(Gw(gw))
+            );
+            pipe.cmd("LRANGE").arg(&channel).arg(0).arg(-1);
+            pipe.cmd("DEL").arg(&channel).ignore();
+        }
     }
     for index in 0..world.scenario.sessions.len() {
         let keys = names.session(Sess(index as u8));
@@ -224,7 +250,20 @@ pub async fn of_redis(
             entries: redis::from_redis_value(next())?,
             last: redis::from_redis_value(next())?,
         };
-        shape.locks.push(read.shape(ticks, now));
+        let mut lock = read.shape(ticks, now);
+        for gw in 0..world.scenario.gateways {
+            let messages: Vec<String> = redis::from_redis_value(next())?;
+            for message in messages {
+                match told(&message) {
+                    Some((waiter, what)) => lock.told.push((gw, waiter, what)),
+                    None => lock
+                        .stray
+                        .push(format!("message {message:?} on {}", Gw(gw))),
+                }
+            }
+        }
+        lock.told.sort();
+        shape.locks.push(lock);
     }
     for _ in 0..world.scenario.sessions.len() {
         let record: HashMap<String, String> = redis::from_redis_value(next())?;
@@ -232,6 +271,23 @@ pub async fn of_redis(
         shape.sessions.push(session(ticks, now, &record, &held));
     }
     Ok(shape)
+}
+
+/// A grant channel's message: `<id> ready`, or `<id> <fence> <ends>`
+/// and then `outright` for a grant of the whole lease (and a
+/// `traceparent`, when the run was traced: never here).
+fn told(message: &str) -> Option<(Req, Message)> {
+    let words: Vec<&str> = message.split(' ').collect();
+    let waiter = Req(world::number(words.first()?, 'w')?);
+    let numbers =
+        |fence: &str, ends: &str| fence.parse::<u64>().is_ok() && ends.parse::<u64>().is_ok();
+    let what = match words[1..] {
+        ["ready"] => Message::Ready,
+        [fence, ends] if numbers(fence, ends) => Message::Offered,
+        [fence, ends, "outright"] if numbers(fence, ends) => Message::Outright,
+        _ => return None,
+    };
+    Some((waiter, what))
 }
 
 fn session(
@@ -424,6 +480,7 @@ fn read_queue(
             deadline: ms("deadline", Ticks::until_tick),
             since: ms("since", Ticks::instant_tick),
             batch: entry["batch"].as_u64() == Some(1),
+            one: entry["one"].as_u64() == Some(1),
         });
     }
 }

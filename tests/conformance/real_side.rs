@@ -14,7 +14,10 @@ use crate::clock::{At, Ticks};
 use crate::steps::{Action, LeftAs, Outcome};
 use crate::world::{self, Names, World};
 
-const PUBLISH: &str = "PUBLISH";
+/// The command the scripts send their messages with: `RPUSH` keeps each
+/// channel's messages in a list of the channel's name, for the read after
+/// the step (`observe`), where nobody would hear a `PUBLISH`.
+const PUBLISH: &str = "RPUSH";
 
 /// The longest lease `revoke.lua` is told of (its fence counter's life).
 const LONGEST_LEASE_MS: u64 = 60_000;
@@ -176,7 +179,7 @@ impl Real {
         let waiter = join.then_some(Waiter {
             id: &id,
             instance: &inst,
-            outright: false,
+            outright: world.scenario.takes_outright(spec.gateway),
         });
         if spec.is_batch() {
             return self

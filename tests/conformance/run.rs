@@ -171,7 +171,7 @@ pub async fn sequence(redis: &Redis, config: &Config, seed: u64, attempt: usize)
             Action::Wait { .. } => 0,
             _ => in_tick + 1,
         };
-        let model = model_side::apply(&world, &mut state, &action, &tokens);
+        let (model, told) = model_side::apply(&world, &mut state, &action, &tokens);
         let mut actual = real.apply(&world, &action, &tokens, now).await;
         let tick = state.now;
         if ticks.late(tick) {
@@ -195,10 +195,17 @@ pub async fn sequence(redis: &Redis, config: &Config, seed: u64, attempt: usize)
         let mut fences = actual.fences_mut(&keys);
         fences.extend(held.fences_mut());
         book.number(fences);
-        let modelled = observe::of_model(&world, &state);
+        let modelled = observe::of_model(&world, &state, &told);
         let _ = write!(log, "  {index:>2}  t={now:<3} {action}: {model:?}");
         if actual != model {
             let _ = write!(log, "   <- Redis: {actual:?}");
+        }
+        for told in &told {
+            let _ = write!(
+                log,
+                "; R{} told on {}: {:?}",
+                told.waiter.0, told.inst.gw, told.message
+            );
         }
         log.push('\n');
         if actual != model || held != modelled {
@@ -254,6 +261,7 @@ fn report(seed: u64, world: &World, log: &str, modelled: &Shape, held: &Shape) -
             &redis.told_ready,
         );
         diff(&mut out, &on, "twins", &model.twins, &redis.twins);
+        diff(&mut out, &on, "told", &model.told, &redis.told);
         diff(&mut out, &on, "stray", &model.stray, &redis.stray);
     }
     for (index, (model, redis)) in modelled.sessions.iter().zip(&held.sessions).enumerate() {

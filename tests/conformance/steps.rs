@@ -275,7 +275,19 @@ fn try_draw(rng: &mut Rng, world: &World, state: &State, tokens: &[Req]) -> Opti
             // holds a place never asks for another (re-entry is not
             // modelled), but a retry under an Idempotency-Key, answered the
             // key's grant again.
-            let req = rng.pick(&ids);
+            // Often one whose lock another holds, so that it waits and is
+            // served from the queue.
+            let contended = |id: Req| {
+                world.spec(id).keys().any(|key| {
+                    let places = &state.redis.lock(key).places;
+                    places.iter().any(|p| p.token != tokens[usize::from(id.0)])
+                })
+            };
+            let req = if rng.chance(50) {
+                prefer(rng, &ids, contended)
+            } else {
+                rng.pick(&ids)
+            };
             let spec = world.spec(req);
             let join = spec.wait > 0 && rng.chance(85);
             let holding = holds(req) && spec.idempotency_key.is_none();
@@ -285,9 +297,23 @@ fn try_draw(rng: &mut Rng, world: &World, state: &State, tokens: &[Req]) -> Opti
             }
             Action::Acquire { req, join }
         }
-        Kind::Release => Action::Release {
-            req: prefer(rng, &ids, holds),
-        },
+        Kind::Release => {
+            // Mostly a holder, often one that somebody waits for: its
+            // release serves the queue.
+            let waited_for = |id: Req| {
+                holds(id)
+                    && world
+                        .spec(id)
+                        .keys()
+                        .any(|key| !state.redis.lock(key).queue.is_empty())
+            };
+            let waited = ids.iter().any(|&id| waited_for(id));
+            let req = match waited && rng.chance(50) {
+                true => prefer(rng, &ids, waited_for),
+                false => prefer(rng, &ids, holds),
+            };
+            Action::Release { req }
+        }
         Kind::Extend => {
             let req = prefer(rng, &ids, holds);
             let ttl = if rng.chance(70) {

@@ -1,4 +1,4 @@
-//! What one sequence is about, drawn from its seed: the locks (one or two, plain or counting), the instances, the sessions and the 2-4 requests, as the model's scenario; and the names the real side gives each of them.
+//! What one sequence is about, drawn from its seed: the locks (one or two, plain or counting), the instances (and which take grants outright), the sessions and the 2-4 requests, as the model's scenario; and the names the real side gives each of them.
 
 use std::fmt;
 use std::sync::Arc;
@@ -92,10 +92,20 @@ impl World {
             1 => LockKind::Exclusive,
             limit => LockKind::Counted(u32::from(limit)),
         };
+        // Mostly a fleet in data format 2 (every instance takes a grant
+        // outright), some in format 1, some mixed (an instance of each
+        // kind, as while a fleet changes format).
+        let every = (1u8 << gateways) - 1;
+        let two_step = match rng.below(10) {
+            0..5 => 0,
+            5..7 => every,
+            _ => rng.below(usize::from(every) + 1) as u8,
+        };
         let scenario = Scenario {
             name: "conformance",
             about: "a differential test's sequence",
             gateways,
+            two_step,
             locks,
             limit,
             sessions,
@@ -169,7 +179,21 @@ impl fmt::Display for World {
             LockKind::Counted(limit) => format!("counting ({limit} places)"),
             _ => "plain".to_owned(),
         };
-        writeln!(f, "  {} {kind} lock(s), {} instances", s.locks, s.gateways)?;
+        let two_step: Vec<String> = (0..s.gateways)
+            .map(Gw)
+            .filter(|&gw| !s.takes_outright(gw))
+            .map(|gw| gw.to_string())
+            .collect();
+        let outright = match two_step.len() {
+            0 => "each takes grants outright".to_owned(),
+            n if n == usize::from(s.gateways) => "each two-step".to_owned(),
+            _ => format!("{} two-step", two_step.join(", ")),
+        };
+        writeln!(
+            f,
+            "  {} {kind} lock(s), {} instances ({outright})",
+            s.locks, s.gateways
+        )?;
         for (index, session) in s.sessions.iter().enumerate() {
             writeln!(
                 f,
