@@ -15,7 +15,7 @@
 -- ARGV[11]  the waiter's id when the request should join the queue if it
 --           gets no place now (its instance is subscribed to its grant
 --           channel), else ''
---           (ARGV[11..17] may be left out together when none applies: a
+--           (ARGV[11..19] may be left out together when none applies: a
 --           plain try pays for no argument it does not use)
 -- ARGV[12]  the instance the request waits on
 -- ARGV[13]  "1" for a streamed lock's grant, else "0"

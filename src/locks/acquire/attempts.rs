@@ -284,10 +284,11 @@ impl<'a> Acquisition<'a> {
                     // Answered that nothing was granted, it holds nothing:
                     // a place offered meanwhile goes on to the next waiter
                     // in the same step as it leaves. Under an
-                    // Idempotency-Key the offer stays (a retry waiting
+                    // Idempotency-Key the grant stays (a retry waiting
                     // under the same key elsewhere shares it, and may have
-                    // claimed it already); unclaimed, it lapses within a
-                    // second.
+                    // claimed it already, and a retry after the 503 is
+                    // answered it); an offer unclaimed lapses within a
+                    // second, a grant made outright at the end of its lease.
                     let _ = Box::pin(self.give_up(ticket)).await;
                     return Err(WaitRefused::ShuttingDown.into());
                 }
