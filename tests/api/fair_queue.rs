@@ -217,6 +217,33 @@ async fn a_waiter_is_granted_in_one_write_once_the_fleet_writes_format_2() {
     }
 }
 
+/// A lock held on `app`, with two waiters: the head on a gateway process of
+/// its own (`flags`) asking for `ttl_ms`, then one on `next_app`. Returns
+/// the holder, the head's gateway and answer, and the next waiter's.
+async fn held_with_a_head_elsewhere(
+    (redis, app, next_app): (&RedisServer, &TestApp, &TestApp),
+    key: &str,
+    ttl_ms: u64,
+    flags: &[&str],
+) -> (
+    crate::helpers::Grant,
+    GatewayProcess,
+    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+    tokio::task::JoinHandle<(Instant, StatusCode, Value)>,
+) {
+    let holder = app.take(key, 30_000).await;
+    let head_gateway = GatewayProcess::spawn(redis, flags, &[]).await;
+    let head = tokio::spawn(
+        head_gateway
+            .acquire(&json!({"key": key, "ttl_ms": ttl_ms, "wait_ms": 30_000}))
+            .send(),
+    );
+    queue_reaches(app, key, 1).await;
+    let next = wait_on(next_app, json!({"key": key, "wait_ms": 30_000}));
+    queue_reaches(app, key, 2).await;
+    (holder, head_gateway, head, next)
+}
+
 /// The head of the queue is granted just as its gateway stops (`SIGSTOP`,
 /// its presence renewed a moment before): granted outright, the lock stays
 /// with the stopped waiter for the lease it asked for (here 3 s), then
@@ -228,15 +255,8 @@ async fn a_waiter_is_granted_in_one_write_once_the_fleet_writes_format_2() {
 async fn a_place_granted_outright_to_a_gateway_that_stopped_is_held_for_its_lease() {
     let redis = RedisServer::start().await;
     let app = TestApp::spawn(&redis).await;
-    let holder = app.take("relay", 30_000).await;
-    let mut doomed = GatewayProcess::spawn(&redis, &[], &[]).await;
-    let head = doomed
-        .acquire(&json!({"key": "relay", "ttl_ms": 3_000, "wait_ms": 30_000}))
-        .send();
-    let head = tokio::spawn(head);
-    queue_reaches(&app, "relay", 1).await;
-    let next = wait_on(&app, json!({"key": "relay", "wait_ms": 30_000}));
-    queue_reaches(&app, "relay", 2).await;
+    let (holder, mut doomed, head, next) =
+        held_with_a_head_elsewhere((&redis, &app, &app), "relay", 3_000, &[]).await;
 
     crate::helpers::send_signal(doomed.child.id(), "-STOP");
     let released = Instant::now();
@@ -280,16 +300,8 @@ async fn a_place_granted_outright_to_a_gateway_that_stopped_is_held_for_its_leas
 async fn a_short_lease_heard_after_it_ended_is_not_answered() {
     let redis = RedisServer::start().await;
     let (app, next_app) = (TestApp::spawn(&redis).await, TestApp::spawn(&redis).await);
-    let holder = app.take("short", 30_000).await;
-    let mut paused = GatewayProcess::spawn(&redis, &[], &[]).await;
-    let head = tokio::spawn(
-        paused
-            .acquire(&json!({"key": "short", "ttl_ms": 250, "wait_ms": 30_000}))
-            .send(),
-    );
-    queue_reaches(&app, "short", 1).await;
-    let next = wait_on(&next_app, json!({"key": "short", "wait_ms": 30_000}));
-    queue_reaches(&app, "short", 2).await;
+    let (holder, mut paused, head, next) =
+        held_with_a_head_elsewhere((&redis, &app, &next_app), "short", 250, &[]).await;
 
     crate::helpers::send_signal(paused.child.id(), "-STOP");
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -321,15 +333,8 @@ async fn a_place_offered_to_a_gateway_that_died_goes_on_to_the_next_waiter() {
     ] {
         let redis = RedisServer::start().await;
         let app = TestApp::spawn_with(&redis, flags).await;
-        let holder = app.take("relay", 30_000).await;
-        let mut doomed = GatewayProcess::spawn(&redis, flags, &[]).await;
-        let head = doomed
-            .acquire(&json!({"key": "relay", "ttl_ms": 60_000, "wait_ms": 30_000}))
-            .send();
-        let head = tokio::spawn(head);
-        queue_reaches(&app, "relay", 1).await;
-        let next = wait_on(&app, json!({"key": "relay", "wait_ms": 30_000}));
-        queue_reaches(&app, "relay", 2).await;
+        let (holder, mut doomed, head, next) =
+            held_with_a_head_elsewhere((&redis, &app, &app), "relay", 60_000, flags).await;
 
         // Stopped, not killed: its presence stands a second after its last
         // renewal, so the release offers it the place.
