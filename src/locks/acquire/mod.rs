@@ -293,7 +293,7 @@ impl Locks {
             keys,
             (&session.session, &session.locks),
             &token.expose(),
-            (&handle.to_string(), request.key.as_str()),
+            (handle.as_str(), request.key.as_str()),
         )
         .await?;
         Ok(tried)

@@ -157,10 +157,13 @@ impl Waiting {
     /// to its grant channel): the lock is contended, and a request for it
     /// goes straight to the full scripts.
     pub fn has_waiters_on(&self, keys: &LockKeys) -> bool {
-        self.0
-            .lock()
-            .get(&keys.granted(&self.0.instance))
-            .is_some_and(|interest| !interest.waiters.is_empty())
+        let locks = self.0.lock();
+        // An instance with no waiters anywhere (the uncontended path) names
+        // no channel.
+        !locks.is_empty()
+            && locks
+                .get(&keys.granted(&self.0.instance))
+                .is_some_and(|interest| !interest.waiters.is_empty())
     }
 
     /// Registers waiter `id` on lock `keys`, subscribing the lock's grant

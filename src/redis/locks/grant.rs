@@ -208,11 +208,12 @@ pub async fn acquire_in_session(
     token: &str,
     (handle, key): (&str, &str),
 ) -> Result<SessionTry, BackendError> {
+    let [lock, fence, queue, watch] = keys.plain_try();
     let mut invocation = ACQUIRE_PLAIN.call_with_keys(&[
-        keys.name("lock"),
-        keys.name("fence"),
-        keys.name("queue"),
-        keys.name("watch"),
+        lock,
+        fence,
+        queue,
+        watch,
         session.to_owned(),
         session_locks.to_owned(),
     ]);
@@ -245,12 +246,7 @@ pub async fn acquire_plain(
     keys: &LockKeys,
     attempt: Attempt<'_>,
 ) -> Result<Option<AcquireReply>, BackendError> {
-    let mut invocation = ACQUIRE_PLAIN.call_with_keys(&[
-        keys.name("lock"),
-        keys.name("fence"),
-        keys.name("queue"),
-        keys.name("watch"),
-    ]);
+    let mut invocation = ACQUIRE_PLAIN.call_with_keys(&keys.plain_try());
     invocation
         .arg(attempt.token)
         .arg(attempt.ttl_ms)

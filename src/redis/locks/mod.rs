@@ -97,6 +97,17 @@ impl LockKeys {
         (self.name("queue"), self.name("waiters"))
     }
 
+    /// The keys a plain try uses (`acquire_plain.lua`): the lock, its
+    /// fence counter, its queue and its watch key.
+    pub fn plain_try(&self) -> [String; 4] {
+        [
+            self.name("lock"),
+            self.name("fence"),
+            self.name("queue"),
+            self.name("watch"),
+        ]
+    }
+
     /// The keys a plain holder's release uses (`lib/plain.lua`):
     /// the lock, its queue and its watch key.
     pub fn plain_release(&self) -> [String; 3] {
